@@ -1,0 +1,192 @@
+"""The one interface every partf attention implements.
+
+An attention layer maps a segment `x` [B, T, D] and a carried `state` to an
+output [B, T, D] and the state for the next segment:
+
+    y, new_state = layer(x, state=state, mask=mask, training=training)
+
+The state is a flat dict of tensors whose shapes and dtypes are fixed for a
+given batch size (`state_spec`), so a model can keep it in non-trainable
+variables between batches, a generator can carry it between tokens, and XLA
+sees static shapes. What it holds depends on the mechanism: cached hidden
+states for softmax attention with XL memory, running sums for linear
+attentions, the last window of keys and values for local attention.
+`get_initial_state` gives the empty state (all zeros), which must mean "no
+context yet" for every mechanism.
+
+`mask` is an optional boolean [B, T], True for real tokens; keys where it is
+False (padding) contribute nothing.
+
+The base class owns what all mechanisms share: the query, key, value and
+output projections, splitting into heads, and the state protocol. A variant
+overrides `attend`, which sees per-head tensors [B, T, H, Dh]. A variant
+whose state is not made of projected keys and values (relative attention,
+which caches the layer input as Transformer-XL does) overrides `call`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import keras
+from keras import ops
+
+State = dict[str, Any]
+
+
+class Attention(keras.layers.Layer):
+    """Base class for causal (and non-causal) multi-head attentions.
+
+    Args:
+        d_model: width D of the input and output.
+        num_heads: number of heads H.
+        head_dim: width Dh of each head; defaults to `d_model // num_heads`.
+        dropout_rate: dropout on attention weights (where the mechanism has
+            them) and on the output.
+        causal: whether position t may only see positions <= t. Language
+            modelling needs True; a mechanism that cannot be causal raises a
+            `ValueError` when asked to be.
+        use_bias: whether the projections have biases.
+    """
+
+    #: Whether the mechanism supports `causal=True`.
+    supports_causal: ClassVar[bool] = True
+    #: Mechanism options exposed on the command line as `--attn_<name>`:
+    #: constructor argument name -> (default, one-line help).
+    options: ClassVar[dict[str, tuple[Any, str]]] = {}
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        causal: bool = True,
+        use_bias: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if d_model <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"d_model and num_heads must be positive, got d_model={d_model}, "
+                f"num_heads={num_heads}."
+            )
+        if head_dim is None:
+            if d_model % num_heads:
+                raise ValueError(
+                    f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+                    "choose num_heads dividing d_model or pass head_dim."
+                )
+            head_dim = d_model // num_heads
+        if causal and not self.supports_causal:
+            raise ValueError(
+                f"{type(self).__name__} is non-causal only and cannot be used in a "
+                "causal (language-modelling) model; choose another attention."
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.dropout_rate = dropout_rate
+        self.causal = causal
+        self.use_bias = use_bias
+
+    # ----------------------------------------------------------------- build
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        inner = (self.num_heads, self.head_dim)
+        self.query_dense = self._projection("query", "btd,dhk->bthk", inner, input_shape)
+        self.key_dense = self._projection("key", "btd,dhk->bthk", inner, input_shape)
+        self.value_dense = self._projection("value", "btd,dhk->bthk", inner, input_shape)
+        self.output_dense = keras.layers.EinsumDense(
+            "bthk,hkd->btd",
+            output_shape=(None, self.d_model),
+            bias_axes="d" if self.use_bias else None,
+            dtype=self.dtype_policy,
+            name="output",
+        )
+        self.output_dense.build((None, None, self.num_heads, self.head_dim))
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.built = True
+
+    def _projection(
+        self, name: str, equation: str, inner: tuple[int, int], input_shape: tuple
+    ) -> keras.layers.EinsumDense:
+        layer = keras.layers.EinsumDense(
+            equation,
+            output_shape=(None, *inner),
+            bias_axes="hk" if self.use_bias else None,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        layer.build(input_shape)
+        return layer
+
+    # ----------------------------------------------------------------- state
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Name -> (shape, dtype) of each state tensor; empty for stateless ones."""
+        return {}
+
+    def get_initial_state(self, batch_size: int) -> State:
+        """The empty state: zeros of `state_spec`, meaning "no context yet"."""
+        return {
+            name: ops.zeros(shape, dtype=dtype)
+            for name, (shape, dtype) in self.state_spec(batch_size).items()
+        }
+
+    # ------------------------------------------------------------------ call
+    def call(
+        self,
+        x: Any,
+        state: State | None = None,
+        mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, State]:
+        """Args:
+            x: [B, T, D] segment.
+            state: carried state from the previous segment, or None for empty.
+            mask: optional bool [B, T], True for real tokens.
+            training: enables dropout.
+
+        Returns:
+            (y [B, T, D], new_state).
+        """
+        if state is None:
+            state = self.get_initial_state(ops.shape(x)[0])
+        q = self.query_dense(x)  # [B, T, H, Dh]
+        k = self.key_dense(x)
+        v = self.value_dense(x)
+        out, new_state = self.attend(q, k, v, state, mask=mask, training=training)
+        y = self.output_dense(out)  # [B, T, D]
+        return self.dropout(y, training=training), new_state
+
+    def attend(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        state: State,
+        mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, State]:
+        """The mechanism itself: per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state)."""
+        raise NotImplementedError
+
+    def compute_output_spec(self, x, state=None, mask=None, training=None):
+        # The state keeps its spec; the output has the input's shape.
+        out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
+        spec = {
+            name: keras.KerasTensor(shape, dtype=dtype)
+            for name, (shape, dtype) in self.state_spec(x.shape[0] or 1).items()
+        }
+        return out, spec
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            dropout_rate=self.dropout_rate,
+            causal=self.causal,
+            use_bias=self.use_bias,
+        )
+        return config

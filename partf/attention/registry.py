@@ -1,0 +1,76 @@
+"""Name -> attention class, so configs and command lines name mechanisms by string.
+
+Each mechanism module decorates its class with `@register_attention("name")`.
+The table below says which module defines each name, so a name can be looked
+up without importing every mechanism first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from partf.attention.base import Attention
+from partf.serialization import register
+
+# name -> module that registers it. Keep sorted by family.
+_MODULES: dict[str, str] = {
+    "relative": "partf.attention.relative",
+    "softmax": "partf.attention.softmax",
+    "local": "partf.attention.local",
+    "linear": "partf.attention.linear",
+    "performer": "partf.attention.performer",
+    "fastformer": "partf.attention.fastformer",
+    "norm": "partf.attention.transnormer",
+    "diag": "partf.attention.transnormer",
+    "primal": "partf.attention.primal",
+    "eva": "partf.attention.eva",
+    "lara": "partf.attention.lara",
+}
+
+_REGISTRY: dict[str, type[Attention]] = {}
+
+
+def register_attention(name: str):
+    """Class decorator: registers an `Attention` subclass under `name`.
+
+    It also registers the class as Keras-serializable (package `partf`).
+    """
+
+    def decorator(cls: type[Attention]) -> type[Attention]:
+        if not issubclass(cls, Attention):
+            raise TypeError(f"{cls.__name__} must subclass partf.attention.Attention.")
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"attention name {name!r} is already registered.")
+        cls.registry_name = name
+        _REGISTRY[name] = register(cls)
+        return cls
+
+    return decorator
+
+
+def attention_names() -> list[str]:
+    """All attention names, registered or known to the lazy table."""
+    return sorted(set(_MODULES) | set(_REGISTRY))
+
+
+def get_attention_class(name: str) -> type[Attention]:
+    """The class registered as `name`; unknown names list the valid ones."""
+    if name not in _REGISTRY and name in _MODULES:
+        importlib.import_module(_MODULES[name])
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown attention {name!r}; valid names: {', '.join(attention_names())}."
+        )
+    return _REGISTRY[name]
+
+
+def create_attention(
+    name: str, d_model: int, num_heads: int, causal: bool = True, **kwargs: Any
+) -> Attention:
+    """Builds attention `name`. Options it does not take are ignored, so one
+    set of `--attn_*` flags can serve a mix of mechanisms."""
+    cls = get_attention_class(name)
+    accepted = set(cls.options) | {"head_dim", "dropout_rate", "use_bias", "name", "dtype"}
+    chosen = {key: value for key, value in kwargs.items() if key in accepted}
+    return cls(d_model=d_model, num_heads=num_heads, causal=causal, **chosen)

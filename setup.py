@@ -1,0 +1,52 @@
+"""Packaging for partf: PAR Transformer-XL and efficient attentions in Keras 3."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+# tensorflow-text ships compiled ops for exactly one TensorFlow minor version,
+# so both are pinned to the same minor release.
+TF_MINOR = "2.21"
+
+setup(
+    name="partf",
+    version="0.1.0",
+    description=(
+        "Pay-Attention-when-Required Transformer-XL and efficient attentions in TensorFlow/Keras 3"
+    ),
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["partf", "partf.*"]),
+    install_requires=[
+        f"tensorflow~={TF_MINOR}.0",
+        f"tensorflow-text~={TF_MINOR}.0",
+        "keras>=3.10,<4",
+        "sentencepiece>=0.2",
+        "tensorboard",
+        "numpy",
+        "absl-py",
+        "matplotlib",
+        "pillow",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "ruff>=0.6",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel",
+        ],
+        "gpu": [f"tensorflow[and-cuda]~={TF_MINOR}.0"],
+    },
+    entry_points={
+        "console_scripts": [
+            "partf-build-data=partf.cli.build_data:run",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
