@@ -43,6 +43,8 @@ setup(
     entry_points={
         "console_scripts": [
             "partf-build-data=partf.cli.build_data:run",
+            "partf-train=partf.cli.train:run",
+            "partf-generate=partf.cli.generate:run",
         ],
     },
     classifiers=[
