@@ -66,10 +66,11 @@ def get_attention_class(name: str) -> type[Attention]:
 
 
 def create_attention(
-    name: str, d_model: int, num_heads: int, causal: bool = True, **kwargs: Any
+    name: str, /, d_model: int, num_heads: int, causal: bool = True, **kwargs: Any
 ) -> Attention:
     """Builds attention `name`. Options it does not take are ignored, so one
-    set of `--attn_*` flags can serve a mix of mechanisms."""
+    set of `--attn_*` flags can serve a mix of mechanisms. (`name` is
+    positional-only, so `name=` in kwargs names the layer.)"""
     cls = get_attention_class(name)
     accepted = set(cls.options) | {"head_dim", "dropout_rate", "use_bias", "name", "dtype"}
     chosen = {key: value for key, value in kwargs.items() if key in accepted}
