@@ -28,9 +28,12 @@ Why the search is fast and still exact: ``w(i, j)`` is the sum of ``p[t]`` over 
 programming layer is non-decreasing in the right end ``j`` (Monge property), and each
 layer is solved by divide and conquer in ``O(N log N)`` instead of ``O(N^2)``. The
 divide and conquer runs breadth first, one vectorised numpy pass per level. Ties are
-broken towards the largest split point, as in the original, and the candidate values
-are computed with the original's float64 formula, so on the same input both find the
-same cutoffs (exactly so for integer counts below 2**53).
+broken towards the largest split point, as in the original, and each candidate value is
+computed with the original's float64 formula. With integer counts (while ``N`` times the
+total stays below 2**53) every value is exact and both programs find the same cutoffs;
+with probabilities, only a near-tie within rounding error could resolve differently, at
+a cost difference of the order of that rounding. The paper's flat region for small
+matrix products is not modelled: the search assumes the linear regime.
 
 Reference: Grave, Joulin, Cisse, Grangier, Jegou, "Efficient softmax approximation for
 GPUs", ICML 2017, https://arxiv.org/abs/1609.04309.
