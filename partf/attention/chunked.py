@@ -1,0 +1,299 @@
+"""Chunk-wise causal linear attention: the one kernel every linear mechanism shares.
+
+A causal linear attention reads, at position i,
+
+    num_i = sum_{j<=i} (f_i . g_j) v_j        den_i = sum_{j<=i} f_i . g_j
+    out_i = num_i / den_i                      (or num_i alone, unnormalised)
+
+for query features f [B, T, H, F], key features g [B, T, H, F] and values
+v [B, T, H, Dv]. Everything before the segment is summarised by the state
+S = sum_j g_j v_j^T [B, H, F, Dv] and z = sum_j g_j [B, H, F], so a segment
+continues where the previous one stopped at constant cost per token.
+
+The segment is cut into chunks of `chunk_size` tokens. Inside a chunk the
+masked quadratic form is computed directly; between chunks the state is
+carried (a prefix sum over chunks), so the cost is linear in the length.
+
+Key features may carry a log-scale `a_j`: the true key feature is
+g_j * exp(a_j). Softmax-like kernels (Performer's positive random features,
+Fastformer's additive weights) need this, because exp(a_j) overflows for
+large a_j. The kernel keeps every sum relative to the running maximum m of
+the log-scales seen so far (the state stores S, z relative to exp(m), and m),
+and at position i it only ever uses a_j - m_i <= 0 with m_i the maximum over
+j <= i. Nothing can overflow, and no future token can change an earlier
+output, even through rounding. Rescaling between chunks is a linear
+recurrence P_{c+1} = d_c P_c + U_c with d_c = exp(M_{c-1} - M_c) <= 1, solved
+with a parallel associative scan.
+
+Everything runs in float32 whatever the input dtype, so the carried sums stay
+exact enough under mixed precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras import ops
+
+# Log-scale standing for "no key": far below any real one, but finite so that
+# differences of two such values stay 0 instead of NaN.
+NEG_LOG = -1e30
+
+
+def linear_state_spec(
+    batch_size: int,
+    num_heads: int,
+    feature_dim: int,
+    value_dim: int,
+    normalize: bool = True,
+    log_scale: bool = False,
+    prefix: str = "",
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """State shapes for `causal_linear_attention`, keys prefixed by `prefix`.
+
+    `s` [B, H, F, Dv] is sum g v^T, `z` [B, H, F] sum g (kept when normalising
+    or when log-scales are used, which need it to tell an empty state), `m`
+    [B, H] the log-scale both are relative to. All float32; zeros = no context.
+    """
+    spec = {prefix + "s": ((batch_size, num_heads, feature_dim, value_dim), "float32")}
+    if normalize or log_scale:
+        spec[prefix + "z"] = ((batch_size, num_heads, feature_dim), "float32")
+    if log_scale:
+        spec[prefix + "m"] = ((batch_size, num_heads), "float32")
+    return spec
+
+
+def causal_mask(length: Any) -> Any:
+    """bool [length, length], True where key j <= query i."""
+    positions = ops.arange(length)
+    return positions[:, None] >= positions[None, :]
+
+
+def _valid(mask: Any | None, batch: Any, length: Any) -> Any:
+    if mask is None:
+        return ops.ones((batch, length), dtype="float32")
+    return ops.cast(mask, "float32")
+
+
+def _initial_log_scale(state: dict[str, Any], prefix: str) -> Any:
+    # A state whose z is all zero holds no key yet: its m means nothing, and
+    # must not act as a floor under the running maximum.
+    z = state[prefix + "z"]
+    empty = ops.sum(ops.abs(z), axis=-1) <= 0.0
+    return ops.where(empty, NEG_LOG, ops.cast(state[prefix + "m"], "float32"))
+
+
+def _expand_to(scale: Any, x: Any) -> Any:
+    """Appends trailing axes to `scale` [B, n, H] so it broadcasts against `x`."""
+    for _ in range(len(x.shape) - len(scale.shape)):
+        scale = ops.expand_dims(scale, -1)
+    return scale
+
+
+def _scan_decayed(decay: Any, updates: Any) -> Any:
+    """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over axis 1 (P_{-1} = 0).
+
+    decay [B, n, H, 1, 1] (or broadcastable); updates: a tuple of tensors
+    [B, n, H, ...]. Returns (prod of decays up to c, tuple of P_c).
+    """
+
+    def combine(left, right):
+        d_left, u_left = left
+        d_right, u_right = right
+        pairs = zip(u_left, u_right, strict=True)
+        mixed = tuple(_expand_to(d_right, u) * u + u_r for u, u_r in pairs)
+        return d_left * d_right, mixed
+
+    return ops.associative_scan(combine, (decay, tuple(updates)), axis=1)
+
+
+def causal_linear_attention(
+    q_feat: Any,
+    k_feat: Any,
+    v: Any,
+    state: dict[str, Any],
+    *,
+    k_log_scale: Any | None = None,
+    mask: Any | None = None,
+    chunk_size: int = 64,
+    normalize: bool = True,
+    prefix: str = "",
+) -> tuple[Any, dict[str, Any]]:
+    """Chunk-wise causal linear attention with a carried state.
+
+    Args:
+        q_feat: [B, T, H, F] query features f.
+        k_feat: [B, T, H, F] key features g (true feature g * exp(a)).
+        v: [B, T, H, Dv] values.
+        state: the previous segment's state, shapes from `linear_state_spec`
+            (zeros for "no context"), keys prefixed by `prefix`.
+        k_log_scale: optional [B, T, H] log-scales a of the key features.
+        mask: optional bool [B, T]; False keys contribute nothing.
+        chunk_size: tokens per chunk; any length works (the last chunk is padded).
+        normalize: divide by f . z (a weighted average); False returns the
+            raw sum, as TransNormer's NormAttention does.
+        prefix: prefix of the state keys, so one layer can hold several states.
+
+    Returns:
+        (out [B, T, H, Dv] float32, new state with the same keys).
+
+    Example:
+        >>> f = g = ops.ones((2, 9, 4, 8)); v = ops.ones((2, 9, 4, 16))
+        >>> st = {k: ops.zeros(s) for k, (s, _) in linear_state_spec(2, 4, 8, 16).items()}
+        >>> out, st = causal_linear_attention(f, g, v, st, chunk_size=4)
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
+    log_scaled = k_log_scale is not None
+    f = ops.cast(q_feat, "float32")
+    g = ops.cast(k_feat, "float32")
+    v = ops.cast(v, "float32")
+    batch, length, heads, feat = ops.shape(f)
+    value_dim = ops.shape(v)[-1]
+    valid = _valid(mask, batch, length)  # [B, T]
+    g = g * valid[:, :, None, None]
+    v = v * valid[:, :, None, None]
+
+    s0 = ops.cast(state[prefix + "s"], "float32")  # [B, H, F, Dv]
+    has_z = normalize or log_scaled
+    z0 = ops.cast(state[prefix + "z"], "float32") if has_z else None
+
+    # Pad to a whole number of chunks; padded keys are masked out.
+    num_chunks = (length + chunk_size - 1) // chunk_size
+    pad = num_chunks * chunk_size - length
+    if log_scaled:
+        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, "float32"), NEG_LOG)
+    f = ops.pad(f, [[0, 0], [0, pad], [0, 0], [0, 0]])
+    g = ops.pad(g, [[0, 0], [0, pad], [0, 0], [0, 0]])
+    v = ops.pad(v, [[0, 0], [0, pad], [0, 0], [0, 0]])
+    if log_scaled:
+        a = ops.pad(a, [[0, 0], [0, pad], [0, 0]], constant_values=NEG_LOG)
+
+    def chunks(x):  # [B, n*C, ...] -> [B, n, C, ...]
+        return ops.reshape(x, (batch, num_chunks, chunk_size) + tuple(ops.shape(x)[2:]))
+
+    fc, gc, vc = chunks(f), chunks(g), chunks(v)
+    causal = causal_mask(chunk_size)  # [i, j]: j <= i
+
+    # Intra-chunk weights A[b, n, h, i, j] = f_i . g_j (* exp(a_j - m_i)).
+    scores = ops.einsum("bnihf,bnjhf->bnhij", fc, gc)
+    if log_scaled:
+        m0 = _initial_log_scale(state, prefix)  # [B, H]
+        # m_i: running maximum of the log-scales up to and including i. It is
+        # only a reference point (outputs do not depend on it), hence no gradient.
+        m = ops.associative_scan(ops.maximum, a, axis=1)
+        m = ops.stop_gradient(ops.maximum(m, m0[:, None, :]))  # [B, nC, H]
+        ac, mc = chunks(a), chunks(m)  # [B, n, C, H]
+        rel = (
+            ops.transpose(ac, (0, 1, 3, 2))[:, :, :, None, :]
+            - ops.transpose(mc, (0, 1, 3, 2))[:, :, :, :, None]
+        )  # a_j - m_i: [B, n, H, i, j]
+        scores = scores * ops.exp(ops.where(causal, rel, NEG_LOG))
+        chunk_end = mc[:, :, -1, :]  # M_c: scale of the state after chunk c [B, n, H]
+        chunk_start = ops.concatenate([m0[:, None, :], chunk_end[:, :-1]], axis=1)
+        # Weight of key j inside its chunk's summary, relative to M_c.
+        key_weight = ops.exp(ac - chunk_end[:, :, None, :])  # [B, n, C, H]
+        gc_state = gc * key_weight[..., None]
+    else:
+        scores = ops.where(causal, scores, 0.0)
+        gc_state = gc
+
+    num = ops.einsum("bnhij,bnjhd->bnihd", scores, vc)
+    if normalize:
+        den = ops.transpose(ops.sum(scores, axis=-1), (0, 1, 3, 2))  # [B, n, i, H]
+
+    # Per-chunk summaries and the state before each chunk (prefix over chunks).
+    upd_s = ops.einsum("bnjhf,bnjhd->bnhfd", gc_state, vc)  # [B, n, H, F, Dv]
+    updates = [upd_s]
+    if has_z:
+        updates.append(ops.sum(gc_state, axis=2))  # [B, n, H, F]
+    if log_scaled:
+        decay = ops.exp(chunk_start - chunk_end)  # [B, n, H], <= 1
+        carried, summed = _scan_decayed(decay, updates)
+        initial = [s0[:, None], z0[:, None]]
+        after = [u + _expand_to(carried, u) * x0 for u, x0 in zip(summed, initial, strict=True)]
+    else:
+        after = [ops.cumsum(updates[0], axis=1) + s0[:, None]]
+        if has_z:
+            after.append(ops.cumsum(updates[1], axis=1) + z0[:, None])
+    # State before chunk c = state after chunk c - 1; before chunk 0 = s0, z0.
+    before_s = ops.concatenate([s0[:, None], after[0][:, :-1]], axis=1)
+    inter = ops.einsum("bnihf,bnhfd->bnihd", fc, before_s)
+    if log_scaled:
+        # The carried state is relative to M_{c-1}; position i wants m_i.
+        rescale = ops.exp(chunk_start[:, :, None, :] - mc)[..., None]  # [B, n, C, H, 1]
+        inter = inter * rescale
+    num = num + inter
+    if normalize:
+        before_z = ops.concatenate([z0[:, None], after[1][:, :-1]], axis=1)
+        den_inter = ops.einsum("bnihf,bnhf->bnih", fc, before_z)
+        if log_scaled:
+            den_inter = den_inter * rescale[..., 0]
+        den = den + den_inter
+        # An empty prefix gives 0 / 0: answer 0 there instead of NaN.
+        out = num / ops.where(den > 0.0, den, 1.0)[..., None]
+    else:
+        out = num
+    out = ops.reshape(out, (batch, num_chunks * chunk_size, heads, value_dim))[:, :length]
+
+    new_state = {prefix + "s": after[0][:, -1]}
+    if has_z:
+        new_state[prefix + "z"] = after[1][:, -1]
+    if log_scaled:
+        new_state[prefix + "m"] = chunk_end[:, -1]
+    return out, new_state
+
+
+def causal_linear_attention_reference(
+    q_feat: Any,
+    k_feat: Any,
+    v: Any,
+    state: dict[str, Any],
+    *,
+    k_log_scale: Any | None = None,
+    mask: Any | None = None,
+    normalize: bool = True,
+    prefix: str = "",
+    dtype: str = "float64",
+) -> tuple[Any, dict[str, Any]]:
+    """Slow, obviously correct form of `causal_linear_attention` for tests.
+
+    The explicit masked quadratic form over the whole segment, with the key
+    features multiplied out (g * exp(a)) and the state added as one more
+    term, in `dtype` (float64 by default). Same arguments and state layout
+    as `causal_linear_attention`; the returned state uses the same log-scale
+    convention (sums relative to exp(m), m the largest log-scale seen).
+    """
+    f = ops.cast(q_feat, dtype)
+    g = ops.cast(k_feat, dtype)
+    v = ops.cast(v, dtype)
+    batch, length = ops.shape(f)[:2]
+    valid = ops.cast(_valid(mask, batch, length), dtype)
+    s0 = ops.cast(state[prefix + "s"], dtype)
+    z0 = ops.cast(state[prefix + "z"], dtype) if (normalize or k_log_scale is not None) else None
+    if k_log_scale is not None:
+        m0 = ops.cast(_initial_log_scale(state, prefix), dtype)  # [B, H]
+        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, dtype), NEG_LOG)
+        m_end = ops.stop_gradient(ops.maximum(ops.max(a, axis=1), m0))  # [B, H]
+        # Work relative to the final maximum: identical maths, finite numbers.
+        g = g * ops.exp(a - m_end[:, None, :])[..., None]
+        s0 = s0 * ops.exp(m0 - m_end)[..., None, None]
+        z0 = z0 * ops.exp(m0 - m_end)[..., None]
+    g = g * valid[:, :, None, None]
+    v = v * valid[:, :, None, None]
+    causal = ops.cast(causal_mask(length), dtype)
+    weights = ops.einsum("bihf,bjhf->bhij", f, g) * causal  # [B, H, T, T]
+    num = ops.einsum("bhij,bjhd->bihd", weights, v) + ops.einsum("bihf,bhfd->bihd", f, s0)
+    if normalize:
+        den = ops.transpose(ops.sum(weights, axis=-1), (0, 2, 1)) + ops.einsum(
+            "bihf,bhf->bih", f, z0
+        )
+        out = num / ops.where(den > 0, den, 1.0)[..., None]
+    else:
+        out = num
+    new_state = {prefix + "s": s0 + ops.einsum("bjhf,bjhd->bhfd", g, v)}
+    if z0 is not None:
+        new_state[prefix + "z"] = z0 + ops.sum(g, axis=1)
+    if k_log_scale is not None:
+        new_state[prefix + "m"] = m_end
+    return out, new_state

@@ -1,0 +1,155 @@
+"""Shared pieces of the softmax-based mechanisms: masked softmax, sliding windows, window grids.
+
+Two ways of cutting a stream into local pieces live here:
+
+* A sliding window (local attention): each query sees the `W` tokens before
+  it and itself. The state is simply the last `W` keys and values; a segment
+  is processed in blocks of `W` queries, each looking at its own block and
+  the one before it, so the cost is O(T W).
+* A window grid (TransNormer's DiagAttention, EVA): windows of `W` tokens at
+  fixed absolute positions 0, W, 2W, ... of the stream. A segment that starts
+  in the middle of a window carries that window's first tokens in its state
+  (a left-aligned buffer of W slots) with their count, `offset`. Queries and
+  keys are gathered onto a grid that starts at the current window's first
+  token, so windows are plain reshapes, and gathered back afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras import ops
+
+# Logit of a masked key: exp() of it underflows to 0 in float32.
+MASKED = -1e30
+
+
+def masked_softmax(logits: Any, valid: Any, axis: int = -1) -> Any:
+    """Softmax over `axis` where only `valid` entries count.
+
+    A row without any valid entry gives all zeros (not NaN). Computed in
+    float32.
+
+    Args:
+        logits: scores, any shape.
+        valid: bool, broadcastable to `logits`.
+    """
+    logits = ops.where(valid, ops.cast(logits, "float32"), MASKED)
+    # The row maximum is only a shift for stability: no gradient through it.
+    shift = ops.stop_gradient(ops.max(logits, axis=axis, keepdims=True))
+    weights = ops.where(valid, ops.exp(logits - shift), 0.0)
+    total = ops.sum(weights, axis=axis, keepdims=True)
+    return weights / ops.where(total > 0.0, total, 1.0)
+
+
+def valid_tokens(mask: Any | None, batch: Any, length: Any) -> Any:
+    """bool [B, T]: True for real tokens (all True when `mask` is None)."""
+    if mask is None:
+        return ops.ones((batch, length), dtype="bool")
+    return ops.cast(mask, "bool")
+
+
+def batch_gather(x: Any, index: Any) -> Any:
+    """Per-example gather along axis 1: x [B, N, ...], index int [B, L] -> [B, L, ...]."""
+    batch, size = ops.shape(x)[0], ops.shape(x)[1]
+    rest = tuple(ops.shape(x)[2:])
+    flat = ops.reshape(x, (-1,) + rest)
+    offsets = ops.arange(batch, dtype="int32")[:, None] * ops.cast(size, "int32")
+    flat_index = ops.reshape(ops.cast(index, "int32") + offsets, (-1,))
+    return ops.reshape(ops.take(flat, flat_index, axis=0), (batch, -1) + rest)
+
+
+# --------------------------------------------------------------- sliding window
+def split_blocks(x: Any, window: int) -> Any:
+    """[B, T, ...] -> [B, n, W, ...], zero-padded to n = ceil(T / W) blocks."""
+    length = ops.shape(x)[1]
+    num_blocks = (length + window - 1) // window
+    rest = tuple(ops.shape(x)[2:])
+    x = ops.pad(x, [[0, 0], [0, num_blocks * window - length]] + [[0, 0]] * len(rest))
+    return ops.reshape(x, (-1, num_blocks, window) + rest)
+
+
+def sliding_windows(x: Any, memory: Any, window: int) -> Any:
+    """The keys each block of `split_blocks(queries, window)` may look at.
+
+    Args:
+        x: [B, T, ...] this segment (keys, values or validity).
+        memory: [B, W, ...] the W tokens before the segment.
+        window: W.
+
+    Returns:
+        [B, n, 2W, ...]: for block b, the W tokens before it and the block
+        itself. Query i of block b and key j of its window are W + i - j
+        tokens apart.
+    """
+    blocks = split_blocks(x, window)
+    before = ops.concatenate([memory[:, None], blocks[:, :-1]], axis=1)
+    return ops.concatenate([before, blocks], axis=2)
+
+
+# ------------------------------------------------------------------ window grid
+def grid_length(length: Any, window: int) -> Any:
+    """Tokens on the grid: enough whole windows for W - 1 carried tokens plus T."""
+    return window * ((window - 1 + length + window - 1) // window)
+
+
+def to_grid(x: Any, buffer: Any, offset: Any, window: int) -> Any:
+    """Places the carried partial window and the segment on the window grid.
+
+    Args:
+        x: [B, T, ...] this segment.
+        buffer: [B, W, ...] the current window's first `offset` tokens, left-aligned.
+        offset: int [B] tokens of the current window already seen (0 <= offset < W).
+
+    Returns:
+        [B, L, ...] with grid slot 0 the current window's first token, slot
+        offset + t the segment's token t; slots past offset + T hold copies of
+        the last token (mask them with `grid_valid`).
+    """
+    length = ops.shape(x)[1]
+    slots = ops.arange(grid_length(length, window), dtype="int32")[None, :]
+    offset = ops.cast(offset, "int32")[:, None]
+    source = ops.where(slots < offset, slots, window + slots - offset)
+    source = ops.minimum(source, window + length - 1)
+    return batch_gather(ops.concatenate([buffer, ops.cast(x, buffer.dtype)], axis=1), source)
+
+
+def grid_valid(valid: Any, buffer_valid: Any, offset: Any, window: int) -> Any:
+    """bool [B, L]: grid slots holding real, unmasked tokens."""
+    length = ops.shape(valid)[1]
+    slots = ops.arange(grid_length(length, window), dtype="int32")[None, :]
+    inside = slots < ops.cast(offset, "int32")[:, None] + length
+    valid, buffer_valid = ops.cast(valid, "float32"), ops.cast(buffer_valid, "float32")
+    gathered = to_grid(valid, buffer_valid, offset, window)
+    return ops.logical_and(inside, gathered > 0.5)
+
+
+def from_grid(grid: Any, offset: Any, length: Any) -> Any:
+    """The segment's T tokens back from the grid: [B, L, ...] -> [B, T, ...]."""
+    index = ops.cast(offset, "int32")[:, None] + ops.arange(length, dtype="int32")[None, :]
+    return batch_gather(grid, index)
+
+
+def next_offset(offset: Any, length: Any, window: int) -> Any:
+    """int [B]: tokens of the window that is open after the segment."""
+    return (ops.cast(offset, "int32") + length) % window
+
+
+def grid_buffer(grid: Any, offset: Any, length: Any, window: int) -> Any:
+    """The open window's tokens after the segment, left-aligned in W slots.
+
+    Args:
+        grid: [B, L, ...] (use float validity to get the new buffer validity).
+
+    Returns:
+        [B, W, ...]; slots past the new offset are zero.
+    """
+    end = ops.cast(offset, "int32") + length
+    new_offset = end % window
+    slots = ops.arange(window, dtype="int32")[None, :]
+    index = ops.minimum(end[:, None] - new_offset[:, None] + slots, ops.shape(grid)[1] - 1)
+    taken = batch_gather(grid, index)
+    keep = ops.cast(slots < new_offset[:, None], taken.dtype)
+    for _ in range(len(taken.shape) - 2):
+        keep = ops.expand_dims(keep, -1)
+    return taken * keep
