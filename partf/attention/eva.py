@@ -1,0 +1,315 @@
+"""EVA: efficient attention via control variates, causal form (Zheng et al., 2023).
+
+Softmax attention splits into the keys near the query and the rest. EVA
+computes the near part exactly and estimates the rest chunk by chunk:
+
+* Exact part: the query's own window, W tokens at fixed stream positions
+  0, W, 2W, ..., keys up to the query.
+* Estimated part: every earlier chunk c of C tokens is summarised by one key
+  k_c = f_k(mean k) and one value beta_c, a self-normalised importance
+  sampling estimate of the chunk's values,
+
+      beta_c = sum_{j in c} softmax_j((w_c . k_j - |k_j|^2 / 2) / sqrt(Dh)) v_j,
+      w_c = mu_c + noise (training) or mu_c (evaluation),  mu_c = f_q(mean q) + f_k(mean k),
+
+  with f_q, f_k a linear map and a layer norm over the head width.
+  The chunk enters the softmax with the logit q . k_c / sqrt(Dh) (the
+  control-variate estimate of its share), normalised jointly with the exact
+  keys.
+
+Departures from the authors' code, both for a bounded state: each query sees
+the `mem_chunks` most recent chunk summaries before its window (the authors'
+model sees all of them, which grows with the length), and chunks inside the
+query's own window are left to the exact part instead of being counted
+twice. With mem_chunks * chunk_size at least the training length, a training
+segment sees exactly what it would in the authors' model.
+
+State: the open window's queries, keys and values (the grid of
+`partf.attention.windowed`) and the last `mem_chunks` summaries. In
+evaluation mode EVA is deterministic and segments equal one call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.attention.base import Attention, State
+from partf.attention.registry import register_attention
+from partf.attention.windowed import (
+    batch_gather,
+    from_grid,
+    grid_buffer,
+    grid_valid,
+    masked_softmax,
+    next_offset,
+    to_grid,
+    valid_tokens,
+)
+
+
+class ProjectionNet:
+    """f(x) = LayerNorm(Dense(x)) over the head width, built inside a layer's `build`.
+
+    The authors' adaptive proposal maps: one linear layer and a layer norm on
+    the last axis, shared by the heads. Sub-layers are attributes of the
+    owning layer (so Keras tracks and saves them); this only groups them.
+    """
+
+    def __init__(self, owner: keras.layers.Layer, dim: int, name: str) -> None:
+        self.dense = keras.layers.Dense(dim, dtype=owner.dtype_policy, name=f"{name}_dense")
+        self.norm = keras.layers.LayerNormalization(
+            epsilon=1e-5, dtype=owner.dtype_policy, name=f"{name}_norm"
+        )
+        self.dense.build((None, dim))
+        self.norm.build((None, dim))
+        self.compute_dtype = owner.compute_dtype
+        setattr(owner, f"{name}_dense", self.dense)
+        setattr(owner, f"{name}_norm", self.norm)
+
+    def __call__(self, x: Any) -> Any:
+        """[..., Dh] float32 -> [..., Dh] float32."""
+        return ops.cast(self.norm(self.dense(ops.cast(x, self.compute_dtype))), "float32")
+
+
+def chunk_log_weights(keys: Any, omega: Any, head_dim: int) -> Any:
+    """(w . k - |k|^2 / 2) / sqrt(Dh): keys [..., C, H, Dh], omega [..., H, Dh] -> [..., C, H]."""
+    dots = ops.einsum("...chd,...hd->...ch", keys, omega)
+    return (dots - 0.5 * ops.sum(ops.square(keys), axis=-1)) / math.sqrt(head_dim)
+
+
+@register_attention("eva")
+class EVAAttention(Attention):
+    """Causal EVA: exact softmax within a window, control variates for earlier chunks.
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        window_size: W, tokens per exact window (fixed stream positions).
+        chunk_size: C, tokens per summarised chunk; must divide W.
+        mem_chunks: M, summaries of the chunks before its window each query
+            sees; the state keeps that many (0: windows only).
+        seed: seed of the layer's `SeedGenerator` (the proposal noise).
+
+    State: `buf_q`, `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W],
+    `offset` [B] int32 (the open window), and `mem_k`, `mem_v` [B, M, H, Dh],
+    `mem_valid` [B, M] (the chunk summaries), float32.
+
+    Example:
+        >>> layer = EVAAttention(d_model=32, num_heads=4, window_size=16, chunk_size=4)
+        >>> y, state = layer(x)
+
+    Reference: Zheng et al., "Efficient Attention via Control Variates",
+    ICLR 2023.
+    """
+
+    options = {
+        "window_size": (128, "tokens each query sees before itself (local, diag, eva)"),
+        "chunk_size": (8, "eva: tokens per chunk summarised by one control variate"),
+        "mem_chunks": (64, "eva: chunk summaries before its window each query sees"),
+    }
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        window_size: int = 128,
+        chunk_size: int = 8,
+        mem_chunks: int = 64,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(d_model, num_heads, **kwargs)
+        if window_size <= 0 or chunk_size <= 0 or window_size % chunk_size:
+            raise ValueError(
+                f"EVA needs positive window_size and chunk_size with chunk_size dividing "
+                f"window_size, got window_size={window_size}, chunk_size={chunk_size}."
+            )
+        if mem_chunks < 0:
+            raise ValueError(f"mem_chunks must be >= 0, got {mem_chunks}.")
+        if not self.causal:
+            raise ValueError("EVAAttention is causal only; use causal=True.")
+        self.window_size = window_size
+        self.chunk_size = chunk_size
+        self.mem_chunks = mem_chunks
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self.project_q = ProjectionNet(self, self.head_dim, "project_q")
+        self.project_k = ProjectionNet(self, self.head_dim, "project_k")
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        window = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
+        spec = {
+            "buf_q": window,
+            "buf_k": window,
+            "buf_v": window,
+            "buf_valid": ((batch_size, self.window_size), "float32"),
+            "offset": ((batch_size,), "int32"),
+        }
+        if self.mem_chunks:
+            memory = ((batch_size, self.mem_chunks, self.num_heads, self.head_dim), "float32")
+            spec.update(
+                mem_k=memory, mem_v=memory, mem_valid=((batch_size, self.mem_chunks), "float32")
+            )
+        return spec
+
+    def summarize(
+        self, q: Any, k: Any, v: Any, valid: Any, training: bool | None
+    ) -> tuple[Any, Any, Any]:
+        """Chunk summaries.
+
+        Args:
+            q, k, v: [B, n, C, H, Dh] float32 chunks; valid: float [B, n, C].
+
+        Returns:
+            (keys f_k(mean k) [B, n, H, Dh], values beta [B, n, H, Dh],
+             bool [B, n] chunks holding at least one token).
+        """
+        count = ops.sum(valid, axis=2)  # [B, n]
+        weight = (valid / ops.maximum(count, 1.0)[..., None])[..., None, None]
+        q_bar = self.project_q(ops.sum(q * weight, axis=2))
+        k_bar = self.project_k(ops.sum(k * weight, axis=2))
+        omega = q_bar + k_bar
+        if training:
+            omega = omega + keras.random.normal(ops.shape(omega), seed=self.seed_generator)
+        log_w = chunk_log_weights(k, omega, self.head_dim)  # [B, n, C, H]
+        probs = masked_softmax(log_w, (valid > 0.5)[..., None], axis=2)
+        beta = ops.einsum("bnch,bnchd->bnhd", probs, v)
+        return k_bar, beta, count > 0.0
+
+    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        window, chunk, mem = self.window_size, self.chunk_size, self.mem_chunks
+        heads, dim = self.num_heads, self.head_dim
+        per_window = window // chunk
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        offset = state["offset"]
+        valid = valid_tokens(mask, batch, length)
+        q_grid = to_grid(q, state["buf_q"], offset, window)  # [B, L, H, Dh]
+        k_grid = to_grid(k, state["buf_k"], offset, window)
+        v_grid = to_grid(v, state["buf_v"], offset, window)
+        valid_grid = grid_valid(valid, state["buf_valid"], offset, window)  # [B, L]
+
+        def split(x, size):  # [B, L, ...] -> [B, L / size, size, ...]
+            return ops.reshape(x, (batch, -1, size) + tuple(ops.shape(x)[2:]))
+
+        q_win, k_win, v_win = split(q_grid, window), split(k_grid, window), split(v_grid, window)
+        valid_win = split(valid_grid, window)  # [B, n, W]
+        num_windows = ops.shape(q_win)[1]
+        scale = 1.0 / math.sqrt(dim)
+
+        logits = ops.einsum("bnihd,bnjhd->bnhij", q_win, k_win) * scale  # [B, n, H, W, W]
+        causal = ops.arange(window)[:, None] >= ops.arange(window)[None, :]
+        visible = ops.logical_and(causal[None, None, None], valid_win[:, :, None, None])
+        new_state = {
+            "buf_q": grid_buffer(q_grid, offset, length, window),
+            "buf_k": grid_buffer(k_grid, offset, length, window),
+            "buf_v": grid_buffer(v_grid, offset, length, window),
+            "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, length, window),
+            "offset": next_offset(offset, length, window),
+        }
+        if mem:
+            chunk_valid = ops.cast(split(valid_grid, chunk), "float32")
+            keys, values, ok = self.summarize(
+                split(q_grid, chunk),
+                split(k_grid, chunk),
+                split(v_grid, chunk),
+                chunk_valid,
+                training,
+            )
+            # The memory's summaries come before the grid's: window w sees list
+            # entries [w * W/C, w * W/C + M), the M chunks just before it.
+            all_k = ops.concatenate([state["mem_k"], keys], axis=1)
+            all_v = ops.concatenate([state["mem_v"], values], axis=1)
+            all_ok = ops.concatenate([state["mem_valid"] > 0.5, ok], axis=1)
+            band = ops.arange(num_windows)[:, None] * per_window + ops.arange(mem)[None, :]
+            band_k = ops.take(all_k, band, axis=1)  # [B, n, M, H, Dh]
+            band_v = ops.take(all_v, band, axis=1)
+            band_ok = ops.take(all_ok, band, axis=1)  # [B, n, M]
+            chunk_logits = ops.einsum("bnihd,bnmhd->bnhim", q_win, band_k) * scale
+            logits = ops.concatenate([logits, chunk_logits], axis=-1)
+            full = (batch, num_windows, 1, window)
+            visible = ops.concatenate(
+                [
+                    ops.broadcast_to(visible, full + (window,)),
+                    ops.broadcast_to(band_ok[:, :, None, None, :], full + (mem,)),
+                ],
+                axis=-1,
+            )
+            # After the segment, the open window is grid window (offset + T) // W.
+            open_window = (ops.cast(offset, "int32") + length) // window
+            keep = open_window[:, None] * per_window + ops.arange(mem, dtype="int32")[None, :]
+            new_state.update(
+                mem_k=batch_gather(all_k, keep),
+                mem_v=batch_gather(all_v, keep),
+                mem_valid=ops.cast(batch_gather(all_ok, keep), "float32"),
+            )
+        probs = self.dropout(masked_softmax(logits, visible), training=training)
+        out = ops.einsum("bnhij,bnjhd->bnihd", probs[..., :window], v_win)
+        if mem:
+            out = out + ops.einsum("bnhim,bnmhd->bnihd", probs[..., window:], band_v)
+        out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
+        return ops.cast(out, q.dtype), new_state
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            window_size=self.window_size,
+            chunk_size=self.chunk_size,
+            mem_chunks=self.mem_chunks,
+            seed=self.seed,
+        )
+        return config
+
+
+def eva_reference(layer: EVAAttention, q: Any, k: Any, v: Any, mask: Any | None = None) -> Any:
+    """Slow evaluation-mode EVA over a whole stream from an empty state.
+
+    Token by token and chunk by chunk in plain loops: for query t, the exact
+    keys are those of its window up to t, the estimated ones the last
+    `mem_chunks` chunks ending at or before its window's start, each
+    summarised from its own tokens. Uses the layer's f_q, f_k.
+
+    Args:
+        q, k, v: [B, T, H, Dh]; mask: optional bool [B, T].
+
+    Returns:
+        [B, T, H, Dh] float32.
+    """
+    window, chunk, mem = layer.window_size, layer.chunk_size, layer.mem_chunks
+    q, k, v = (ops.cast(x, "float32") for x in (q, k, v))
+    batch, length, heads, dim = q.shape
+    valid = ops.cast(valid_tokens(mask, batch, length), "float32")
+    scale = 1.0 / math.sqrt(dim)
+    summaries = []  # (key [B, H, Dh], value [B, H, Dh], ok [B]) per chunk
+    for start in range(0, length, chunk):
+        part = slice(start, min(start + chunk, length))
+        w = valid[:, part]  # [B, c]
+        count = ops.sum(w, axis=1)
+        mean = lambda x, w=w, count=count: (
+            ops.sum(x * w[:, :, None, None], axis=1) / ops.maximum(count, 1.0)[:, None, None]
+        )
+        key = layer.project_k(mean(k[:, part]))
+        omega = layer.project_q(mean(q[:, part])) + key
+        log_w = chunk_log_weights(k[:, part], omega, dim)  # [B, c, H]
+        probs = masked_softmax(log_w, (w > 0.5)[:, :, None], axis=1)
+        value = ops.einsum("bch,bchd->bhd", probs, v[:, part])
+        summaries.append((key, value, count > 0))
+    outputs = []
+    for t in range(length):
+        start = (t // window) * window
+        logits = [ops.einsum("bhd,bjhd->bhj", q[:, t], k[:, start : t + 1]) * scale]
+        visible = [ops.broadcast_to((valid[:, start : t + 1] > 0.5)[:, None], logits[0].shape)]
+        values = [ops.transpose(v[:, start : t + 1], (0, 2, 1, 3))]  # [B, H, j, Dh]
+        first = max(0, start // chunk - mem)
+        for key, value, ok in summaries[first : start // chunk]:
+            logits.append(ops.einsum("bhd,bhd->bh", q[:, t], key)[..., None] * scale)
+            visible.append(ops.broadcast_to(ok[:, None, None], (batch, heads, 1)))
+            values.append(value[:, :, None])
+        probs = masked_softmax(ops.concatenate(logits, axis=-1), ops.concatenate(visible, axis=-1))
+        outputs.append(ops.einsum("bhj,bhjd->bhd", probs, ops.concatenate(values, axis=2)))
+    return ops.stack(outputs, axis=1)

@@ -1,0 +1,125 @@
+"""Linear attention with the elu + 1 feature map (Katharopoulos et al., 2020).
+
+softmax(q . k) is replaced by phi(q) . phi(k) with phi(x) = elu(x) + 1 > 0, so
+
+    out_i = phi(q_i) S_i / (phi(q_i) . z_i),
+    S_i = sum_{j<=i} phi(k_j) v_j^T,  z_i = sum_{j<=i} phi(k_j),
+
+and (S, z) is the state: unbounded context at constant cost per token.
+`FeatureMapAttention` is the shared base of every mechanism of this form
+(Performer, TransNormer's NormAttention): a subclass only says how features
+are made; the chunk-wise kernel in `partf.attention.chunked` does the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras import ops
+
+from partf.attention.base import Attention, State
+from partf.attention.chunked import causal_linear_attention, linear_state_spec
+from partf.attention.registry import register_attention
+
+
+class FeatureMapAttention(Attention):
+    """Base of causal linear attentions phi(q) . phi(k) with running sums as state.
+
+    Subclasses implement `features` and may set `normalize` (divide by
+    phi(q) . z) and `log_scaled` (key features come with log-scales, see
+    `causal_linear_attention`).
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        chunk_size: tokens per chunk of the chunk-wise computation (a speed
+            knob only: the result does not depend on it).
+    """
+
+    normalize: bool = True
+    log_scaled: bool = False
+
+    def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, **kwargs: Any):
+        super().__init__(d_model, num_heads, **kwargs)
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
+        if not self.causal:
+            raise ValueError(f"{type(self).__name__} is causal only; use causal=True.")
+        self.chunk_size = chunk_size
+
+    @property
+    def feature_dim(self) -> int:
+        """F, the width of phi(x)."""
+        return self.head_dim
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        return linear_state_spec(
+            batch_size,
+            self.num_heads,
+            self.feature_dim,
+            self.head_dim,
+            normalize=self.normalize,
+            log_scale=self.log_scaled,
+        )
+
+    def features(
+        self, q: Any, k: Any, state: State, training: bool | None
+    ) -> tuple[Any, Any, Any | None, State]:
+        """(phi(q) [B, T, H, F], phi(k) [B, T, H, F], key log-scales [B, T, H]
+        or None, extra state entries to carry)."""
+        raise NotImplementedError
+
+    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        q_feat, k_feat, log_scale, extra = self.features(q, k, state, training)
+        out, new_state = causal_linear_attention(
+            q_feat,
+            k_feat,
+            v,
+            state,
+            k_log_scale=log_scale,
+            mask=mask,
+            chunk_size=self.chunk_size,
+            normalize=self.normalize,
+        )
+        new_state.update(extra)
+        return ops.cast(self.finish(out), q.dtype), new_state
+
+    def finish(self, out: Any) -> Any:
+        """Hook on the float32 output [B, T, H, Dv] before it is cast back."""
+        return out
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(chunk_size=self.chunk_size)
+        return config
+
+
+def elu_plus_one(x: Any) -> Any:
+    """phi(x) = elu(x) + 1, positive everywhere; computed in float32."""
+    return ops.elu(ops.cast(x, "float32")) + 1.0
+
+
+@register_attention("linear")
+class LinearAttention(FeatureMapAttention):
+    """Causal linear attention with phi(x) = elu(x) + 1 (Katharopoulos et al., 2020).
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        chunk_size: tokens per chunk of the chunk-wise computation.
+
+    State: `s` [B, H, Dh, Dh] = sum phi(k) v^T and `z` [B, H, Dh] = sum phi(k),
+    float32. Exact: segments with carried state equal one call.
+
+    Example:
+        >>> layer = LinearAttention(d_model=32, num_heads=4)
+        >>> y, state = layer(x)
+
+    Reference: Katharopoulos et al., "Transformers are RNNs: Fast
+    Autoregressive Transformers with Linear Attention", ICML 2020.
+    """
+
+    options = {
+        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+    }
+
+    def features(self, q, k, state, training):
+        return elu_plus_one(q), elu_plus_one(k), None, {}

@@ -1,0 +1,87 @@
+"""Sliding-window (local) softmax attention.
+
+Each query attends to itself and the `window_size` tokens before it, across
+segment boundaries: the state is the last `window_size` keys and values. The
+segment is processed in blocks of `window_size` queries, each looking at a
+window of 2 * `window_size` keys, so the cost is O(T * window_size).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from keras import ops
+
+from partf.attention.base import Attention, State
+from partf.attention.registry import register_attention
+from partf.attention.windowed import masked_softmax, sliding_windows, split_blocks, valid_tokens
+
+
+@register_attention("local")
+class LocalAttention(Attention):
+    """Causal sliding-window softmax attention with the last window as state.
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        window_size: W, the number of previous tokens each query sees besides
+            itself.
+
+    State: `win_k`, `win_v` [B, W, H, Dh] and `win_valid` [B, W] (1 for a
+    real token), the last W tokens, float32. The state is exact: a stream cut
+    into segments gives the same outputs as one call.
+
+    Example:
+        >>> layer = LocalAttention(d_model=32, num_heads=4, window_size=8)
+        >>> y, state = layer(x)
+
+    Reference: Beltagy et al., "Longformer", 2020 (sliding-window attention);
+    the causal local baseline of Zheng et al., EVA, ICLR 2023.
+    """
+
+    options = {
+        "window_size": (128, "tokens each query sees before itself (local, diag, eva)"),
+    }
+
+    def __init__(self, d_model: int, num_heads: int, window_size: int = 128, **kwargs: Any):
+        super().__init__(d_model, num_heads, **kwargs)
+        if window_size <= 0:
+            raise ValueError(f"window_size must be positive, got {window_size}.")
+        if not self.causal:
+            raise ValueError("LocalAttention is causal only; use causal=True.")
+        self.window_size = window_size
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        kv = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
+        return {"win_k": kv, "win_v": kv, "win_valid": ((batch_size, self.window_size), "float32")}
+
+    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        window = self.window_size
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        valid = ops.cast(valid_tokens(mask, batch, length), "float32")
+        k, v = ops.cast(k, "float32"), ops.cast(v, "float32")
+        q_blocks = split_blocks(ops.cast(q, "float32"), window)  # [B, n, W, H, Dh]
+        k_win = sliding_windows(k, state["win_k"], window)  # [B, n, 2W, H, Dh]
+        v_win = sliding_windows(v, state["win_v"], window)
+        valid_win = sliding_windows(valid, state["win_valid"], window)  # [B, n, 2W]
+
+        logits = ops.einsum("bnihd,bnjhd->bnhij", q_blocks, k_win) / math.sqrt(self.head_dim)
+        # Query i and key j of its window are W + i - j tokens apart.
+        distance = window + ops.arange(window)[:, None] - ops.arange(2 * window)[None, :]
+        band = ops.logical_and(distance >= 0, distance <= window)
+        visible = ops.logical_and(band[None, None, None], valid_win[:, :, None, None, :] > 0.5)
+        probs = self.dropout(masked_softmax(logits, visible), training=training)
+        out = ops.einsum("bnhij,bnjhd->bnihd", probs, v_win)
+        out = ops.reshape(out, (batch, -1, self.num_heads, self.head_dim))[:, :length]
+
+        new_state = {
+            "win_k": ops.concatenate([state["win_k"], k], axis=1)[:, -window:],
+            "win_v": ops.concatenate([state["win_v"], v], axis=1)[:, -window:],
+            "win_valid": ops.concatenate([state["win_valid"], valid], axis=1)[:, -window:],
+        }
+        return ops.cast(out, q.dtype), new_state
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(window_size=self.window_size)
+        return config

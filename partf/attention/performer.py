@@ -1,0 +1,180 @@
+"""Performer attention: FAVOR+ positive orthogonal random features (Choromanski et al., 2021).
+
+With x' = x / Dh^(1/4) and random rows w_r ~ N(0, I),
+
+    phi(x)_r = exp(w_r . x' - |x'|^2 / 2) / sqrt(F),    E[phi(q) . phi(k)] = exp(q . k / sqrt(Dh)),
+
+so causal linear attention with phi is an unbiased estimate of the softmax
+kernel (the same estimator as RFA, Peng et al., 2021). The rows come in
+blocks of orthogonal directions with chi-distributed lengths, which lowers
+the variance.
+
+Numerically safe: the query features are divided by their per-token largest
+value (a factor common to numerator and denominator), and the key features
+are passed to the kernel as (exp(raw - a), a) with a their per-token largest
+log-value, so every running sum stays relative to the largest key seen so
+far (see `partf.attention.chunked`). Nothing overflows in float32 or
+bfloat16, and no later token can change an earlier output.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.attention.base import State
+from partf.attention.linear import FeatureMapAttention
+from partf.attention.registry import register_attention
+
+
+def draw_orthogonal_features(num_heads: int, num_features: int, head_dim: int, seed: Any) -> Any:
+    """Random feature rows [H, F, Dh]: orthogonal blocks, chi-distributed row lengths.
+
+    Each block of Dh rows is the orthonormal Q of a Gaussian matrix; each row
+    is then scaled to the length of an independent Gaussian vector, so every
+    row is marginally N(0, I) while rows within a block are orthogonal.
+    """
+    blocks = -(-num_features // head_dim)
+    gaussian = keras.random.normal((num_heads, blocks, head_dim, head_dim), seed=seed)
+    q, _ = ops.qr(gaussian)  # orthonormal columns
+    rows = ops.reshape(ops.swapaxes(q, -1, -2), (num_heads, blocks * head_dim, head_dim))
+    rows = rows[:, :num_features]
+    lengths = ops.norm(keras.random.normal((num_heads, num_features, head_dim), seed=seed), axis=-1)
+    return rows * lengths[..., None]
+
+
+def favor_log_features(x: Any, projection: Any) -> Any:
+    """log phi(x) up to the constant -log(sqrt(F)): w . x' - |x'|^2 / 2.
+
+    Args:
+        x: [B, T, H, Dh].
+        projection: [H, F, Dh] (or [B, H, F, Dh] per example).
+
+    Returns:
+        [B, T, H, F] float32.
+    """
+    x = ops.cast(x, "float32")
+    head_dim = ops.shape(x)[-1]
+    x = x * (float(head_dim) ** -0.25)
+    equation = "bthd,hfd->bthf" if len(projection.shape) == 3 else "bthd,bhfd->bthf"
+    projected = ops.einsum(equation, x, ops.cast(projection, "float32"))
+    return projected - 0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True)
+
+
+@register_attention("performer")
+class PerformerAttention(FeatureMapAttention):
+    """Causal FAVOR+ attention (positive orthogonal random features).
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        num_features: F, random features per head.
+        redraw: if True, training draws fresh features whenever a stream
+            starts (the state is empty) and keeps them in the state for the
+            rest of that stream, so carried sums always match the features
+            reading them. If False (default), one draw made at build time
+            serves everything. Inference always starts from the build-time draw.
+        chunk_size: tokens per chunk of the chunk-wise computation.
+        seed: seed of the layer's `SeedGenerator` (the random features).
+
+    State: `s` [B, H, F, Dh], `z` [B, H, F], `m` [B, H] (sums relative to
+    exp(m)), float32; with `redraw`, also `projection` [B, H, F, Dh].
+
+    Example:
+        >>> layer = PerformerAttention(d_model=32, num_heads=4, num_features=64)
+        >>> y, state = layer(x)
+
+    Reference: Choromanski et al., "Rethinking Attention with Performers",
+    ICLR 2021; Peng et al., "Random Feature Attention", ICLR 2021.
+    """
+
+    log_scaled = True
+    options = {
+        "num_features": (128, "random features per head (performer)"),
+        "redraw": (False, "performer: draw new random features for each new stream in training"),
+        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+    }
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_features: int = 128,
+        redraw: bool = False,
+        chunk_size: int = 64,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(d_model, num_heads, chunk_size=chunk_size, **kwargs)
+        if num_features <= 0:
+            raise ValueError(f"num_features must be positive, got {num_features}.")
+        self.num_features = num_features
+        self.redraw = bool(redraw)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    @property
+    def feature_dim(self) -> int:
+        return self.num_features
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self.projection = self.add_weight(
+            name="projection",
+            shape=(self.num_heads, self.num_features, self.head_dim),
+            initializer=lambda shape, dtype=None: self.draw_features(),
+            trainable=False,
+            dtype="float32",
+        )
+
+    def draw_features(self) -> Any:
+        """A fresh [H, F, Dh] draw from the layer's seed generator."""
+        return draw_orthogonal_features(
+            self.num_heads, self.num_features, self.head_dim, self.seed_generator
+        )
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        spec = super().state_spec(batch_size)
+        if self.redraw:
+            shape = (batch_size, self.num_heads, self.num_features, self.head_dim)
+            spec["projection"] = (shape, "float32")
+        return spec
+
+    def current_projection(self, state: State, training: bool | None) -> Any:
+        """[H, F, Dh], or [B, H, F, Dh] when each stream keeps its own draw."""
+        if not self.redraw:
+            return self.projection
+        fresh = self.draw_features() if training else ops.convert_to_tensor(self.projection)
+        # A stream with no keys summed yet may take the new draw.
+        empty = ops.sum(ops.abs(state["z"]), axis=(1, 2)) <= 0.0  # [B]
+        return ops.where(empty[:, None, None, None], fresh[None], state["projection"])
+
+    def features(self, q, k, state, training):
+        projection = self.current_projection(state, training)
+        q_log = favor_log_features(q, projection)
+        k_log = favor_log_features(k, projection)
+        # Dividing a query's features by their largest value changes numerator
+        # and denominator alike; the key's largest log-value goes to the kernel.
+        q_feat = ops.exp(q_log - ops.stop_gradient(ops.max(q_log, axis=-1, keepdims=True)))
+        k_scale = ops.stop_gradient(ops.max(k_log, axis=-1))
+        k_feat = ops.exp(k_log - k_scale[..., None])
+        extra = {"projection": projection} if self.redraw else {}
+        return q_feat, k_feat, k_scale, extra
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(num_features=self.num_features, redraw=self.redraw, seed=self.seed)
+        return config
+
+
+def performer_reference_features(x: Any, projection: Any, dtype: str = "float64") -> Any:
+    """exp(w . x' - |x'|^2 / 2) computed plainly in `dtype`, without any
+    stabiliser (the 1/sqrt(F) factor cancels in attention and is left out)."""
+    x = ops.cast(x, dtype)
+    head_dim = ops.shape(x)[-1]
+    x = x / math.pow(head_dim, 0.25)
+    equation = "bthd,hfd->bthf" if len(projection.shape) == 3 else "bthd,bhfd->bthf"
+    projected = ops.einsum(equation, x, ops.cast(projection, dtype))
+    return ops.exp(projected - 0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True))

@@ -1,0 +1,88 @@
+"""Plain softmax attention with a Transformer-XL style key/value memory: the baseline.
+
+Scaled dot-product attention (Vaswani et al., 2017) without any positional
+bias. The state is the keys and values of the last `mem_len` tokens, so a
+segment also attends to the end of the previous one, as in Transformer-XL
+(Dai et al., 2019); the cost is quadratic in the segment length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from keras import ops
+
+from partf.attention.base import Attention, State
+from partf.attention.registry import register_attention
+from partf.attention.windowed import masked_softmax, valid_tokens
+
+
+@register_attention("softmax")
+class SoftmaxAttention(Attention):
+    """Causal softmax attention over a key/value memory and the segment.
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        mem_len: keys and values of this many previous tokens are kept in the
+            state and attended to (0: no memory, stateless).
+
+    State: `mem_k`, `mem_v` [B, mem_len, H, Dh] and `mem_valid` [B, mem_len]
+    (1 where a slot holds a real token), float32.
+
+    Example:
+        >>> layer = SoftmaxAttention(d_model=32, num_heads=4, mem_len=16)
+        >>> y, state = layer(x)                 # x: [B, T, 32]
+        >>> y2, state = layer(x2, state=state)  # sees the last 16 tokens of x
+
+    Reference: Vaswani et al., "Attention Is All You Need", NeurIPS 2017;
+    Dai et al., "Transformer-XL", ACL 2019 (the memory).
+    """
+
+    options = {
+        "mem_len": (32, "previous tokens whose keys and values are kept as memory (0: none)"),
+    }
+
+    def __init__(self, d_model: int, num_heads: int, mem_len: int = 32, **kwargs: Any) -> None:
+        super().__init__(d_model, num_heads, **kwargs)
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
+        self.mem_len = mem_len
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        if not self.mem_len:
+            return {}
+        kv = ((batch_size, self.mem_len, self.num_heads, self.head_dim), "float32")
+        return {"mem_k": kv, "mem_v": kv, "mem_valid": ((batch_size, self.mem_len), "float32")}
+
+    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        valid = valid_tokens(mask, batch, length)
+        keys, values = ops.cast(k, "float32"), ops.cast(v, "float32")
+        if self.mem_len:
+            keys = ops.concatenate([state["mem_k"], keys], axis=1)  # [B, M+T, H, Dh]
+            values = ops.concatenate([state["mem_v"], values], axis=1)
+            valid = ops.concatenate([state["mem_valid"] > 0.5, valid], axis=1)
+        logits = ops.einsum("bihd,bjhd->bhij", ops.cast(q, "float32"), keys)
+        logits = logits / math.sqrt(self.head_dim)
+        visible = valid[:, None, None, :]
+        if self.causal:
+            # Query t sees the whole memory and segment keys up to t.
+            query_pos = ops.arange(length)[:, None] + self.mem_len
+            key_pos = ops.arange(ops.shape(keys)[1])[None, :]
+            visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
+        probs = self.dropout(masked_softmax(logits, visible), training=training)
+        out = ops.einsum("bhij,bjhd->bihd", probs, values)
+        new_state = {}
+        if self.mem_len:
+            new_state = {
+                "mem_k": keys[:, -self.mem_len :],
+                "mem_v": values[:, -self.mem_len :],
+                "mem_valid": ops.cast(valid[:, -self.mem_len :], "float32"),
+            }
+        return ops.cast(out, q.dtype), new_state
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(mem_len=self.mem_len)
+        return config

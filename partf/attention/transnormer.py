@@ -1,0 +1,244 @@
+"""TransNormer's two attentions: NormAttention and DiagAttention (Qin et al., 2022).
+
+The paper finds two faults in kernel linear attention: its denominator
+(the scaling) makes gradients unbounded, and over long sequences it spreads
+attention too thinly ("dilution"). TransNormer answers with
+
+* NormAttention: linear attention *without* the denominator, phi(Q)(phi(K)^T V),
+  followed by a normalisation of the output (simple RMSNorm in the released
+  models). Causal form: the running sum S = sum phi(k) v^T is the state.
+* DiagAttention: attention restricted to non-overlapping blocks of
+  `window_size` tokens (block-diagonal), so early layers look at neighbours
+  only. The paper uses softmax within a block; the released models use relu
+  scores; both are available. The output is normalised as well.
+
+The paper places DiagAttention in the early layers and NormAttention in the
+later ones (the first and second half of the stack in the released models).
+Blocks sit at fixed positions of the stream, so DiagAttention carries the
+open block's keys and values in its state and segments equal one call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.attention.base import Attention, State
+from partf.attention.linear import FeatureMapAttention
+from partf.attention.registry import register_attention
+from partf.attention.windowed import (
+    from_grid,
+    grid_buffer,
+    grid_valid,
+    masked_softmax,
+    next_offset,
+    to_grid,
+    valid_tokens,
+)
+
+NORM_TYPES = ("simple_rms", "layer", "none")
+FEATURE_MAPS = ("elu", "elu+1", "relu")
+DIAG_ACTIVATIONS = ("softmax", "relu")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}.")
+
+
+class _NormalizedOutput:
+    """Mixin: the output normalisation over all heads, [B, T, H, Dh] -> same."""
+
+    norm_type: str
+
+    def _build_norm(self) -> None:
+        if self.norm_type == "layer":
+            self.output_norm = keras.layers.LayerNormalization(
+                axis=(-2, -1), dtype=self.dtype_policy, name="output_norm"
+            )
+            self.output_norm.build((None, None, self.num_heads, self.head_dim))
+
+    def _normalize(self, x: Any) -> Any:
+        if self.norm_type == "layer":
+            return self.output_norm(x)
+        if self.norm_type == "simple_rms":
+            x = ops.cast(x, "float32")
+            mean_square = ops.mean(ops.square(x), axis=(-2, -1), keepdims=True)
+            return x * ops.rsqrt(mean_square + 1e-6)
+        return x
+
+
+@register_attention("norm")
+class NormAttention(_NormalizedOutput, FeatureMapAttention):
+    """Causal NormAttention: unnormalised linear attention, then a normalisation.
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        chunk_size: tokens per chunk of the chunk-wise computation.
+        feature_map: phi for queries and keys: "elu" (released TransNormer),
+            "elu+1" or "relu".
+        norm_type: output normalisation over the concatenated heads:
+            "simple_rms" (x / rms(x), released models), "layer" or "none".
+
+    State: `s` [B, H, Dh, Dh] = sum phi(k) v^T, float32. Exact.
+
+    Example:
+        >>> layer = NormAttention(d_model=32, num_heads=4)
+        >>> y, state = layer(x)
+
+    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
+    """
+
+    normalize = False
+    options = {
+        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+        "feature_map": ("elu", "norm: feature map of queries and keys (elu, elu+1, relu)"),
+        "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
+    }
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        chunk_size: int = 64,
+        feature_map: str = "elu",
+        norm_type: str = "simple_rms",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(d_model, num_heads, chunk_size=chunk_size, **kwargs)
+        _check_choice("feature_map", feature_map, FEATURE_MAPS)
+        _check_choice("norm_type", norm_type, NORM_TYPES)
+        self.feature_map = feature_map
+        self.norm_type = norm_type
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self._build_norm()
+
+    def phi(self, x: Any) -> Any:
+        x = ops.cast(x, "float32")
+        if self.feature_map == "elu":
+            return ops.elu(x)
+        if self.feature_map == "elu+1":
+            return ops.elu(x) + 1.0
+        return ops.relu(x)
+
+    def features(self, q, k, state, training):
+        return self.phi(q), self.phi(k), None, {}
+
+    def finish(self, out: Any) -> Any:
+        return self._normalize(out)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(feature_map=self.feature_map, norm_type=self.norm_type)
+        return config
+
+
+@register_attention("diag")
+class DiagAttention(_NormalizedOutput, Attention):
+    """Causal block-diagonal attention over fixed blocks of `window_size` tokens.
+
+    Args:
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
+        window_size: W, tokens per block. Blocks start at stream positions
+            0, W, 2W, ... whatever the segment length.
+        diag_activation: "softmax" (paper) or "relu" (released models) on the
+            scaled scores q . k / sqrt(Dh).
+        norm_type: output normalisation, as for `NormAttention`.
+
+    State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open
+    block's first tokens, left-aligned) and `offset` [B] int32 (how many),
+    so segments equal one call.
+
+    Example:
+        >>> layer = DiagAttention(d_model=32, num_heads=4, window_size=16)
+        >>> y, state = layer(x)
+
+    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
+    """
+
+    options = {
+        "window_size": (64, "tokens per block (diag)"),
+        "diag_activation": ("softmax", "diag: score activation within a block (softmax, relu)"),
+        "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
+    }
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        window_size: int = 64,
+        diag_activation: str = "softmax",
+        norm_type: str = "simple_rms",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(d_model, num_heads, **kwargs)
+        if window_size <= 0:
+            raise ValueError(f"window_size must be positive, got {window_size}.")
+        if not self.causal:
+            raise ValueError("DiagAttention is causal only; use causal=True.")
+        _check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
+        _check_choice("norm_type", norm_type, NORM_TYPES)
+        self.window_size = window_size
+        self.diag_activation = diag_activation
+        self.norm_type = norm_type
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self._build_norm()
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        kv = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
+        return {
+            "buf_k": kv,
+            "buf_v": kv,
+            "buf_valid": ((batch_size, self.window_size), "float32"),
+            "offset": ((batch_size,), "int32"),
+        }
+
+    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        window, heads, dim = self.window_size, self.num_heads, self.head_dim
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        offset = state["offset"]
+        valid = valid_tokens(mask, batch, length)
+        # The carried tokens' own outputs were produced before: zeros stand in
+        # for their queries.
+        q_grid = to_grid(q, ops.zeros_like(state["buf_k"]), offset, window)
+        k_grid = to_grid(k, state["buf_k"], offset, window)
+        v_grid = to_grid(v, state["buf_v"], offset, window)
+        valid_grid = grid_valid(valid, state["buf_valid"], offset, window)
+
+        def windows(x):  # [B, L, ...] -> [B, n, W, ...]
+            return ops.reshape(x, (batch, -1, window) + tuple(ops.shape(x)[2:]))
+
+        logits = ops.einsum("bnihd,bnjhd->bnhij", windows(q_grid), windows(k_grid))
+        logits = logits / math.sqrt(dim)
+        causal = ops.arange(window)[:, None] >= ops.arange(window)[None, :]
+        visible = ops.logical_and(causal[None, None, None], windows(valid_grid)[:, :, None, None])
+        if self.diag_activation == "softmax":
+            weights = masked_softmax(logits, visible)
+        else:
+            weights = ops.where(visible, ops.relu(logits), 0.0)
+        weights = self.dropout(weights, training=training)
+        out = ops.einsum("bnhij,bnjhd->bnihd", weights, windows(v_grid))
+        out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
+        new_state = {
+            "buf_k": grid_buffer(k_grid, offset, length, window),
+            "buf_v": grid_buffer(v_grid, offset, length, window),
+            "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, length, window),
+            "offset": next_offset(offset, length, window),
+        }
+        return ops.cast(self._normalize(out), q.dtype), new_state
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            window_size=self.window_size,
+            diag_activation=self.diag_activation,
+            norm_type=self.norm_type,
+        )
+        return config
