@@ -89,6 +89,12 @@ class Attention(keras.layers.Layer):
         self.dropout_rate = dropout_rate
         self.causal = causal
         self.use_bias = use_bias
+        # `mask` is our own padding argument, not Keras mask propagation;
+        # accepting it avoids Keras' "destroys the mask" warning on every call.
+        self.supports_masking = True
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> None:
+        return None
 
     # ----------------------------------------------------------------- build
     def build(self, input_shape: tuple[int | None, ...]) -> None:
