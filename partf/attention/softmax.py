@@ -40,10 +40,10 @@ class SoftmaxAttention(Attention):
     """
 
     options = {
-        "mem_len": (32, "previous tokens whose keys and values are kept as memory (0: none)"),
+        "mem_len": (0, "previous tokens whose keys and values are kept as memory (0: none)"),
     }
 
-    def __init__(self, d_model: int, num_heads: int, mem_len: int = 32, **kwargs: Any) -> None:
+    def __init__(self, d_model: int, num_heads: int, mem_len: int = 0, **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, **kwargs)
         if mem_len < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
