@@ -1,0 +1,359 @@
+"""Transformer-XL relative multi-head attention with segment memory.
+
+Each query at absolute position i scores each key at position j with four
+terms (Dai et al. 2019, section 3.3), where R is a fixed sinusoid of the
+distance i - j projected by a per-layer matrix W_r:
+
+    (a) q_i . k_j            content
+    (b) q_i . W_r R_{i-j}    content-dependent position
+    (c) u . k_j              global content bias
+    (d) v . W_r R_{i-j}      global position bias
+
+(a)+(c) is one product with (q + u); (b)+(d) is one product with (q + v)
+against the projected encodings of every distance, brought into (query, key)
+alignment by `relative_shift` instead of a gather.
+
+The keys and values are the layer input of the current segment preceded by a
+memory of the last `mem_len` layer inputs (no gradient flows into it). The
+memory is right-aligned, so slot m of a memory of length M sits M - m
+positions before the first query; slots that hold nothing yet (start of an
+epoch, or a padded final segment) are marked invalid and never attended.
+
+Reference: Dai et al., "Transformer-XL: Attentive Language Models Beyond a
+Fixed-Length Context", ACL 2019. https://arxiv.org/abs/1901.02860
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.attention.base import Attention, State
+from partf.attention.registry import register_attention
+
+# Added to the scores of keys a query may not see. Finite, so a row with no
+# visible key (a pad query with no context) gives a uniform row, not NaN.
+_MASKED = -1e9
+
+
+def sinusoidal_encoding(distances: Any, dim: int, dtype: str = "float32") -> Any:
+    """Fixed sinusoidal encodings of (relative) positions.
+
+    Args:
+        distances: [L] positions or distances (any sign).
+        dim: encoding width.
+        dtype: dtype of the result.
+
+    Returns:
+        [L, dim]: sin of each distance times the frequencies 1 / 10000^(2k/dim)
+        in the first half, cos in the second (as Transformer-XL).
+
+    Example:
+        >>> sinusoidal_encoding(keras.ops.arange(3, -1, -1), 8).shape
+        (4, 8)
+    """
+    half = (dim + 1) // 2
+    inv_freq = 1.0 / (10000.0 ** (ops.arange(0, 2 * half, 2, dtype="float32") / dim))
+    angles = ops.cast(distances, "float32")[:, None] * inv_freq[None, :]  # [L, half]
+    encoding = ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+    return ops.cast(encoding[:, :dim], dtype)
+
+
+def relative_shift(scores: Any, key_len: int) -> Any:
+    """Aligns position scores from (query, distance) to (query, key) layout.
+
+    Column p of `scores` holds the score against distance `key_len - 1 - p`;
+    queries are the last T of `key_len` positions. The result holds, at
+    [i, j], the score for distance `(key_len - T + i) - j`. Skewing each row
+    by one more column than the previous is done with a flatten, a slice and
+    a reshape: no gather.
+
+    Args:
+        scores: [..., T, L] with L >= key_len + T - 1 for every entry to be
+            valid. With L = key_len + 1 (the causal case: distances
+            key_len - 1 down to -1) only the entries with j <= key_len - T + i
+            are valid, which is exactly what a causal mask keeps.
+        key_len: number of keys K.
+
+    Returns:
+        [..., T, K].
+
+    Example:
+        >>> relative_shift(keras.ops.ones((2, 3, 4, 7)), key_len=6).shape
+        (2, 3, 4, 6)
+    """
+    shape = ops.shape(scores)
+    lead, length_q, length_r = shape[:-2], shape[-2], shape[-1]
+    flat = ops.reshape(scores, (*lead, length_q * length_r))
+    # Row i of the result starts at flat offset i * L + (T - 1 - i), which is
+    # (T - 1) + i * (L - 1): a row stride of L - 1 after dropping T - 1 entries.
+    flat = flat[..., length_q - 1 : length_q - 1 + length_q * (length_r - 1)]
+    skewed = ops.reshape(flat, (*lead, length_q, length_r - 1))
+    return skewed[..., :key_len]
+
+
+@register_attention("relative")
+class RelativeAttention(Attention):
+    """Transformer-XL multi-head attention with relative positions and memory.
+
+    Args:
+        d_model: width D of the input and output.
+        num_heads: number of heads H.
+        head_dim: width Dh of each head; defaults to `d_model // num_heads`.
+        dropout_rate: dropout on the attention weights and on the output.
+        causal: whether position t only sees positions <= t (and the memory).
+        use_bias: whether the query, key, value and output projections have
+            biases (Transformer-XL's do not).
+        mem_len: number M of past layer inputs kept as memory; 0 disables it.
+        clamp_len: distances beyond this are treated as this distance; None
+            keeps all distances.
+
+    Call args:
+        x: [B, T, D] segment.
+        state: {"memory": float32 [B, M, D], "memory_mask": int32 [B, M]}
+            (1 where a slot holds a real token) from the previous segment, or
+            None for no context. Absent when `mem_len == 0`.
+        mask: optional bool [B, T], True for real tokens; False keys are
+            never attended.
+        training: enables dropout.
+
+    Returns:
+        (y [B, T, D], new_state) with new_state the last M of
+        [memory; x] (stop-gradient, float32) and their validity.
+
+    Example:
+        >>> layer = RelativeAttention(d_model=16, num_heads=2, mem_len=8)
+        >>> x = keras.random.normal((2, 5, 16))
+        >>> y, state = layer(x)
+        >>> y2, state = layer(x, state=state)
+        >>> state["memory"].shape
+        (2, 8, 16)
+
+    Reference: Dai et al. 2019, https://arxiv.org/abs/1901.02860
+    """
+
+    options = {
+        "mem_len": (0, "memory length; the model sets it from --mem_len"),
+        "clamp_len": (None, "largest relative distance encoded (None: no clamp)"),
+    }
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        dropout_rate: float = 0.0,
+        causal: bool = True,
+        use_bias: bool = False,
+        mem_len: int = 0,
+        clamp_len: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            d_model=d_model,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            dropout_rate=dropout_rate,
+            causal=causal,
+            use_bias=use_bias,
+            **kwargs,
+        )
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
+        if clamp_len is not None and clamp_len <= 0:
+            raise ValueError(f"clamp_len must be positive or None, got {clamp_len}.")
+        self.mem_len = int(mem_len)
+        self.clamp_len = None if clamp_len is None else int(clamp_len)
+        # `mask` is our own padding argument, not Keras mask propagation:
+        # accepting it quietly avoids Keras' "destroys the mask" warning.
+        self.supports_masking = True
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> None:
+        return None
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        super().build(input_shape)
+        # W_r: projects the d_model-wide sinusoid of each distance to the heads.
+        self.position_dense = keras.layers.EinsumDense(
+            "ld,dhk->lhk",
+            output_shape=(self.num_heads, self.head_dim),
+            dtype=self.dtype_policy,
+            name="position",
+        )
+        self.position_dense.build((None, self.d_model))
+        heads = (self.num_heads, self.head_dim)
+        self.content_bias = self.add_weight(
+            name="content_bias", shape=heads, initializer="glorot_normal"
+        )  # u
+        self.position_bias = self.add_weight(
+            name="position_bias", shape=heads, initializer="glorot_normal"
+        )  # v
+        self.built = True
+
+    def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        if self.mem_len == 0:
+            return {}
+        return {
+            "memory": ((batch_size, self.mem_len, self.d_model), "float32"),
+            "memory_mask": ((batch_size, self.mem_len), "int32"),
+        }
+
+    def _distances(self, key_len: int, query_len: int) -> Any:
+        # Column p of the position scores stands for distance key_len - 1 - p.
+        # Causal: distances key_len - 1 .. 0 (a zero column for -1 is padded
+        # later). Non-causal: down to -query_len so every (query, key) pair
+        # has its distance.
+        last = 0 if self.causal else -query_len
+        distances = ops.arange(key_len - 1, last - 1, -1, dtype="int32")
+        if self.clamp_len is not None:
+            distances = ops.clip(distances, -self.clamp_len, self.clamp_len)
+        return distances
+
+    def call(
+        self,
+        x: Any,
+        state: State | None = None,
+        mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, State]:
+        batch, query_len = ops.shape(x)[0], ops.shape(x)[1]
+        if mask is None:
+            mask = ops.ones((batch, query_len), dtype="bool")
+        mask = ops.cast(mask, "bool")
+        if self.mem_len > 0:
+            if not state:
+                state = self.get_initial_state(batch)
+            memory = ops.cast(state["memory"], x.dtype)  # [B, M, D]
+            context = ops.concatenate([memory, x], axis=1)  # [B, K, D]
+            key_mask = ops.concatenate([ops.cast(state["memory_mask"], "bool"), mask], axis=1)
+        else:
+            context, key_mask = x, mask
+        mem_len = self.mem_len
+        key_len = mem_len + query_len
+
+        q = self.query_dense(x)  # [B, T, H, Dh]
+        k = self.key_dense(context)  # [B, K, H, Dh]
+        v = self.value_dense(context)  # [B, K, H, Dh]
+        r = sinusoidal_encoding(self._distances(key_len, query_len), self.d_model, x.dtype)
+        r = self.position_dense(r)  # [L, H, Dh]
+
+        u = ops.cast(self.content_bias, q.dtype)
+        pos_bias = ops.cast(self.position_bias, q.dtype)
+        content = ops.einsum("bthk,bshk->bhts", q + u, k)  # (a) + (c): [B, H, T, K]
+        position = ops.einsum("bthk,lhk->bhtl", q + pos_bias, r)  # (b) + (d): [B, H, T, L]
+        if self.causal:
+            position = ops.pad(position, [[0, 0], [0, 0], [0, 0], [0, 1]])
+        position = relative_shift(position, key_len)  # [B, H, T, K]
+
+        # Scores, mask and softmax in float32 whatever the compute dtype.
+        scale = 1.0 / math.sqrt(self.head_dim)
+        scores = ops.cast(content + position, "float32") * scale
+        visible = key_mask[:, None, None, :]  # [B, 1, 1, K]
+        if self.causal:
+            key_pos = ops.arange(key_len)[None, :]
+            query_pos = ops.arange(query_len)[:, None] + mem_len
+            visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
+        scores = ops.where(visible, scores, _MASKED)
+        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
+        weights = self.dropout(weights, training=training)
+        out = ops.einsum("bhts,bshk->bthk", weights, v)  # [B, T, H, Dh]
+        y = self.dropout(self.output_dense(out), training=training)  # [B, T, D]
+
+        if self.mem_len == 0:
+            return y, {}
+        new_state = {
+            "memory": ops.stop_gradient(ops.cast(context[:, -mem_len:], "float32")),
+            "memory_mask": ops.cast(key_mask[:, -mem_len:], "int32"),
+        }
+        return y, new_state
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(mem_len=self.mem_len, clamp_len=self.clamp_len)
+        return config
+
+
+def reference_relative_attention(
+    layer: RelativeAttention,
+    x: Any,
+    memory: Any | None = None,
+    memory_mask: Any | None = None,
+    mask: Any | None = None,
+) -> Any:
+    """Slow, explicit relative attention for tests (no dropout).
+
+    Loops over every (query, key) pair and adds the four Transformer-XL terms
+    (a) q.k, (b) q.W_r R, (c) u.k, (d) v.W_r R one by one, using `layer`'s
+    weights. Written in `keras.ops`, so gradients can be compared too.
+
+    Args:
+        layer: a built `RelativeAttention`.
+        x: [B, T, D] segment.
+        memory: optional [B, M, D] previous layer inputs.
+        memory_mask: optional [B, M], nonzero where a memory slot is valid.
+        mask: optional [B, T] bool, True for real tokens.
+
+    Returns:
+        [B, T, D] output before output dropout.
+    """
+    x = ops.convert_to_tensor(x, "float32")
+    batch, query_len, _ = x.shape
+    if memory is None:
+        memory = ops.zeros((batch, 0, layer.d_model))
+        memory_mask = ops.zeros((batch, 0), "int32")
+    mem_len = memory.shape[1]
+    if memory_mask is None:
+        memory_mask = ops.ones((batch, mem_len), "int32")
+    if mask is None:
+        mask = ops.ones((batch, query_len), "bool")
+    context = ops.concatenate([ops.convert_to_tensor(memory, "float32"), x], axis=1)
+    key_valid = ops.concatenate(
+        [ops.not_equal(ops.convert_to_tensor(memory_mask), 0), ops.cast(mask, "bool")], axis=1
+    )
+    key_len = mem_len + query_len
+    wq = layer.query_dense.kernel  # [D, H, Dh]
+    wk = layer.key_dense.kernel
+    wv = layer.value_dense.kernel
+    wr = layer.position_dense.kernel
+    u, v = layer.content_bias, layer.position_bias  # [H, Dh]
+    q = ops.einsum("btd,dhk->bthk", x, wq)
+    k = ops.einsum("bsd,dhk->bshk", context, wk)
+    val = ops.einsum("bsd,dhk->bshk", context, wv)
+    if layer.use_bias:
+        q = q + layer.query_dense.bias
+        k = k + layer.key_dense.bias
+        val = val + layer.value_dense.bias
+    # W_r R_d for every distance d that occurs: [H, Dh] each.
+    low, high = mem_len - (key_len - 1), mem_len + query_len - 1
+    if layer.clamp_len is not None:
+        low, high = max(low, -layer.clamp_len), min(high, layer.clamp_len)
+    encodings = sinusoidal_encoding(ops.arange(low, high + 1), layer.d_model)
+    projected = {d: ops.einsum("d,dhk->hk", encodings[d - low], wr) for d in range(low, high + 1)}
+    out_rows = []
+    for i in range(query_len):
+        scores = []
+        for j in range(key_len):
+            distance = mem_len + i - j
+            if layer.clamp_len is not None:
+                distance = max(-layer.clamp_len, min(layer.clamp_len, distance))
+            r = projected[distance]  # W_r R_{i-j}: [H, Dh]
+            qi, kj = q[:, i], k[:, j]  # [B, H, Dh]
+            term_a = ops.sum(qi * kj, axis=-1)
+            term_b = ops.sum(qi * r, axis=-1)
+            term_c = ops.sum(u * kj, axis=-1)
+            term_d = ops.sum(v * r, axis=-1)
+            score = (term_a + term_b + term_c + term_d) / math.sqrt(layer.head_dim)  # [B, H]
+            allowed = key_valid[:, j][:, None]
+            if layer.causal and j > mem_len + i:
+                allowed = ops.zeros_like(allowed)
+            scores.append(ops.where(allowed, score, _MASKED))
+        weights = ops.softmax(ops.stack(scores, axis=-1), axis=-1)  # [B, H, K]
+        out_rows.append(ops.einsum("bhs,bshk->bhk", weights, val))
+    out = ops.stack(out_rows, axis=1)  # [B, T, H, Dh]
+    y = ops.einsum("bthk,hkd->btd", out, layer.output_dense.kernel)
+    if layer.use_bias:
+        y = y + layer.output_dense.bias
+    return y

@@ -1,0 +1,189 @@
+"""Relative attention against the explicit four-term reference, causality and memory."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from partf.attention import create_attention, get_attention_class
+from partf.attention.relative import (
+    RelativeAttention,
+    reference_relative_attention,
+    relative_shift,
+    sinusoidal_encoding,
+)
+from tests.layer_checks import assert_close, assert_config_round_trip
+
+D, H = 12, 3
+
+
+def make_layer(mem_len=0, causal=True, clamp_len=None, use_bias=False, seed=0):
+    layer = create_attention(
+        "relative", D, H, causal=causal, mem_len=mem_len, clamp_len=clamp_len, use_bias=use_bias
+    )
+    layer.build((None, None, D))
+    rng = np.random.default_rng(seed)
+    # Random non-zero biases so the (c) and (d) terms matter.
+    layer.content_bias.assign(rng.normal(size=(H, D // H)).astype("float32"))
+    layer.position_bias.assign(rng.normal(size=(H, D // H)).astype("float32"))
+    if use_bias:
+        for dense in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense):
+            dense.bias.assign(rng.normal(size=dense.bias.shape).astype("float32"))
+    return layer
+
+
+def random_state(batch, mem_len, valid_counts, seed=1):
+    rng = np.random.default_rng(seed)
+    memory = rng.normal(size=(batch, mem_len, D)).astype("float32")
+    mask = np.zeros((batch, mem_len), "int32")
+    for b, count in enumerate(valid_counts):
+        if count:
+            mask[b, -count:] = 1  # memory is right-aligned: the newest slots are valid
+    return {"memory": memory, "memory_mask": mask}
+
+
+def test_registered_and_config_round_trip():
+    assert get_attention_class("relative") is RelativeAttention
+    layer = RelativeAttention(
+        d_model=D,
+        num_heads=H,
+        head_dim=5,
+        dropout_rate=0.25,
+        causal=False,
+        use_bias=True,
+        mem_len=7,
+        clamp_len=3,
+        name="rel",
+    )
+    clone = assert_config_round_trip(layer)
+    assert (clone.mem_len, clone.clamp_len, clone.head_dim, clone.causal) == (7, 3, 5, False)
+
+
+def test_relative_shift_matches_gather():
+    batch, heads, q_len, key_len = 2, 3, 5, 9
+    for length in (key_len + 1, key_len + q_len):  # causal and full layouts
+        scores = np.random.default_rng(0).normal(size=(batch, heads, q_len, length))
+        shifted = np.asarray(relative_shift(ops.convert_to_tensor(scores), key_len))
+        mem = key_len - q_len
+        for i in range(q_len):
+            for j in range(key_len):
+                distance = mem + i - j
+                if length == key_len + 1 and distance < 0:
+                    continue  # causal layout: only the visible entries are defined
+                p = key_len - 1 - distance
+                np.testing.assert_allclose(shifted[:, :, i, j], scores[:, :, i, p])
+
+
+@pytest.mark.parametrize(
+    "causal, mem_len, clamp_len, use_bias, q_len",
+    [
+        (True, 0, None, False, 5),
+        (True, 4, None, True, 5),
+        (True, 6, 3, False, 1),
+        (True, 3, None, False, 6),
+        (False, 0, None, True, 4),
+        (False, 4, 2, False, 3),
+    ],
+)
+def test_matches_four_term_reference(causal, mem_len, clamp_len, use_bias, q_len):
+    layer = make_layer(mem_len, causal, clamp_len, use_bias)
+    x = keras.random.normal((2, q_len, D), seed=3)
+    mask = np.ones((2, q_len), bool)
+    mask[1, q_len // 2 + 1 :] = False  # a padded tail in the second row
+    state = random_state(2, mem_len, [mem_len, mem_len // 2]) if mem_len else None
+    memory = state["memory"] if state else None
+    memory_mask = state["memory_mask"] if state else None
+
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y, _ = layer(x, state=state, mask=mask)
+        ref = reference_relative_attention(layer, x, memory, memory_mask, mask)
+        probe = keras.random.normal(y.shape, seed=4)
+        loss, ref_loss = ops.sum(y * probe), ops.sum(ref * probe)
+    assert_close(y, ref, rtol=1e-4, atol=1e-5)
+    weights = [x, layer.content_bias, layer.position_bias, layer.position_dense.kernel]
+    for got, want in zip(
+        tape.gradient(loss, weights), tape.gradient(ref_loss, weights), strict=True
+    ):
+        assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mem_len", [0, 4])
+def test_causal_later_tokens_do_not_change_earlier_outputs(mem_len):
+    layer = make_layer(mem_len)
+    state = random_state(2, mem_len, [mem_len, 2]) if mem_len else None
+    x = np.random.default_rng(5).normal(size=(2, 6, D)).astype("float32")
+    y, _ = layer(x, state=state)
+    for t in range(6):
+        changed = x.copy()
+        changed[:, t:] += 3.0
+        y2, _ = layer(changed, state=state)
+        assert_close(y2[:, :t], y[:, :t], atol=1e-6)
+        assert not np.allclose(np.asarray(y2[:, t:]), np.asarray(y[:, t:]))
+
+
+def test_new_memory_is_last_inputs_without_gradient():
+    layer = make_layer(mem_len=4)
+    state = random_state(2, 4, [4, 1])
+    x = keras.random.normal((2, 3, D), seed=6)
+    mask = np.array([[1, 1, 1], [1, 1, 0]], bool)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        _, new_state = layer(x, state=state, mask=mask)
+        memory = new_state["memory"]
+    expected = np.concatenate([state["memory"], np.asarray(x)], axis=1)[:, -4:]
+    assert_close(memory, expected)
+    assert new_state["memory"].dtype == "float32"
+    np.testing.assert_array_equal(
+        np.asarray(new_state["memory_mask"]), [[1, 1, 1, 1], [1, 1, 1, 0]]
+    )
+    assert tape.gradient(memory, x) is None
+
+
+def test_empty_memory_equals_no_memory():
+    with_memory = make_layer(mem_len=5)
+    without = make_layer(mem_len=0)
+    for src, dst in zip(with_memory.weights, without.weights, strict=True):
+        dst.assign(src)
+    x = keras.random.normal((2, 4, D), seed=7)
+    # Zero state: every slot invalid, so the (zero) memory is never attended.
+    y_mem, _ = with_memory(x)
+    y_none, _ = without(x)
+    assert_close(y_mem, y_none, atol=1e-6)
+
+
+def test_segments_with_memory_equal_one_pass():
+    # Memory at least as long as segment A: B's outputs see exactly A + B.
+    layer = make_layer(mem_len=4)
+    x = keras.random.normal((2, 7, D), seed=8)
+    reference = reference_relative_attention(layer, x)
+    y_a, state = layer(x[:, :4])
+    y_b, _ = layer(x[:, 4:], state=state)
+    assert_close(ops.concatenate([y_a, y_b], axis=1), reference, rtol=1e-4, atol=1e-5)
+
+
+def test_sinusoid_layout():
+    enc = np.asarray(sinusoidal_encoding(ops.convert_to_tensor([0, 2]), 6))
+    freqs = 1.0 / 10000 ** (np.arange(0, 6, 2) / 6)
+    np.testing.assert_allclose(
+        enc[1], np.concatenate([np.sin(2 * freqs), np.cos(2 * freqs)]), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(enc[0], [0, 0, 0, 1, 1, 1])
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="mem_len must be >= 0"):
+        RelativeAttention(D, H, mem_len=-1)
+    with pytest.raises(ValueError, match="clamp_len must be positive"):
+        RelativeAttention(D, H, clamp_len=0)
+
+
+def test_dropout_only_in_training():
+    layer = create_attention("relative", D, H, dropout_rate=0.5, mem_len=2)
+    x = keras.random.normal((2, 4, D), seed=9)
+    eval_1, _ = layer(x, training=False)
+    eval_2, _ = layer(x, training=False)
+    train, _ = layer(x, training=True)
+    assert_close(eval_1, eval_2)
+    assert not np.allclose(np.asarray(train), np.asarray(eval_1))
