@@ -11,9 +11,9 @@ the cost and details go to the log on stderr, so the output can be pasted or sub
 Inputs (give exactly one):
   --filename  numbers separated by white space, one per line in the original project's
               files (counts or probabilities), or ``token count`` lines.
-  --records   a TFRecords file or directory of ``*.tfrecords`` in the original project's
-              format (one bytes feature ``batch`` holding a serialized int32 tensor of
-              token ids); every stored token is counted.
+  --records   a folder of context-batch TFRecords, partf's or the original project's
+              (or one original ``.tfrecords`` file), read with
+              `partf.data.load_tfrecords`; the target ids are counted.
   --text      a text file, tokenized line by line with the SentencePiece model --sp_model.
 
 The flags --filename, --clusters and --verbose are those of the original
@@ -48,7 +48,7 @@ flags.DEFINE_enum(
     ["auto", "values", "pairs"],
     "Layout of --filename; auto reads two fields per line as 'token count', else values.",
 )
-flags.DEFINE_string("records", "", "TFRecords file or directory to count token ids from.")
+flags.DEFINE_string("records", "", "Records folder (partf or original format); counts target ids.")
 flags.DEFINE_string("text", "", "Text file to tokenize with --sp_model and count.")
 flags.DEFINE_string("sp_model", "", "SentencePiece model: tokenizes --text, sizes the vocabulary.")
 flags.DEFINE_integer(
@@ -72,35 +72,25 @@ flags.DEFINE_enum(
 )
 
 
-def _record_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        files = sorted(path.glob("*.tfrecords"))
-        if not files:
-            raise FileNotFoundError(f"no *.tfrecords files in {path}; point --records at them")
-        return files
-    if path.is_file():
-        return [path]
-    raise FileNotFoundError(f"records path {path} does not exist; check --records")
+def count_records(path: Path, sp_model: str) -> np.ndarray:
+    """Counts the target ids of context-batch records, in partf's or the original's format.
 
+    Targets are the positions where the softmax runs, so their frequencies are the ones the
+    cutoffs trade off. Every token of a partf stream is a target once (rows overlap by one
+    token); in the original's records the first token of each row is never a target.
+    """
+    import tensorflow as tf  # slow to import, and only this input needs it
 
-def count_records(path: Path) -> np.ndarray:
-    """Counts token ids in the original project's TFRecords (every stored position)."""
-    files = _record_files(path)
-    import tensorflow as tf  # imported here: slow, and only this input needs it
+    from partf.data import load_tfrecords
 
-    spec = {"batch": tf.io.FixedLenFeature([], tf.string)}
-
-    def parse(record: tf.Tensor) -> tf.Tensor:
-        serialized = tf.io.parse_single_example(record, spec)["batch"]
-        return tf.reshape(tf.io.parse_tensor(serialized, out_type=tf.int32), [-1])
-
-    dataset = tf.data.TFRecordDataset([str(f) for f in files]).map(
-        parse, num_parallel_calls=tf.data.AUTOTUNE
+    targets = load_tfrecords(path, sp_model or None).map(
+        lambda _, target: tf.reshape(target, [-1]), num_parallel_calls=tf.data.AUTOTUNE
     )
     counts = np.zeros(0, dtype=np.int64)
-    for ids in dataset.as_numpy_iterator():
+    for ids in targets.batch(256).as_numpy_iterator():
+        ids = ids.ravel()
         if ids.size and ids.min() < 0:
-            raise ValueError(f"negative token id {ids.min()} in {path}; records are corrupt")
+            raise ValueError(f"negative token id {ids.min()} in {path}; the records are corrupt")
         batch = np.bincount(ids, minlength=counts.size)
         batch[: counts.size] += counts
         counts = batch
@@ -156,7 +146,7 @@ def load_frequencies() -> tuple[np.ndarray, bool, str]:
         freqs, tokens = read_frequencies(FLAGS.filename, fmt=FLAGS.format)
         return freqs, tokens is not None, FLAGS.filename
     if FLAGS.records:
-        counts = count_records(Path(FLAGS.records))
+        counts = count_records(Path(FLAGS.records), FLAGS.sp_model)
         vocab_size = FLAGS.vocab_size
         if not vocab_size and FLAGS.sp_model:
             vocab_size = _sentencepiece(FLAGS.sp_model).get_piece_size()

@@ -74,13 +74,13 @@ def test_original_records(original_artifacts):
     model = original_artifacts / "tokenizer" / "wiki2_12k.model"
     done = _run(f"--records={records}", f"--sp_model={model}", "--clusters=3")
     assert done.returncode == 0, done.stderr
-    # Count the ids independently: every record is an int32 [32, 33] tensor of ids.
+    # Count the targets independently: each record is int32 [32, 33], targets are [:, 1:].
     counts = np.zeros(12000, dtype=np.int64)
     for raw in tf.data.TFRecordDataset(sorted(str(p) for p in records.glob("*.tfrecords"))):
         example = tf.train.Example.FromString(raw.numpy())
         tensor = tf.io.parse_tensor(example.features.feature["batch"].bytes_list.value[0], tf.int32)
-        counts += np.bincount(tensor.numpy().ravel(), minlength=12000)
-    assert counts.sum() == 304 * 32 * 33
+        counts += np.bincount(tensor.numpy()[:, 1:].ravel(), minlength=12000)
+    assert counts.sum() == 304 * 32 * 32
     cutoffs = _parse_flags(done.stdout)
     assert cutoffs == optimal_cutoffs(counts, 3).cutoffs
     assert "vocabulary of 12000" in done.stderr
