@@ -167,12 +167,6 @@ class RelativeAttention(Attention):
             raise ValueError(f"clamp_len must be positive or None, got {clamp_len}.")
         self.mem_len = int(mem_len)
         self.clamp_len = None if clamp_len is None else int(clamp_len)
-        # `mask` is our own padding argument, not Keras mask propagation:
-        # accepting it quietly avoids Keras' "destroys the mask" warning.
-        self.supports_masking = True
-
-    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> None:
-        return None
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         super().build(input_shape)

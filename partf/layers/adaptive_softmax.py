@@ -1,0 +1,246 @@
+"""Adaptive softmax: a cheap output layer for a large, Zipf-shaped vocabulary.
+
+The vocabulary (sorted by decreasing frequency) is split by `cutoffs` into a
+head of frequent tokens and tail clusters. The head softmax covers the head
+tokens plus one entry per tail cluster; a token of cluster i has probability
+p_head(cluster i) * p_tail_i(token). Rarer clusters see the hidden state
+through a smaller projection (d_model / proj_factor**i).
+
+Reference: Grave et al., "Efficient softmax approximation for GPUs", ICML 2017.
+https://arxiv.org/abs/1609.04309
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.serialization import register
+
+
+def validate_cutoffs(cutoffs: Sequence[int], vocab_size: int) -> tuple[int, ...]:
+    """Checks adaptive-softmax cutoffs; returns them as a tuple.
+
+    Cutoffs are the first token id of each tail cluster, so they must be
+    strictly increasing integers in (0, vocab_size): every cluster, the head
+    included, then holds at least one token. The vocabulary size itself is
+    not a cutoff (the original project's convention).
+    """
+    cutoffs = tuple(int(c) for c in cutoffs)
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2, got {vocab_size}.")
+    if any(c <= 0 for c in cutoffs):
+        raise ValueError(f"cutoffs must be positive, got {list(cutoffs)}.")
+    if any(b <= a for a, b in zip(cutoffs, cutoffs[1:], strict=False)):
+        raise ValueError(
+            f"cutoffs must be sorted and unique, got {list(cutoffs)}; e.g. {sorted(set(cutoffs))}."
+        )
+    if cutoffs and cutoffs[-1] >= vocab_size:
+        raise ValueError(
+            f"cutoffs must be below vocab_size={vocab_size} (do not list the vocab size), "
+            f"got {list(cutoffs)}."
+        )
+    return cutoffs
+
+
+def tail_projection_dims(
+    d_model: int, num_tails: int, proj_factor: int = 4, proj_dims: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """Width of each tail cluster's projection: proj_dims, or d_model // proj_factor**i."""
+    if proj_dims:
+        dims = tuple(int(d) for d in proj_dims)
+        if len(dims) != num_tails:
+            raise ValueError(
+                f"proj_dims has {len(dims)} entries but there are {num_tails} tail clusters "
+                "(one per cutoff); give one width per cutoff or leave proj_dims empty."
+            )
+        if any(d <= 0 for d in dims):
+            raise ValueError(f"proj_dims must be positive, got {list(dims)}.")
+        return dims
+    if proj_factor < 1:
+        raise ValueError(f"proj_factor must be >= 1, got {proj_factor}.")
+    return tuple(max(1, d_model // proj_factor**i) for i in range(1, num_tails + 1))
+
+
+def _gather_last(values: Any, index: Any) -> Any:
+    """values[..., index[...]] for a per-position index: [..., N], [...] -> [...]."""
+    return ops.take_along_axis(values, ops.expand_dims(index, -1), axis=-1)[..., 0]
+
+
+@register
+class AdaptiveSoftmax(keras.layers.Layer):
+    """Adaptive softmax over `vocab_size` tokens; plain softmax without cutoffs.
+
+    All maths is float32 (build the layer with a float32 dtype policy under
+    mixed precision).
+
+    Args:
+        vocab_size: number of tokens V (ids sorted by decreasing frequency).
+        cutoffs: first id of each tail cluster, e.g. (250, 2500); () gives a
+            plain softmax.
+        proj_factor: tail cluster i (from 1) projects the hidden state to
+            d_model // proj_factor**i.
+        proj_dims: explicit tail projection widths, one per cutoff
+            (overrides proj_factor).
+        tie_embeddings: plain softmax only: the output matrix is the input
+            embedding table, passed as `tied_kernel` [V, D] to every call;
+            the layer keeps only an output bias.
+
+    Call args (and of `log_probs`):
+        hidden: [..., D].
+        tied_kernel: [V, D], only with tie_embeddings.
+
+    Returns:
+        float32 [..., V] log-probabilities (they sum to one in probability).
+
+    Example:
+        >>> layer = AdaptiveSoftmax(1000, cutoffs=(100, 400))
+        >>> h = keras.random.normal((2, 7, 32))
+        >>> layer(h).shape
+        (2, 7, 1000)
+        >>> layer.token_nll(h, keras.ops.ones((2, 7), "int32")).shape
+        (2, 7)
+
+    Reference: Grave et al. 2017, https://arxiv.org/abs/1609.04309
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        cutoffs: Sequence[int] = (),
+        proj_factor: int = 4,
+        proj_dims: Sequence[int] | None = None,
+        tie_embeddings: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.vocab_size = int(vocab_size)
+        self.cutoffs = validate_cutoffs(cutoffs, self.vocab_size)
+        self.proj_factor = int(proj_factor)
+        self.proj_dims = None if not proj_dims else tuple(int(d) for d in proj_dims)
+        self.tie_embeddings = bool(tie_embeddings)
+        if self.tie_embeddings and self.cutoffs:
+            raise ValueError(
+                "tie_embeddings works with a plain softmax only; set cutoffs=() or "
+                "tie_embeddings=False."
+            )
+        self.num_tails = len(self.cutoffs)
+        # Token id range of each tail cluster: [bounds[i], bounds[i + 1]).
+        self.bounds = (*self.cutoffs, self.vocab_size)
+        # Checks proj_dims against the number of clusters now, not at build.
+        tail_projection_dims(1, self.num_tails, self.proj_factor, self.proj_dims)
+
+    @property
+    def head_size(self) -> int:
+        """Head outputs: the head tokens plus one entry per tail cluster."""
+        return (self.cutoffs[0] + self.num_tails) if self.cutoffs else self.vocab_size
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        d_model = int(input_shape[-1])
+        if self.tie_embeddings:
+            self.head_bias = self.add_weight(
+                name="head_bias", shape=(self.vocab_size,), initializer="zeros"
+            )
+        else:
+            self.head = keras.layers.Dense(self.head_size, dtype=self.dtype_policy, name="head")
+            self.head.build((None, d_model))
+        dims = tail_projection_dims(d_model, self.num_tails, self.proj_factor, self.proj_dims)
+        self.tail_projections, self.tail_outputs = [], []
+        for i, dim in enumerate(dims):
+            projection = keras.layers.Dense(
+                dim, use_bias=False, dtype=self.dtype_policy, name=f"tail_{i + 1}_projection"
+            )
+            projection.build((None, d_model))
+            output = keras.layers.Dense(
+                self.bounds[i + 1] - self.bounds[i],
+                dtype=self.dtype_policy,
+                name=f"tail_{i + 1}_output",
+            )
+            output.build((None, dim))
+            self.tail_projections.append(projection)
+            self.tail_outputs.append(output)
+        self.built = True
+
+    # ------------------------------------------------------------- pieces
+    def _head_log_probs(self, hidden: Any, tied_kernel: Any | None) -> Any:
+        if self.tie_embeddings:
+            if tied_kernel is None:
+                raise ValueError(
+                    "this AdaptiveSoftmax has tie_embeddings=True; pass the embedding "
+                    "table as tied_kernel."
+                )
+            kernel = ops.cast(tied_kernel, "float32")  # [V, D]
+            logits = ops.einsum("...d,vd->...v", hidden, kernel) + self.head_bias
+        else:
+            logits = self.head(hidden)
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+
+    def _tail_log_probs(self, hidden: Any, i: int) -> Any:
+        logits = self.tail_outputs[i](self.tail_projections[i](hidden))
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+
+    # ---------------------------------------------------------------- API
+    def log_probs(self, hidden: Any, tied_kernel: Any | None = None) -> Any:
+        """Exact log-probabilities of every token: [..., D] -> float32 [..., V]."""
+        hidden = ops.cast(hidden, "float32")
+        head = self._head_log_probs(hidden, tied_kernel)
+        if not self.num_tails:
+            return head
+        c0 = self.cutoffs[0]
+        pieces = [head[..., :c0]]
+        for i in range(self.num_tails):
+            pieces.append(self._tail_log_probs(hidden, i) + head[..., c0 + i : c0 + i + 1])
+        return ops.concatenate(pieces, axis=-1)
+
+    def token_nll(self, hidden: Any, targets: Any, tied_kernel: Any | None = None) -> Any:
+        """-log p(target) at every position, 0 where target == 0 (padding).
+
+        Never forms [..., V] logits: each tail cluster's log-softmax is
+        computed over all positions and its target's entry picked with a
+        gather, then kept only where the target lies in that cluster. Shapes
+        are static, so it compiles under XLA.
+
+        Args:
+            hidden: [..., D].
+            targets: int [...] token ids.
+            tied_kernel: [V, D], only with tie_embeddings.
+
+        Returns:
+            float32 [...].
+        """
+        hidden = ops.cast(hidden, "float32")
+        targets = ops.cast(targets, "int32")
+        head = self._head_log_probs(hidden, tied_kernel)
+        if not self.num_tails:
+            nll = -_gather_last(head, targets)
+        else:
+            # Cluster of each target: 0 for the head, i + 1 for tail i.
+            cluster = sum(ops.cast(targets >= c, "int32") for c in self.cutoffs)
+            head_target = ops.where(cluster == 0, targets, self.cutoffs[0] + cluster - 1)
+            nll = -_gather_last(head, head_target)
+            for i in range(self.num_tails):
+                low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
+                local = ops.clip(targets - low, 0, size - 1)
+                tail = _gather_last(self._tail_log_probs(hidden, i), local)
+                nll = nll - ops.where(cluster == i + 1, tail, 0.0)
+        return ops.where(targets == 0, 0.0, nll)
+
+    def call(self, hidden: Any, tied_kernel: Any | None = None) -> Any:
+        return self.log_probs(hidden, tied_kernel)
+
+    def compute_output_spec(self, hidden: Any, tied_kernel: Any | None = None) -> Any:
+        return keras.KerasTensor((*hidden.shape[:-1], self.vocab_size), dtype="float32")
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size,
+            cutoffs=list(self.cutoffs),
+            proj_factor=self.proj_factor,
+            proj_dims=None if self.proj_dims is None else list(self.proj_dims),
+            tie_embeddings=self.tie_embeddings,
+        )
+        return config

@@ -1,0 +1,290 @@
+"""PAR stochastic block: a learned, Gumbel-softmax-weighted choice of sublayer.
+
+Each block holds candidate sublayers, by default attention, a position-wise
+feed-forward network ("dense") and the identity, each with its own residual
+connection and LayerNorm, as the original project:
+
+    attention: LayerNorm(x + Attention(x, memory))
+    dense:     LayerNorm(x + FeedForward(x))
+    identity:  x
+
+The block output is the weighted sum of the candidates' outputs. The weights
+come from architecture logits (pi = softmax(logits)): a Gumbel-softmax sample
+at temperature tau in training, and at evaluation the argmax of pi (the
+discrete architecture, default), pi itself ("expected"), or a sample as in
+training ("sample", what the original did). Every candidate runs at every
+step, so each stateful candidate's memory is updated whatever its weight.
+
+Reference: Mandava et al., "Pay Attention when Required", 2020,
+https://arxiv.org/abs/2009.04534
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.attention import attention_names, create_attention
+from partf.layers.feed_forward import FeedForward
+from partf.layers.gumbel import gumbel_softmax
+from partf.serialization import register
+
+EVAL_MODES = ("argmax", "expected", "sample")
+#: Candidate names that are not attention registry names.
+BUILTIN_CANDIDATES = ("attention", "dense", "identity")
+
+
+def candidate_kind(name: str, attention: str) -> tuple[str, str | None]:
+    """("attention", registry name) | ("dense", None) | ("identity", None).
+
+    "attention" stands for the configured `attention`; any registry name is
+    an attention of that type. Unknown names raise ValueError listing the
+    valid ones.
+    """
+    if name == "attention":
+        return "attention", attention
+    if name in ("dense", "identity"):
+        return name, None
+    if name in attention_names():
+        return "attention", name
+    raise ValueError(
+        f"unknown candidate {name!r}; use one of {', '.join(BUILTIN_CANDIDATES)} "
+        f"or an attention name: {', '.join(attention_names())}."
+    )
+
+
+@register
+class StochasticBlock(keras.layers.Layer):
+    """A PAR block: candidates mixed by Gumbel-softmax weights.
+
+    With a single candidate the block is fixed: it has no architecture
+    logits and returns that candidate's output.
+
+    Args:
+        d_model: width D.
+        num_heads: attention heads.
+        d_ffn: inner width of the dense candidate.
+        candidates: names, each "attention" (the `attention` type),
+            "dense", "identity" or an attention registry name; several
+            attention types may be mixed.
+        attention: registry name that "attention" stands for.
+        attention_options: extra constructor options for the attentions
+            (each mechanism takes the ones it knows).
+        mem_len: memory length given to attentions that keep one.
+        clamp_len: largest relative distance (relative attention).
+        dropout_rate: dropout inside the attentions and after the dense one.
+        straight_through: one-hot forward weights with soft gradients.
+        eval_mode: "argmax", "expected" or "sample" weights at evaluation.
+        sample_per_example: one Gumbel sample per example instead of one per
+            call (per training step).
+        seed: seed of the block's Gumbel noise.
+
+    Call args:
+        x: [B, T, D].
+        states: list with one state dict per candidate ({} if stateless), or
+            None for empty states.
+        tau: scalar temperature (needed when sampling).
+        mask: optional bool [B, T], True for real tokens.
+        training: sampling and dropout.
+
+    Returns:
+        (y [B, T, D], new_states list).
+
+    Example:
+        >>> block = StochasticBlock(16, 2, 32, mem_len=4)
+        >>> y, states = block(keras.ops.ones((2, 5, 16)), tau=1.0, training=True)
+
+    Reference: Mandava et al. 2020, https://arxiv.org/abs/2009.04534
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ffn: int,
+        candidates: Sequence[str] = ("attention", "dense", "identity"),
+        attention: str = "relative",
+        attention_options: dict[str, Any] | None = None,
+        mem_len: int = 0,
+        clamp_len: int | None = None,
+        dropout_rate: float = 0.0,
+        straight_through: bool = False,
+        eval_mode: str = "argmax",
+        sample_per_example: bool = False,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not candidates:
+            raise ValueError("candidates is empty; give at least one, e.g. ('attention',).")
+        if eval_mode not in EVAL_MODES:
+            raise ValueError(
+                f"unknown eval_mode {eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ffn = d_ffn
+        self.candidates = tuple(candidates)
+        self.attention = attention
+        self.attention_options = dict(attention_options or {})
+        self.mem_len = mem_len
+        self.clamp_len = clamp_len
+        self.dropout_rate = dropout_rate
+        self.straight_through = straight_through
+        self.eval_mode = eval_mode
+        self.sample_per_example = sample_per_example
+        self.seed = seed
+        # `mask` is the padding argument, not Keras mask propagation.
+        self.supports_masking = True
+
+        self.kinds = [candidate_kind(name, attention) for name in self.candidates]
+        # One sublayer and one LayerNorm per non-identity candidate, in order.
+        self.sublayers, self.norms = [], []
+        for index, (kind, mechanism) in enumerate(self.kinds):
+            if kind == "identity":
+                continue
+            if kind == "dense":
+                layer = FeedForward(
+                    d_model, d_ffn, dropout_rate, dtype=self.dtype_policy, name=f"dense_{index}"
+                )
+            else:
+                options = {
+                    **self.attention_options,
+                    "dropout_rate": dropout_rate,
+                    "mem_len": mem_len,
+                    "clamp_len": clamp_len,
+                    "dtype": self.dtype_policy,
+                    "name": f"{mechanism}_{index}",
+                }
+                layer = create_attention(mechanism, d_model, num_heads, causal=True, **options)
+            self.sublayers.append(layer)
+            self.norms.append(
+                keras.layers.LayerNormalization(
+                    epsilon=1e-5, dtype=self.dtype_policy, name=f"norm_{index}"
+                )
+            )
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.arch_logits = None
+        if self.num_candidates > 1:
+            # Zero logits: every candidate equally likely at the start.
+            self.arch_logits = self.add_weight(
+                name="arch_logits",
+                shape=(self.num_candidates,),
+                initializer="zeros",
+                dtype="float32",
+                autocast=False,
+            )
+
+    @property
+    def num_candidates(self) -> int:
+        return len(self.candidates)
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        for layer, norm in zip(self.sublayers, self.norms, strict=True):
+            layer.build(input_shape)
+            norm.build(input_shape)
+        self.built = True
+
+    # ---------------------------------------------------------------- state
+    def state_spec(self, batch_size: int) -> list[dict[str, tuple[tuple[int, ...], str]]]:
+        """Per candidate: name -> (shape, dtype) of its state ({} if none)."""
+        specs, slot = [], 0
+        for kind, _ in self.kinds:
+            if kind == "attention":
+                specs.append(self.sublayers[slot].state_spec(batch_size))
+            else:
+                specs.append({})
+            slot += kind != "identity"
+        return specs
+
+    def get_initial_state(self, batch_size: int) -> list[dict[str, Any]]:
+        """Empty (all-zero) states, one dict per candidate."""
+        return [
+            {name: ops.zeros(shape, dtype) for name, (shape, dtype) in spec.items()}
+            for spec in self.state_spec(batch_size)
+        ]
+
+    # -------------------------------------------------------------- weights
+    def pi(self) -> Any:
+        """float32 [C]: softmax of the architecture logits (one-hot if fixed)."""
+        if self.arch_logits is None:
+            return ops.ones((1,), "float32")
+        return ops.softmax(ops.convert_to_tensor(self.arch_logits), axis=-1)
+
+    def mixing_weights(
+        self, tau: Any = None, batch_size: int | None = None, training: bool = False
+    ) -> Any:
+        """Candidate weights: float32 [C], or [B, C] when sampling per example."""
+        logits = ops.convert_to_tensor(self.arch_logits)
+        mode = "sample" if training else self.eval_mode
+        if mode == "argmax":
+            return ops.one_hot(ops.argmax(logits), self.num_candidates, dtype="float32")
+        if mode == "expected":
+            return ops.softmax(logits, axis=-1)
+        if tau is None:
+            raise ValueError("sampling the block weights needs tau; pass tau=.")
+        sample_shape = (batch_size,) if self.sample_per_example else ()
+        return gumbel_softmax(logits, tau, self.seed_generator, self.straight_through, sample_shape)
+
+    # ----------------------------------------------------------------- call
+    def call(
+        self,
+        x: Any,
+        states: list[dict[str, Any]] | None = None,
+        tau: Any = None,
+        mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        if states is None:
+            states = [{} for _ in self.candidates]
+        outputs, new_states, slot = [], [], 0
+        for index, (kind, _) in enumerate(self.kinds):
+            if kind == "identity":
+                outputs.append(x)
+                new_states.append({})
+                continue
+            layer, norm = self.sublayers[slot], self.norms[slot]
+            slot += 1
+            if kind == "dense":
+                outputs.append(norm(x + layer(x, training=training)))
+                new_states.append({})
+            else:
+                y, state = layer(x, state=states[index] or None, mask=mask, training=training)
+                outputs.append(norm(x + y))
+                new_states.append(state)
+        if self.num_candidates == 1:
+            return outputs[0], new_states
+
+        weights = self.mixing_weights(tau, ops.shape(x)[0], bool(training))
+        weights = ops.cast(weights, x.dtype)
+        mixed = 0
+        for c, out in enumerate(outputs):
+            # [C] -> a scalar per candidate; [B, C] -> [B, 1, 1].
+            w = weights[c] if len(weights.shape) == 1 else weights[:, c, None, None]
+            mixed = mixed + w * out
+        return mixed, new_states
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> None:
+        return None
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ffn=self.d_ffn,
+            candidates=list(self.candidates),
+            attention=self.attention,
+            attention_options=dict(self.attention_options),
+            mem_len=self.mem_len,
+            clamp_len=self.clamp_len,
+            dropout_rate=self.dropout_rate,
+            straight_through=self.straight_through,
+            eval_mode=self.eval_mode,
+            sample_per_example=self.sample_per_example,
+            seed=self.seed,
+        )
+        return config

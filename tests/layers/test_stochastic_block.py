@@ -1,0 +1,172 @@
+"""PAR stochastic block: candidate outputs, mixing weights, gradients, states."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from partf.attention import Attention, register_attention
+from partf.layers.stochastic_block import StochasticBlock, candidate_kind
+from tests.layer_checks import assert_close, assert_config_round_trip
+
+D, B, T, M = 8, 2, 5, 6
+
+
+@register_attention("test_block_prefix_mean")
+class PrefixMean(Attention):
+    """Tiny stateless test mechanism: the mean of the values up to each position."""
+
+    def attend(self, q, k, v, state, mask=None, training=None):
+        steps = ops.arange(1, ops.shape(v)[1] + 1, dtype=v.dtype)[None, :, None, None]
+        return ops.cumsum(v, axis=1) / steps, state
+
+
+@pytest.fixture(scope="module")
+def block():
+    layer = StochasticBlock(D, 2, 16, mem_len=M, name="block")
+    layer.build((B, T, D))
+    return layer
+
+
+@pytest.fixture(scope="module")
+def x():
+    return keras.random.normal((B, T, D), seed=0)
+
+
+def branch_outputs(block, x):
+    """Each candidate's output computed by hand (evaluation, empty memory)."""
+    attention, dense = block.sublayers
+    attn_norm, dense_norm = block.norms
+    y, _ = attention(x, training=False)
+    return [attn_norm(x + y), dense_norm(x + dense(x, training=False)), x]
+
+
+def set_logits(block, values):
+    block.arch_logits.assign(np.asarray(values, "float32"))
+
+
+@pytest.mark.parametrize("mode", ["argmax", "expected"])
+def test_eval_modes_mix_candidates(block, x, mode):
+    set_logits(block, [0.1, 0.9, -0.4])  # dense is the most likely
+    block.eval_mode = mode
+    try:
+        y, _ = block(x, training=False)
+    finally:
+        block.eval_mode = "argmax"
+    outputs = branch_outputs(block, x)
+    if mode == "argmax":
+        expected = outputs[1]
+    else:
+        pi = np.asarray(ops.softmax(ops.convert_to_tensor([0.1, 0.9, -0.4])))
+        expected = sum(p * out for p, out in zip(pi, outputs, strict=True))
+    assert_close(y, expected, atol=1e-5)
+
+
+def test_training_weights_are_gumbel_samples_with_gradients(block, x):
+    set_logits(block, [0.0, 0.0, 0.0])
+    with tf.GradientTape() as tape:
+        y, _ = block(x, tau=0.5, training=True)
+        loss = ops.sum(y * ops.arange(D, dtype="float32"))
+    grad = tape.gradient(loss, block.arch_logits)
+    assert grad is not None and np.abs(np.asarray(grad)).sum() > 1e-6
+    # The output is a convex mix of the branches: between their extremes.
+    outputs = np.stack([np.asarray(o) for o in branch_outputs(block, x)])
+    assert np.all(np.asarray(y) <= outputs.max(0) + 1e-5)
+    assert np.all(np.asarray(y) >= outputs.min(0) - 1e-5)
+
+
+def test_straight_through_picks_one_candidate_and_keeps_gradients(x):
+    layer = StochasticBlock(D, 2, 16, straight_through=True, seed=3)
+    layer.build((B, T, D))
+    with tf.GradientTape() as tape:
+        y, _ = layer(x, tau=1.0, training=True)
+        loss = ops.sum(y)
+    outputs = branch_outputs(layer, x)
+    assert any(np.allclose(np.asarray(y), np.asarray(o), atol=1e-6) for o in outputs)
+    assert np.abs(np.asarray(tape.gradient(loss, layer.arch_logits))).sum() > 1e-6
+
+
+def test_one_sample_per_example(x):
+    layer = StochasticBlock(D, 2, 16, sample_per_example=True, seed=4)
+    layer.build((B, T, D))
+    weights = np.asarray(layer.mixing_weights(tau=1.0, batch_size=64, training=True))
+    assert weights.shape == (64, 3)
+    assert len({int(i) for i in weights.argmax(-1)}) > 1
+    per_call = StochasticBlock(D, 2, 16, seed=4).mixing_weights(1.0, 64, training=True)
+    assert per_call.shape == (3,)
+    y, _ = layer(x, tau=1.0, training=True)
+    assert y.shape == (B, T, D)
+
+
+def test_memory_updates_whatever_the_weight(block, x):
+    set_logits(block, [-50.0, -50.0, 50.0])  # identity always wins
+    states = block.get_initial_state(B)
+    y, new_states = block(x, states=states, training=False)
+    assert_close(y, x)
+    memory = np.asarray(new_states[0]["memory"])
+    assert_close(memory[:, -T:], x)  # memory = block input
+    np.testing.assert_array_equal(np.asarray(new_states[0]["memory_mask"])[:, -T:], 1)
+    assert new_states[1] == {} and new_states[2] == {}
+
+
+def test_mixing_attention_types_from_the_registry(x):
+    layer = StochasticBlock(
+        D,
+        2,
+        16,
+        candidates=("attention", "relative", "test_block_prefix_mean", "dense"),
+        mem_len=3,
+        eval_mode="expected",
+    )
+    assert [kind for kind, _ in layer.kinds] == ["attention"] * 3 + ["dense"]
+    y, states = layer(x, training=False)
+    assert [sorted(s) for s in states] == [["memory", "memory_mask"]] * 2 + [[], []]
+    with tf.GradientTape() as tape:
+        y, _ = layer(x, tau=0.3, training=True)
+        loss = ops.sum(y**2)
+    grads = tape.gradient(loss, layer.trainable_weights)
+    missing = {
+        w.path.split("/", 1)[1]
+        for w, g in zip(layer.trainable_weights, grads, strict=True)
+        if g is None
+    }
+    # Only the dummy's unused query and key projections get no gradient.
+    assert missing == {f"test_block_prefix_mean_2/{name}/kernel" for name in ("query", "key")}
+
+
+def test_single_candidate_is_fixed(x):
+    layer = StochasticBlock(D, 2, 16, candidates=("dense",))
+    y, _ = layer(x, training=True)
+    assert layer.arch_logits is None and not layer.non_trainable_weights
+    assert y.shape == (B, T, D)
+
+
+def test_config_round_trip_non_default():
+    layer = StochasticBlock(
+        d_model=12,
+        num_heads=3,
+        d_ffn=20,
+        candidates=("relative", "attention", "identity"),
+        attention="relative",
+        attention_options={"head_dim": 5},
+        mem_len=9,
+        clamp_len=4,
+        dropout_rate=0.2,
+        straight_through=True,
+        eval_mode="sample",
+        sample_per_example=True,
+        seed=11,
+        name="blk",
+    )
+    clone = assert_config_round_trip(layer)
+    assert clone.sublayers[0].head_dim == 5 and clone.sublayers[1].clamp_len == 4
+
+
+def test_unknown_candidate_and_mode():
+    with pytest.raises(ValueError, match="unknown candidate 'conv'"):
+        candidate_kind("conv", "relative")
+    with pytest.raises(ValueError, match="unknown eval_mode 'best'"):
+        StochasticBlock(D, 2, 16, eval_mode="best")
+    with pytest.raises(ValueError, match="needs tau"):
+        StochasticBlock(D, 2, 16).mixing_weights(training=True)
