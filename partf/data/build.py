@@ -1,0 +1,215 @@
+"""Text -> tokens -> context batches -> record folders, in bounded memory.
+
+Each text file is checked and counted (`text_stats`), tokenized inside
+tf.data into a temporary memory-mapped token file (`tokenize_file`), viewed
+as context batches without copying (`context_batches`) and written as shards
+(`write_shards`). Outputs are staged next to their targets and renamed at the
+end (`StagedOutputs`), so a failure leaves nothing half written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from partf.data.batching import check_batch_shape, context_batches, num_lost_tokens
+from partf.data.errors import DataError, UsageError
+from partf.data.metadata import RecordsMetadata
+from partf.data.staging import StagedOutputs
+from partf.data.text_stats import TextStats, file_sha256, text_stats
+from partf.data.tfrecords import write_shards
+from partf.data.tokenizer import (
+    DEFAULT_VOCAB_SIZE,
+    load_sentencepiece,
+    model_path,
+    read_token_file,
+    tokenize_file,
+    train_tokenizer,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _check_shards(shards: int) -> None:
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise UsageError(f"--shards must be a positive integer, got {shards!r}; e.g. --shards=1")
+
+
+def _build_into(
+    directory: Path,
+    text_file: Path,
+    sp_model: Path,
+    batch_size: int,
+    seq_len: int,
+    shards: int,
+    stats: TextStats | None = None,
+    tokenizer_name: str | None = None,
+) -> RecordsMetadata:
+    """Builds the records of one text file into an existing empty folder."""
+    start = time.perf_counter()
+    stats = stats or text_stats(text_file)
+    vocab_size = load_sentencepiece(sp_model).get_piece_size()
+    token_file = directory / ".tokens.int32"
+    try:
+        num_tokens = tokenize_file(text_file, sp_model, token_file, total_lines=stats.num_lines)
+        tokens = read_token_file(token_file)
+        try:
+            batches = context_batches(tokens, batch_size, seq_len)
+        except DataError as e:
+            raise DataError(f"{text_file}: {e}") from None
+        meta = write_shards(
+            batches,
+            directory,
+            shards,
+            num_tokens=num_tokens,
+            vocab_size=vocab_size,
+            tokenizer_sha256=file_sha256(sp_model),
+            source_sha256=stats.sha256,
+            num_lines=stats.num_lines,
+            num_words=stats.num_words,
+            num_chars=stats.num_chars,
+            num_bytes=stats.num_bytes,
+            eos_per_line=True,
+            source_file=text_file.name,
+            tokenizer_file=tokenizer_name or sp_model.name,
+        )
+        del batches, tokens  # release the memory map before deleting its file
+    finally:
+        token_file.unlink(missing_ok=True)
+    logger.info(
+        "%s: %d lines -> %d tokens -> %d batches of [%d, %d] in %d shard(s); last %d tokens "
+        "dropped (less than a batch); %.2f s",
+        text_file,
+        stats.num_lines,
+        num_tokens,
+        meta.num_batches,
+        batch_size,
+        seq_len + 1,
+        shards,
+        num_lost_tokens(num_tokens, batch_size, seq_len),
+        time.perf_counter() - start,
+    )
+    return meta
+
+
+def build_records(
+    text_file: str | os.PathLike,
+    sp_model: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    batch_size: int = 32,
+    seq_len: int = 32,
+    shards: int = 1,
+    overwrite: bool = False,
+) -> RecordsMetadata:
+    """Builds one record folder from one text file with an existing tokenizer.
+
+    Args:
+        text_file: UTF-8 text; every line ends with eos in the token stream.
+        sp_model: the SentencePiece `.model` file.
+        out_dir: the record folder to write (staged, then renamed).
+        batch_size: B, rows per batch.
+        seq_len: L; each record is int32 [B, L + 1].
+        shards: number of record files, each a consecutive range of batches.
+        overwrite: replace an existing `out_dir`.
+
+    Returns:
+        The metadata written beside the records.
+
+    Raises:
+        UsageError: bad sizes, missing inputs, `out_dir` in the way.
+        DataError: empty or non-UTF-8 text, text shorter than one batch.
+
+    Example:
+        >>> meta = build_records("data/wikitext-2/valid.txt", "data/tokenizer/wiki2_12k.model",
+        ...                      "data/wikitext2_bsz32_seqlen32_tfrecords_valid")
+        >>> meta.batch_size, meta.seq_len
+        (32, 32)
+    """
+    check_batch_shape(batch_size, seq_len)
+    _check_shards(shards)
+    text_file, sp_model = Path(text_file), Path(sp_model)
+    with StagedOutputs(overwrite) as staged:
+        return _build_into(
+            staged.dir_for(out_dir), text_file, sp_model, batch_size, seq_len, shards
+        )
+
+
+def build_data(
+    text_files: Mapping[str, str | os.PathLike],
+    records_dirs: Mapping[str, str | os.PathLike],
+    sp_model_prefix: str | os.PathLike,
+    *,
+    train_tokenizer_on: str | os.PathLike | None = None,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    lowercase: bool = True,
+    batch_size: int = 32,
+    seq_len: int = 32,
+    shards: int = 1,
+    overwrite: bool = False,
+) -> dict[str, RecordsMetadata]:
+    """Builds several record folders (e.g. train, valid, test), all or nothing.
+
+    Every text is checked before any work starts; the tokenizer (if trained)
+    and all record folders appear together at the end, or not at all.
+
+    Args:
+        text_files: name -> text file, e.g. {"train": ..., "valid": ..., "test": ...}.
+        records_dirs: name -> record folder to write, same names.
+        sp_model_prefix: tokenizer prefix; `<prefix>.model` is used or written.
+        train_tokenizer_on: train a new tokenizer on this text (the train
+            split only); None uses the existing `<prefix>.model`.
+        vocab_size: pieces of a newly trained tokenizer.
+        lowercase: lowercase (nfkc_cf) in a newly trained tokenizer.
+        batch_size: B.
+        seq_len: L.
+        shards: record files per folder.
+        overwrite: replace existing outputs (tokenizer included when trained).
+
+    Returns:
+        name -> metadata of its record folder.
+
+    Raises:
+        UsageError, DataError: see `build_records` and `train_tokenizer`.
+
+    Example:
+        >>> build_data({"valid": "valid.txt"}, {"valid": "records_valid"},
+        ...            "data/tokenizer/wiki2_12k")["valid"].num_batches
+        298
+    """
+    check_batch_shape(batch_size, seq_len)
+    _check_shards(shards)
+    if set(text_files) != set(records_dirs):
+        raise UsageError("text_files and records_dirs must name the same splits")
+    final_model = model_path(sp_model_prefix)
+    with StagedOutputs(overwrite) as staged:
+        for out in records_dirs.values():
+            staged.check(out)
+        if train_tokenizer_on is not None:
+            staged.check(final_model)
+        elif not final_model.is_file():
+            load_sentencepiece(final_model)  # raises the one-line "train one" message
+        stats = {name: text_stats(path) for name, path in text_files.items()}
+
+        sp_model = final_model
+        if train_tokenizer_on is not None:
+            sp_model = staged.file_for(final_model)
+            staged_vocab = staged.file_for(final_model.with_suffix(".vocab"))
+            train_tokenizer(train_tokenizer_on, sp_model, vocab_size, lowercase, overwrite=True)
+            os.replace(sp_model.with_suffix(".vocab"), staged_vocab)
+        results = {}
+        for name, text in text_files.items():
+            logger.info("building %s records from %s", name, text)
+            results[name] = _build_into(
+                staged.dir_for(records_dirs[name]),
+                Path(text),
+                sp_model,
+                batch_size,
+                seq_len,
+                shards,
+                stats=stats[name],
+                tokenizer_name=final_model.name,
+            )
+    return results

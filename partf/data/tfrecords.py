@@ -1,0 +1,350 @@
+"""Writing and reading context batches as TFRecords.
+
+Record format (shared with the original project, so either can read the
+other's records): each record is a `tf.train.Example` with one bytes feature
+`batch` holding `tf.io.serialize_tensor` of one int32 batch [B, L + 1].
+
+partf folders also hold `metadata.json` (see `partf.data.metadata`), which
+lists the shards in stream order: shard k holds a consecutive range of
+batches, and the reader reads shards one after the other, never interleaved,
+so row r of every batch continues row r of the batch before it across shard
+boundaries too. Folders without it are read as the original project's
+(`file1.tfrecords`, `file2.tfrecords`, ... in numeric order; shape taken from
+the first record).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from partf.data.batching import stream_from_batches
+from partf.data.errors import DataError, UsageError
+from partf.data.metadata import METADATA_FILE, RecordsMetadata, write_metadata
+from partf.data.staging import StagedOutputs
+from partf.data.text_stats import file_sha256
+
+logger = logging.getLogger(__name__)
+
+FEATURE = "batch"
+_FEATURES = {FEATURE: tf.io.FixedLenFeature([], tf.string)}
+
+
+def serialize_batch(batch: np.ndarray) -> bytes:
+    """One batch [B, L + 1] as a serialized tf.train.Example (the record format)."""
+    tensor = tf.make_tensor_proto(np.ascontiguousarray(batch, dtype=np.int32))
+    feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[tensor.SerializeToString()]))
+    example = tf.train.Example(features=tf.train.Features(feature={FEATURE: feature}))
+    return example.SerializeToString()
+
+
+def parse_batch(record: tf.Tensor) -> tf.Tensor:
+    """Graph op: a serialized record -> int32 [B, L + 1] (shape not yet static)."""
+    serialized = tf.io.parse_single_example(record, _FEATURES)[FEATURE]
+    return tf.io.parse_tensor(serialized, out_type=tf.int32)
+
+
+def shard_name(index: int, num_shards: int) -> str:
+    """File name of shard `index` (0-based): shard-00001-of-00004.tfrecords for index 0."""
+    return f"shard-{index + 1:05d}-of-{num_shards:05d}.tfrecords"
+
+
+def write_shards(
+    batches: np.ndarray, directory: str | os.PathLike, shards: int = 1, **metadata
+) -> RecordsMetadata:
+    """Writes batches and metadata.json into an existing folder (not atomic).
+
+    Most callers want `write_tfrecords`, which stages the folder. Shard k gets
+    the k-th of `shards` consecutive, near-equal ranges of batches.
+
+    Args:
+        batches: [n, B, L + 1] int32 context batches (a view is fine).
+        directory: an existing, empty folder.
+        shards: number of files, at most n.
+        **metadata: further `RecordsMetadata` fields (num_tokens, vocab_size,
+            tokenizer_sha256, source_sha256, counts of the text, names).
+
+    Returns:
+        The metadata written.
+    """
+    if batches.ndim != 3:
+        raise UsageError(f"batches must have shape [n, B, L + 1], got {batches.shape}")
+    num_batches, batch_size, width = batches.shape
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise UsageError(f"--shards must be a positive integer, got {shards!r}")
+    if shards > num_batches:
+        raise DataError(
+            f"--shards={shards} is more than the {num_batches} batches the text gives; "
+            f"pass --shards={num_batches} or fewer"
+        )
+    directory = Path(directory)
+    bounds = np.linspace(0, num_batches, shards + 1).round().astype(int)
+    names, counts = [], []
+    start, last_log = time.monotonic(), time.monotonic()
+    for k in range(shards):
+        names.append(shard_name(k, shards))
+        counts.append(int(bounds[k + 1] - bounds[k]))
+        with tf.io.TFRecordWriter(str(directory / names[-1])) as writer:
+            for i in range(bounds[k], bounds[k + 1]):
+                writer.write(serialize_batch(batches[i]))
+                if time.monotonic() - last_log > 5.0:
+                    last_log = time.monotonic()
+                    logger.info("writing records: %d of %d batches", i + 1, num_batches)
+    meta = RecordsMetadata(
+        batch_size=int(batch_size),
+        seq_len=int(width) - 1,
+        num_batches=int(num_batches),
+        shards=tuple(names),
+        shard_batches=tuple(counts),
+        **metadata,
+    )
+    write_metadata(directory, meta)
+    logger.debug("wrote %d batches in %.2f s", num_batches, time.monotonic() - start)
+    return meta
+
+
+def write_tfrecords(
+    batches: np.ndarray,
+    directory: str | os.PathLike,
+    shards: int = 1,
+    overwrite: bool = False,
+    **metadata,
+) -> RecordsMetadata:
+    """Writes a record folder all at once: staged beside `directory`, then renamed.
+
+    Args:
+        batches: [n, B, L + 1] int32 context batches (see `context_batches`).
+        directory: the record folder to create.
+        shards: number of record files, each a consecutive range of batches.
+        overwrite: replace an existing folder.
+        **metadata: further `RecordsMetadata` fields.
+
+    Returns:
+        The metadata written.
+
+    Example:
+        >>> batches = context_batches(np.arange(1000, dtype=np.int32), 4, 8)
+        >>> write_tfrecords(batches, "/tmp/records", shards=2).num_batches
+        31
+    """
+    with StagedOutputs(overwrite) as staged:
+        return write_shards(batches, staged.dir_for(directory), shards, **metadata)
+
+
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _original_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(path.glob("*.tfrecords"), key=_natural_key)
+    if not files:
+        raise UsageError(
+            f"{path} holds no metadata.json and no .tfrecords files; build records with "
+            f"partf-build-data"
+        )
+    return files
+
+
+def _infer_metadata(files: list[Path]) -> RecordsMetadata:
+    """Metadata of the original project's records: shape of the first record, counts."""
+    where = files[0] if len(files) == 1 else files[0].parent
+    try:
+        first = next(iter(tf.data.TFRecordDataset([str(files[0])]).take(1)), None)
+        if first is None:
+            raise DataError(f"{files[0]} holds no records; rebuild it")
+        shape = parse_batch(first).shape
+        counts = [
+            int(tf.data.TFRecordDataset([str(f)]).reduce(0, lambda n, _: n + 1)) for f in files
+        ]
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        raise DataError(
+            f"{where} does not hold context-batch records ({e.message.splitlines()[0]}); "
+            f"build records with partf-build-data"
+        ) from None
+    if len(shape) != 2 or shape[1] < 2:
+        raise DataError(f"records in {where} have shape {shape}, not [batch, seq_len + 1]")
+    return RecordsMetadata(
+        batch_size=int(shape[0]),
+        seq_len=int(shape[1]) - 1,
+        num_batches=sum(counts),
+        shards=tuple(f.name for f in files),
+        shard_batches=tuple(counts),
+        format_version=0,
+        overlap=0,
+        eos_per_line=False,
+    )
+
+
+def _record_files(path: Path, meta: RecordsMetadata) -> list[Path]:
+    folder = path if path.is_dir() else path.parent
+    if meta.format_version == 0:
+        return _original_files(path)
+    files = [folder / name for name in meta.shards]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise DataError(
+            f"record shards missing: {', '.join(missing)}; rebuild them with "
+            f"partf-build-data --overwrite"
+        )
+    return files
+
+
+def read_metadata(path: str | os.PathLike) -> RecordsMetadata:
+    """The metadata of a record folder: from metadata.json, or inferred for the
+    original project's folders (or a single .tfrecords file).
+
+    Raises:
+        UsageError: the path does not exist or holds no records.
+        DataError: the metadata or the records cannot be read.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(
+            f"records {path} do not exist; build them with partf-build-data "
+            f"(or create_tfrecords.sh)"
+        )
+    meta_file = path / METADATA_FILE
+    if path.is_dir() and meta_file.is_file():
+        return RecordsMetadata.from_json(meta_file.read_text(encoding="utf-8"), str(meta_file))
+    return _infer_metadata(_original_files(path))
+
+
+def _check(
+    meta: RecordsMetadata,
+    path: Path,
+    sp_model: str | os.PathLike | None,
+    batch_size: int | None,
+    seq_len: int | None,
+) -> None:
+    for name, want, have in (
+        ("batch_size", batch_size, meta.batch_size),
+        ("seq_len", seq_len, meta.seq_len),
+    ):
+        if want is not None and want != have:
+            raise DataError(
+                f"records in {path} have {name}={have}, not the {want} asked for; use "
+                f"{name}={have}, or rebuild the records with --{name}={want}"
+            )
+    if sp_model is None:
+        return
+    if meta.tokenizer_sha256 is None:
+        logger.warning(
+            "records in %s name no tokenizer (original format); cannot check %s against them",
+            path,
+            sp_model,
+        )
+        return
+    if not Path(sp_model).is_file():
+        raise UsageError(f"tokenizer model {sp_model} does not exist; check the path")
+    have = file_sha256(sp_model)
+    if have != meta.tokenizer_sha256:
+        raise DataError(
+            f"tokenizer {sp_model} (sha256 {have[:12]}) is not the one the records in {path} "
+            f"were built with (sha256 {meta.tokenizer_sha256[:12]}, {meta.tokenizer_file}); "
+            f"use that tokenizer, or rebuild the records with this one"
+        )
+
+
+def load_batches(
+    path: str | os.PathLike,
+    sp_model: str | os.PathLike | None = None,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+) -> tf.data.Dataset:
+    """Raw context batches int32 [B, L + 1], in stream order (see `load_tfrecords`)."""
+    path = Path(path)
+    meta = read_metadata(path)
+    _check(meta, path, sp_model, batch_size, seq_len)
+    files = [str(f) for f in _record_files(path, meta)]
+    shape = [meta.batch_size, meta.seq_len + 1]
+    # Files are read one after the other (no interleave) so stream order holds.
+    dataset = tf.data.TFRecordDataset(files, buffer_size=1 << 22)
+    dataset = dataset.map(
+        tf.autograph.experimental.do_not_convert(
+            lambda record: tf.ensure_shape(parse_batch(record), shape)
+        ),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return dataset.apply(tf.data.experimental.assert_cardinality(meta.num_batches))
+
+
+def load_tfrecords(
+    path: str | os.PathLike,
+    sp_model: str | os.PathLike | None = None,
+    *,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+    prefetch: bool = True,
+) -> tf.data.Dataset:
+    """Reads a record folder as (inputs, targets) batches, in stream order.
+
+    Reads partf folders (checked against their metadata.json) and the original
+    project's folders (format detected by the absence of metadata.json).
+
+    Args:
+        path: a record folder, or one original-format `.tfrecords` file.
+        sp_model: optional `.model` file to check: it must be the tokenizer
+            the records were built with.
+        batch_size: optional; must equal the records' batch size.
+        seq_len: optional; must equal the records' sequence length.
+        prefetch: overlap reading with the consumer.
+
+    Returns:
+        A `tf.data.Dataset` of (inputs, targets), each int32 [B, L]; targets
+        are inputs shifted by one token. Row r of element i+1 continues row r
+        of element i. Its cardinality is the number of batches.
+
+    Raises:
+        ValueError (`DataError`): the tokenizer, batch size or sequence length
+            does not match the records, or the records cannot be read.
+
+    Example:
+        >>> ds = load_tfrecords("data/wikitext2_bsz32_seqlen32_tfrecords_valid",
+        ...                     sp_model="data/tokenizer/wiki2_12k.model")
+        >>> inputs, targets = next(iter(ds))
+        >>> inputs.shape
+        TensorShape([32, 32])
+    """
+    dataset = load_batches(path, sp_model, batch_size, seq_len).map(
+        tf.autograph.experimental.do_not_convert(lambda batch: (batch[:, :-1], batch[:, 1:])),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE) if prefetch else dataset
+
+
+def read_batches(path: str | os.PathLike) -> np.ndarray:
+    """All batches of a record folder as one numpy array [n, B, L + 1]."""
+    meta = read_metadata(path)
+    chunks = list(load_batches(path).batch(1024).as_numpy_iterator())
+    if not chunks:
+        return np.zeros([0, meta.batch_size, meta.seq_len + 1], np.int32)
+    return np.concatenate(chunks)
+
+
+def records_token_stream(path: str | os.PathLike) -> np.ndarray:
+    """The token stream a partf record folder covers: [B*n*L + 1] ids, in order.
+
+    This undoes context batching (`stream_from_batches`); it equals the first
+    B*n*L + 1 tokens of the tokenized source text.
+
+    Raises:
+        UsageError: the records are in the original project's format, whose
+            rows do not determine one stream.
+    """
+    meta = read_metadata(path)
+    if meta.overlap != 1:
+        raise UsageError(
+            f"{path} holds original-format records; only partf records can be turned back "
+            f"into one token stream"
+        )
+    return stream_from_batches(read_batches(path))
