@@ -1,0 +1,188 @@
+"""ModelConfig: every setting of a PAR Transformer-XL, as plain values.
+
+Field names follow the original project's command-line flags. The full
+config goes into each checkpoint, so a run can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from partf.attention import attention_names
+from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
+from partf.layers.stochastic_block import BUILTIN_CANDIDATES, EVAL_MODES
+from partf.layers.temperature import validate_temperature
+
+#: Single-letter architecture tokens.
+ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
+_LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
+
+
+def parse_architecture(architecture: str) -> tuple[str, ...]:
+    """'A A D I' (or 'A,A,D,I') -> ('attention', 'attention', 'dense', 'identity').
+
+    Tokens: A (the configured attention), D (dense), I (identity), the full
+    names, or an attention registry name. Unknown tokens raise ValueError.
+    """
+    tokens = architecture.replace(",", " ").split()
+    if not tokens:
+        raise ValueError("architecture is empty; give block tokens such as 'A A D D D I'.")
+    names = []
+    for token in tokens:
+        name = ARCHITECTURE_LETTERS.get(token.upper(), token) if len(token) == 1 else token
+        if name not in BUILTIN_CANDIDATES and name not in attention_names():
+            raise ValueError(
+                f"unknown architecture token {token!r}; use A, D, I or an attention name: "
+                f"{', '.join(attention_names())}."
+            )
+        names.append(name)
+    return tuple(names)
+
+
+def architecture_token(name: str) -> str:
+    """'attention' -> 'A', 'dense' -> 'D', 'identity' -> 'I', others unchanged."""
+    return _LETTER_OF.get(name, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Settings of a `PARTransformerXL`.
+
+    Example:
+        >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
+        >>> ModelConfig.from_dict(config.to_dict()) == config
+        True
+    """
+
+    vocab_size: int  # number of token ids (0 is padding)
+    d_model: int = 128  # width of embeddings and hidden states
+    num_heads: int = 4  # attention heads
+    d_ffn: int = 512  # inner width of the dense (feed-forward) candidate
+    num_layers: int = 6  # stochastic blocks
+    mem_len: int = 16  # XL memory length per block; 0 disables memory
+    dropout_rate: float = 0.1  # dropout on embeddings, attention and dense outputs
+    cutoffs: tuple[int, ...] = (250, 2500)  # adaptive softmax clusters; () is plain softmax
+    proj_factor: int = 4  # tail cluster i projects to d_model // proj_factor**i
+    proj_dims: tuple[int, ...] | None = None  # explicit tail projection widths
+    tie_embeddings: bool = False  # plain softmax only: output matrix = input embedding
+    straight_through: bool = False  # one-hot block weights forward, soft gradients
+    clamp_len: int | None = None  # largest relative distance encoded; None: no clamp
+    attention: str = "relative"  # registry name of the "attention" candidate
+    attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
+    candidates: tuple[str, ...] = ("attention", "dense", "identity")  # per-block choices
+    architecture: str | None = None  # e.g. "A A D D D I": a fixed, non-stochastic model
+    eval_mode: str = "argmax"  # evaluation weights: argmax, expected or sample
+    sample_per_example: bool = False  # one Gumbel sample per example, not per step
+    tau_start: float = 1.0  # Gumbel-softmax temperature at step 0
+    tau_end: float = 0.1  # temperature after tau_steps
+    tau_schedule: str = "exponential"  # exponential, linear, cosine or constant
+    tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
+    tau_is_trainable: bool = False  # learn tau instead of following the schedule
+    batch_size: int = 32  # rows of the context batch; sizes the memory state
+
+    def __post_init__(self) -> None:
+        # Accept lists (from JSON or flags) and store tuples.
+        for name in ("cutoffs", "proj_dims", "candidates"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        if self.proj_dims == ():
+            object.__setattr__(self, "proj_dims", None)
+        object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("vocab_size", "d_model", "num_heads", "d_ffn", "num_layers", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
+                "choose num_heads dividing d_model."
+            )
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {self.mem_len}.")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}.")
+        if self.clamp_len is not None and self.clamp_len < 1:
+            raise ValueError(f"clamp_len must be positive or None, got {self.clamp_len}.")
+        validate_cutoffs(self.cutoffs, self.vocab_size)
+        tail_projection_dims(self.d_model, len(self.cutoffs), self.proj_factor, self.proj_dims)
+        if self.tie_embeddings and self.cutoffs:
+            raise ValueError(
+                "tie_embeddings works with a plain softmax only; set cutoffs=() or "
+                "tie_embeddings=False."
+            )
+        if self.attention not in attention_names():
+            raise ValueError(
+                f"unknown attention {self.attention!r}; valid names: "
+                f"{', '.join(attention_names())}."
+            )
+        if not self.candidates:
+            raise ValueError("candidates is empty; e.g. ('attention', 'dense', 'identity').")
+        for name in self.candidates:
+            if name not in BUILTIN_CANDIDATES and name not in attention_names():
+                raise ValueError(
+                    f"unknown candidate {name!r}; use one of {', '.join(BUILTIN_CANDIDATES)} "
+                    f"or an attention name: {', '.join(attention_names())}."
+                )
+        if self.architecture is not None:
+            blocks = parse_architecture(self.architecture)
+            if len(blocks) != self.num_layers:
+                raise ValueError(
+                    f"architecture {self.architecture!r} has {len(blocks)} blocks but "
+                    f"num_layers={self.num_layers}; set num_layers={len(blocks)}."
+                )
+        if self.eval_mode not in EVAL_MODES:
+            raise ValueError(
+                f"unknown eval_mode {self.eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
+            )
+        validate_temperature(self.tau_schedule, self.tau_start, self.tau_end, self.tau_steps)
+        try:
+            json.dumps(self.attention_options)
+        except TypeError as error:
+            raise ValueError(
+                f"attention_options must hold plain JSON values, got {self.attention_options!r}."
+            ) from error
+
+    # --------------------------------------------------------------- derived
+    @property
+    def block_candidates(self) -> tuple[tuple[str, ...], ...]:
+        """Candidates of each block: the fixed architecture's single choice, or all."""
+        if self.architecture is not None:
+            return tuple((name,) for name in parse_architecture(self.architecture))
+        return tuple(self.candidates for _ in range(self.num_layers))
+
+    @property
+    def is_stochastic(self) -> bool:
+        return self.architecture is None and len(self.candidates) > 1
+
+    # ------------------------------------------------------------- plain dict
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (tuples become lists)."""
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, dict):
+                value = dict(value)
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        """Inverse of `to_dict`; unknown keys raise ValueError."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown ModelConfig fields {unknown}; valid fields: {', '.join(sorted(known))}."
+            )
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,324 @@
+"""PARTransformerXL: the Pay-Attention-when-Required Transformer-XL language model.
+
+Token ids -> embedding * sqrt(d_model) -> dropout -> a stack of stochastic
+blocks (each a Gumbel-softmax mix of attention with XL memory, a
+feed-forward network and the identity) -> hidden states. An adaptive
+softmax on the hidden states gives the token distribution (`log_probs`) and
+the training loss (`token_nll`, `compute_loss`).
+
+The XL memory of every block lives in non-trainable variables sized for the
+fixed context batch, like a stateful RNN: each `model(x, training=...)` call
+reads it, attends over it and writes the new memory back, so `fit` and
+`evaluate` (also XLA-compiled, several steps per execution) carry context
+across batches without help. Training and evaluation have separate memory
+variables, so evaluating never disturbs the training context. `forward`
+is the pure form: states in, states out, no variable written.
+
+References:
+    Mandava et al., "Pay Attention when Required", 2020. https://arxiv.org/abs/2009.04534
+    Dai et al., "Transformer-XL", ACL 2019. https://arxiv.org/abs/1901.02860
+    Grave et al., "Efficient softmax approximation for GPUs", ICML 2017.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from partf.layers.adaptive_softmax import AdaptiveSoftmax
+from partf.layers.stochastic_block import StochasticBlock
+from partf.layers.temperature import Temperature
+from partf.models.config import ModelConfig, architecture_token, parse_architecture
+from partf.serialization import register
+
+STATE_SETS = ("train", "eval")
+_CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfig))
+
+# Nested per block, then per candidate: name -> tensor (or variable).
+States = list[list[dict[str, Any]]]
+
+
+@register
+class PARTransformerXL(keras.Model):
+    """PAR Transformer-XL language model.
+
+    Args:
+        config: a `ModelConfig` (or its dict). Config fields may also be given
+            as keyword arguments, overriding `config`'s; other keyword
+            arguments (name, dtype) go to `keras.Model`.
+
+    Call args:
+        inputs: int [B, T] token ids, 0 = padding; B must equal
+            `config.batch_size` when the model has memory.
+        training: True uses (and updates) the training memory, samples the
+            block weights and increments `step`; False uses the evaluation
+            memory and the deterministic `eval_mode` weights.
+
+    Returns:
+        [B, T, d_model] hidden states (feed to `token_nll` / `log_probs`).
+
+    Example:
+        >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
+        ...                          num_layers=2, mem_len=4, cutoffs=(20,), batch_size=2)
+        >>> x = keras.ops.ones((2, 6), "int32")
+        >>> model.compile(optimizer="adam")
+        >>> history = model.fit(x, x, epochs=1, verbose=0)  # loss from compute_loss
+        >>> model.architecture_string()
+        'A A'
+    """
+
+    def __init__(self, config: ModelConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
+        overrides = {key: kwargs.pop(key) for key in list(kwargs) if key in _CONFIG_FIELDS}
+        if config is None:
+            config = ModelConfig(**overrides)
+        elif isinstance(config, dict):
+            config = ModelConfig.from_dict({**config, **overrides})
+        elif overrides:
+            config = config.replace(**overrides)
+        super().__init__(**kwargs)
+        self.config = config
+        policy = self.dtype_policy
+
+        self.embedding = keras.layers.Embedding(
+            config.vocab_size, config.d_model, dtype=policy, name="embedding"
+        )
+        self.input_dropout = keras.layers.Dropout(
+            config.dropout_rate, dtype=policy, name="input_dropout"
+        )
+        self.temperature = Temperature(
+            config.tau_schedule,
+            config.tau_start,
+            config.tau_end,
+            config.tau_steps,
+            config.tau_is_trainable,
+            name="temperature",
+        )
+        self.blocks = [
+            StochasticBlock(
+                config.d_model,
+                config.num_heads,
+                config.d_ffn,
+                candidates=candidates,
+                attention=config.attention,
+                attention_options=config.attention_options,
+                mem_len=config.mem_len,
+                clamp_len=config.clamp_len,
+                dropout_rate=config.dropout_rate,
+                straight_through=config.straight_through,
+                eval_mode=config.eval_mode,
+                sample_per_example=config.sample_per_example,
+                dtype=policy,
+                name=f"block_{i}",
+            )
+            for i, candidates in enumerate(config.block_candidates)
+        ]
+        # The output distribution and loss stay in float32 under mixed precision.
+        self.output_layer = AdaptiveSoftmax(
+            config.vocab_size,
+            config.cutoffs,
+            config.proj_factor,
+            config.proj_dims,
+            config.tie_embeddings,
+            dtype=policy.variable_dtype,
+            name="adaptive_softmax",
+        )
+        self.step = self.add_weight(
+            name="step", shape=(), dtype="int64", initializer="zeros", trainable=False
+        )
+        # One copy of every block's state per set: [set][block][candidate][name].
+        self._states: dict[str, States] = {}
+        for which in STATE_SETS:
+            self._states[which] = [
+                [
+                    {
+                        name: self.add_weight(
+                            name=f"{which}_state_{b}_{c}_{name}",
+                            shape=shape,
+                            dtype=dtype,
+                            initializer="zeros",
+                            trainable=False,
+                            autocast=False,
+                        )
+                        for name, (shape, dtype) in spec.items()
+                    }
+                    for c, spec in enumerate(block.state_spec(config.batch_size))
+                ]
+                for b, block in enumerate(self.blocks)
+            ]
+        # Everything is known from the config: build now, so a loaded model
+        # has all its variables before the weights are restored.
+        self.build((config.batch_size, None))
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        if self.built:
+            return
+        hidden_shape = (*input_shape, self.config.d_model)
+        self.embedding.build(input_shape)
+        for block in self.blocks:
+            block.build(hidden_shape)
+        self.output_layer.build(hidden_shape)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state_variables(self) -> list[keras.Variable]:
+        """All memory variables, training set then evaluation set."""
+        return [var for which in STATE_SETS for var in self._state_vars(which)]
+
+    def _state_vars(self, which: str) -> list[keras.Variable]:
+        return [var for block in self._states[which] for cand in block for var in cand.values()]
+
+    def initial_state(self, batch_size: int) -> States:
+        """Empty states ("no context") for `forward`, per block and candidate."""
+        return [block.get_initial_state(batch_size) for block in self.blocks]
+
+    def reset_state(self, which: str = "all") -> None:
+        """Empties the memory: which = "all", "train" or "eval"."""
+        if which not in ("all", *STATE_SETS):
+            raise ValueError(f"reset_state(which={which!r}): use 'all', 'train' or 'eval'.")
+        for name in STATE_SETS if which == "all" else (which,):
+            for var in self._state_vars(name):
+                var.assign(ops.zeros(var.shape, var.dtype))
+
+    def _read_states(self, which: str) -> States:
+        return [
+            [{name: var.value for name, var in cand.items()} for cand in block]
+            for block in self._states[which]
+        ]
+
+    def _write_states(self, which: str, states: States) -> None:
+        for block_vars, block_states in zip(self._states[which], states, strict=True):
+            for cand_vars, cand_states in zip(block_vars, block_states, strict=True):
+                for name, var in cand_vars.items():
+                    var.assign(ops.cast(cand_states[name], var.dtype))
+
+    # ---------------------------------------------------------------- forward
+    def tau(self) -> Any:
+        """Current Gumbel-softmax temperature (float32 scalar)."""
+        return self.temperature(ops.convert_to_tensor(self.step))
+
+    def forward(self, inputs: Any, states: States, training: bool = False) -> tuple[Any, States]:
+        """Pure forward pass: writes no variable.
+
+        Args:
+            inputs: int [B, T] token ids, 0 = padding.
+            states: from `initial_state(B)` or a previous `forward`.
+            training: dropout and sampled block weights.
+
+        Returns:
+            (hidden [B, T, d_model], new_states).
+        """
+        inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
+        mask = ops.not_equal(inputs, 0)  # [B, T]
+        x = self.embedding(inputs)  # [B, T, D]
+        x = x * ops.cast(math.sqrt(self.config.d_model), x.dtype)
+        x = self.input_dropout(x, training=training)
+        tau = self.tau()
+        new_states = []
+        for block, block_states in zip(self.blocks, states, strict=True):
+            x, block_states = block(x, states=block_states, tau=tau, mask=mask, training=training)
+            new_states.append(block_states)
+        return x, new_states
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        training = bool(training)
+        inputs = ops.convert_to_tensor(inputs)
+        batch = inputs.shape[0]
+        if self.state_variables and batch is not None and batch != self.config.batch_size:
+            raise ValueError(
+                f"got a batch of {batch} rows but the memory holds config.batch_size="
+                f"{self.config.batch_size}; batch with drop_remainder=True, or use "
+                "model.forward(inputs, model.initial_state(batch)) for other sizes."
+            )
+        which = "train" if training else "eval"
+        hidden, new_states = self.forward(inputs, self._read_states(which), training=training)
+        self._write_states(which, new_states)
+        if training:
+            self.step.assign_add(1)
+        return hidden
+
+    # ----------------------------------------------------------------- output
+    def _tied_kernel(self) -> Any | None:
+        return self.embedding.embeddings if self.config.tie_embeddings else None
+
+    def token_nll(self, hidden: Any, targets: Any) -> Any:
+        """float32 [B, T] -log p(target); 0 where target == 0. No [B, T, V] logits."""
+        return self.output_layer.token_nll(hidden, targets, tied_kernel=self._tied_kernel())
+
+    def log_probs(self, hidden: Any) -> Any:
+        """float32 [B, T, V] exact log-probabilities of every token."""
+        return self.output_layer.log_probs(hidden, tied_kernel=self._tied_kernel())
+
+    def compute_loss(
+        self,
+        x: Any = None,
+        y: Any = None,
+        y_pred: Any = None,
+        sample_weight: Any = None,
+        training: bool = True,
+    ) -> Any:
+        """Mean NLL over non-pad targets, plus any losses added by layers."""
+        weights = ops.cast(ops.not_equal(y, 0), "float32")  # [B, T]
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, "float32")
+            if len(sample_weight.shape) == 1:
+                sample_weight = sample_weight[:, None]
+            weights = weights * sample_weight
+        nll = self.token_nll(y_pred, y)
+        loss = ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+        for extra in self.losses:
+            loss = loss + ops.cast(extra, "float32")
+        return loss
+
+    # ----------------------------------------------------------- architecture
+    @property
+    def candidate_names(self) -> list[str]:
+        """Names of the candidates that `pi()` columns stand for."""
+        if self.config.architecture is None:
+            return list(self.config.candidates)
+        return list(dict.fromkeys(parse_architecture(self.config.architecture)))
+
+    @property
+    def arch_variables(self) -> list[keras.Variable]:
+        """The architecture-logit variables (paths contain "arch_logits")."""
+        return [block.arch_logits for block in self.blocks if block.arch_logits is not None]
+
+    def pi(self) -> np.ndarray:
+        """[num_layers, num_candidates]: softmax of each block's logits
+        (one-hot rows for a fixed architecture)."""
+        names = self.candidate_names
+        rows = []
+        for block in self.blocks:
+            if block.arch_logits is None:
+                row = np.zeros(len(names), np.float32)
+                row[names.index(block.candidates[0])] = 1.0
+            else:
+                row = np.asarray(ops.convert_to_numpy(block.pi()), np.float32)
+            rows.append(row)
+        return np.stack(rows)
+
+    def architecture_string(self) -> str:
+        """The most likely candidate per block, e.g. "A A D D D I"."""
+        names = self.candidate_names
+        return " ".join(architecture_token(names[i]) for i in np.argmax(self.pi(), axis=1))
+
+    # ---------------------------------------------------------- serialization
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "config": self.config.to_dict(),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> PARTransformerXL:
+        config = dict(config)
+        model_config = ModelConfig.from_dict(config.pop("config"))
+        if "dtype" in config and isinstance(config["dtype"], dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(model_config, **config)

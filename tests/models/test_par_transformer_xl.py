@@ -1,0 +1,289 @@
+"""PARTransformerXL: causality, memory, state variables, architecture, training, saving."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from partf.models import ModelConfig, PARTransformerXL
+from tests.layer_checks import assert_close, assert_config_round_trip
+
+V, B = 60, 2
+CONFIG = ModelConfig(
+    vocab_size=V,
+    d_model=16,
+    num_heads=2,
+    d_ffn=32,
+    num_layers=2,
+    mem_len=5,
+    cutoffs=(10, 30),
+    dropout_rate=0.1,
+    eval_mode="expected",
+    tau_steps=100,
+    batch_size=B,
+)
+
+
+def tokens(length, seed=0, batch=B):
+    return np.random.default_rng(seed).integers(1, V, size=(batch, length)).astype("int32")
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(7)
+    net = PARTransformerXL(CONFIG)
+    # Distinct logits per block so "expected" weights are not uniform.
+    net.arch_variables[0].assign([1.0, 0.2, -0.5])
+    net.arch_variables[1].assign([0.3, 0.8, -0.2])
+    return net
+
+
+def test_kwargs_construction_and_errors():
+    net = PARTransformerXL(vocab_size=V, cutoffs=(), d_model=8, num_heads=2, num_layers=1, name="m")
+    assert net.config.d_model == 8 and net.name == "m"
+    assert PARTransformerXL(CONFIG, mem_len=0).config.mem_len == 0
+    with pytest.raises(ValueError, match="sorted and unique"):
+        PARTransformerXL(vocab_size=V, cutoffs=(20, 10))
+
+
+@pytest.mark.parametrize("with_memory", [False, True])
+def test_causal(model, with_memory):
+    states = model.initial_state(B)
+    if with_memory:
+        _, states = model.forward(tokens(4, seed=1), states)
+    x = tokens(6, seed=2)
+    hidden, _ = model.forward(x, states)
+    for t in (0, 2, 5):
+        changed = x.copy()
+        changed[:, t] = changed[:, t] % (V - 1) + 1
+        hidden_2, _ = model.forward(changed, states)
+        assert_close(hidden_2[:, :t], hidden[:, :t], atol=1e-5)
+        assert not np.allclose(np.asarray(hidden_2[:, t]), np.asarray(hidden[:, t]))
+
+
+def test_memory_equals_one_pass(model):
+    # Segment A then B with memory == A + B in one call, for B's positions.
+    a, b = tokens(4, seed=3), tokens(3, seed=4)
+    full, _ = model.forward(np.concatenate([a, b], 1), model.initial_state(B))
+    _, states = model.forward(a, model.initial_state(B))
+    hidden_b, _ = model.forward(b, states)
+    assert_close(hidden_b, full[:, 4:], atol=1e-5)
+    # The same through the stateful call and the evaluation memory.
+    model.reset_state("eval")
+    model(a, training=False)
+    assert_close(model(b, training=False), full[:, 4:], atol=1e-5)
+    # Without memory the context is lost.
+    alone, _ = model.forward(b, model.initial_state(B))
+    assert not np.allclose(np.asarray(alone), np.asarray(full[:, 4:]), atol=1e-3)
+
+
+def test_train_and_eval_state_sets(model):
+    model.reset_state()
+    step = int(model.step.numpy())
+    train_vars = model.state_variables[: len(model.state_variables) // 2]
+    eval_vars = model.state_variables[len(model.state_variables) // 2 :]
+    assert len(train_vars) == CONFIG.num_layers * 2  # memory and its mask per block
+    model(tokens(3), training=False)
+    assert int(model.step.numpy()) == step
+    assert all(not np.any(v.numpy()) for v in train_vars)
+    assert all(np.any(v.numpy()) for v in eval_vars)
+    model.reset_state("eval")
+    model(tokens(3), training=True)
+    assert int(model.step.numpy()) == step + 1
+    assert all(np.any(v.numpy()) for v in train_vars)
+    assert all(not np.any(v.numpy()) for v in eval_vars)
+    model.reset_state("train")
+    assert all(not np.any(v.numpy()) for v in model.state_variables)
+    model.step.assign(step)
+    with pytest.raises(ValueError, match="which='both'"):
+        model.reset_state("both")
+
+
+def test_batch_must_match_memory(model):
+    with pytest.raises(ValueError, match="batch of 3 rows but the memory holds"):
+        model(tokens(4, batch=3))
+    hidden, _ = model.forward(tokens(4, batch=3), model.initial_state(3))  # pure form: fine
+    assert hidden.shape == (3, 4, CONFIG.d_model)
+
+
+def test_pads_are_masked_and_free(model):
+    x = tokens(6, seed=5)
+    x[1, 4:] = 0  # a final partial segment
+    hidden, states = model.forward(x, model.initial_state(B))
+    memory_mask = np.asarray(states[0][0]["memory_mask"])
+    np.testing.assert_array_equal(memory_mask[1], [1, 1, 1, 0, 0])
+    # Changing what sits in the padded slots changes nothing for real tokens.
+    other = x.copy()
+    other[1, 4:] = 0
+    other_hidden, _ = model.forward(other, model.initial_state(B))
+    assert_close(other_hidden[:, :4], hidden[:, :4])
+    nll = np.asarray(model.token_nll(hidden, x))
+    assert np.all(nll[1, 4:] == 0) and np.all(nll[x != 0] > 0)
+    loss = float(model.compute_loss(x=None, y=x, y_pred=hidden))
+    assert loss == pytest.approx(nll.sum() / (x != 0).sum(), rel=1e-5)
+    log_probs = np.asarray(model.log_probs(hidden))
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
+
+
+def test_tau_follows_the_step():
+    net = PARTransformerXL(CONFIG, tau_schedule="linear", tau_start=1.0, tau_end=0.5)
+    net.step.assign(50)
+    assert float(net.tau()) == pytest.approx(0.75)
+    trainable = PARTransformerXL(CONFIG, tau_is_trainable=True, tau_start=0.8)
+    assert float(trainable.tau()) == pytest.approx(0.8)
+    assert any("log_tau" in w.path for w in trainable.trainable_weights)
+
+
+def test_architecture_api_and_fixed_model(model):
+    assert model.candidate_names == ["attention", "dense", "identity"]
+    assert all("arch_logits" in v.path for v in model.arch_variables)
+    pi = model.pi()
+    np.testing.assert_allclose(pi.sum(1), 1.0, rtol=1e-6)
+    assert model.architecture_string() == "A D"
+
+    fixed = PARTransformerXL(CONFIG, architecture=model.architecture_string(), eval_mode="argmax")
+    assert fixed.arch_variables == []
+    assert fixed.architecture_string() == "A D"
+    np.testing.assert_array_equal(fixed.pi(), [[1, 0], [0, 1]])
+    # With the chosen candidates' weights, the fixed model is the stochastic
+    # model's argmax evaluation.
+    fixed.embedding.set_weights(model.embedding.get_weights())
+    fixed.output_layer.set_weights(model.output_layer.get_weights())
+    for fixed_block, block, chosen in zip(fixed.blocks, model.blocks, (0, 1), strict=True):
+        fixed_block.sublayers[0].set_weights(block.sublayers[chosen].get_weights())
+        fixed_block.norms[0].set_weights(block.norms[chosen].get_weights())
+    x = tokens(5, seed=6)
+    for block in model.blocks:
+        block.eval_mode = "argmax"
+    try:
+        expected, _ = model.forward(x, model.initial_state(B))
+    finally:
+        for block in model.blocks:
+            block.eval_mode = "expected"
+    got, _ = fixed.forward(x, fixed.initial_state(B))
+    assert_close(got, expected, atol=1e-5)
+
+
+def test_config_round_trip_non_default():
+    config = ModelConfig(
+        vocab_size=V,
+        d_model=12,
+        num_heads=3,
+        d_ffn=20,
+        num_layers=3,
+        mem_len=4,
+        dropout_rate=0.2,
+        cutoffs=(),
+        proj_factor=2,
+        proj_dims=None,
+        tie_embeddings=True,
+        straight_through=True,
+        clamp_len=6,
+        attention="relative",
+        attention_options={"head_dim": 6},
+        candidates=("attention", "relative", "dense"),
+        architecture=None,
+        eval_mode="sample",
+        sample_per_example=True,
+        tau_start=2.0,
+        tau_end=0.5,
+        tau_schedule="cosine",
+        tau_steps=300,
+        tau_is_trainable=True,
+        batch_size=3,
+    )
+    net = PARTransformerXL(config, name="par")
+    clone = assert_config_round_trip(net)
+    assert clone.config == config
+    assert net.get_config()["config"] == config.to_dict()
+    # Tied output: the adaptive softmax keeps only a bias.
+    assert [w.name for w in net.output_layer.weights] == ["head_bias"]
+    hidden = net(tokens(4, batch=3), training=True)
+    np.testing.assert_allclose(np.exp(np.asarray(net.log_probs(hidden))).sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A model fitted a few epochs on a repeated random sequence, and its history."""
+    keras.utils.set_random_seed(11)
+    net = PARTransformerXL(CONFIG, dropout_rate=0.0)
+    stream = np.random.default_rng(12).integers(1, V, size=(B, 6 * 7 + 1)).astype("int32")
+    # Context batching: row b is one continuous stream, cut into segments of 6.
+    x = np.concatenate([stream[:, i * 6 : i * 6 + 6] for i in range(7)])
+    y = np.concatenate([stream[:, i * 6 + 1 : i * 6 + 7] for i in range(7)])
+    net.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
+    logits_before = [v.numpy().copy() for v in net.arch_variables]
+    history = net.fit(x, y, batch_size=B, epochs=6, shuffle=False, verbose=0)
+    return net, history.history["loss"], logits_before, (x, y)
+
+
+def test_fit_reduces_loss_and_trains_architecture(trained):
+    net, losses, logits_before, _ = trained
+    assert losses[-1] < losses[0] - 0.3, losses
+    assert int(net.step.numpy()) == 6 * 7
+    assert any(
+        not np.allclose(v.numpy(), before)
+        for v, before in zip(net.arch_variables, logits_before, strict=True)
+    )
+    assert all(np.any(v.numpy()) for v in net.state_variables[:4])  # training memory filled
+
+
+def test_keras_round_trip_is_exact_and_trains_on(trained, tmp_path):
+    net, _, _, (x, y) = trained
+    path = tmp_path / "par.keras"
+    net.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, PARTransformerXL) and loaded.config == net.config
+    for original, restored in zip(net.weights, loaded.weights, strict=True):
+        np.testing.assert_array_equal(original.numpy(), restored.numpy())
+    # Identical outputs, memory included (the stateful call uses the saved memory).
+    assert_close(loaded(x[:B], training=False), net(x[:B], training=False), rtol=0, atol=0)
+    step = int(loaded.step.numpy())
+    history = loaded.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert int(loaded.step.numpy()) == step + len(x) // B
+
+
+def test_mixed_precision_keeps_state_and_loss_in_float32():
+    net = PARTransformerXL(CONFIG, dtype="mixed_bfloat16")
+    x = tokens(4)
+    hidden = net(x, training=True)
+    assert hidden.dtype == "bfloat16"
+    assert {v.dtype for v in net.state_variables} == {"float32", "int32"}
+    assert all(v.dtype == "float32" for v in net.arch_variables)
+    nll = net.token_nll(hidden, x)
+    assert nll.dtype == "float32" and np.all(np.isfinite(np.asarray(nll)))
+    assert net.log_probs(hidden).dtype == "float32"
+
+
+@pytest.mark.compile
+def test_jit_compiled_stateful_call_equals_eager():
+    keras.utils.set_random_seed(13)
+    net = PARTransformerXL(CONFIG)
+    a, b = tokens(4, seed=8), tokens(4, seed=9)
+    eager = [net(a, training=False), net(b, training=False)]
+    eager_memory = [v.numpy() for v in net.state_variables]
+    net.reset_state()
+    step = tf.function(lambda x: net(x, training=False), jit_compile=True)
+    compiled = [step(a), step(b)]
+    for got, want in zip(compiled, eager, strict=True):
+        assert_close(got, want, atol=1e-5)
+    for var, want in zip(net.state_variables, eager_memory, strict=True):
+        assert_close(var.numpy(), want, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_jit_fit_with_several_steps_per_execution_matches_eager():
+    # Fixed architecture, no dropout: training is deterministic, so the
+    # compiled multi-step loop must reproduce eager training exactly.
+    config = CONFIG.replace(architecture="A D", dropout_rate=0.0)
+    stream = np.random.default_rng(14).integers(1, V, size=(4 * B, 6)).astype("int32")
+    results = []
+    for jit, steps in ((False, 1), (True, 2)):
+        keras.utils.set_random_seed(15)
+        net = PARTransformerXL(config)
+        net.compile(optimizer="adam", jit_compile=jit, steps_per_execution=steps)
+        net.fit(stream, stream, batch_size=B, epochs=1, shuffle=False, verbose=0)
+        results.append([v.numpy() for v in net.weights])
+    for got, want in zip(results[1], results[0], strict=True):
+        assert_close(got, want, rtol=1e-4, atol=1e-5)
