@@ -39,7 +39,10 @@ def draw_orthogonal_features(num_heads: int, num_features: int, head_dim: int, s
     """
     blocks = -(-num_features // head_dim)
     gaussian = keras.random.normal((num_heads, blocks, head_dim, head_dim), seed=seed)
-    q, _ = ops.qr(gaussian)  # orthonormal columns
+    q, r = ops.qr(gaussian)  # orthonormal columns
+    # Householder QR fixes the sign of each column (its first entry is always
+    # of one sign): flip by sign(diag R) so the directions are uniform (Haar).
+    q = q * ops.sign(ops.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
     rows = ops.reshape(ops.swapaxes(q, -1, -2), (num_heads, blocks * head_dim, head_dim))
     rows = rows[:, :num_features]
     lengths = ops.norm(keras.random.normal((num_heads, num_features, head_dim), seed=seed), axis=-1)

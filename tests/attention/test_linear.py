@@ -1,0 +1,66 @@
+"""Linear attention (elu + 1) against its explicit masked quadratic form."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from partf.attention import create_attention, get_attention_class
+from partf.attention.chunked import causal_linear_attention_reference
+from partf.attention.linear import LinearAttention
+from tests.attention.helpers import (
+    assert_attend_matches,
+    assert_causal,
+    assert_finite_on_large_inputs,
+    assert_segments_equal_one_call,
+    random_heads,
+    random_state,
+    random_tokens,
+)
+from tests.layer_checks import assert_config_round_trip
+
+
+def reference(q, k, v, state, mask):
+    """sum_{j<=i} phi(q_i).phi(k_j) v_j / sum_{j<=i} phi(q_i).phi(k_j), plus the state."""
+    phi = lambda x: ops.elu(ops.cast(x, "float64")) + 1.0
+    state = {"s": state["s"], "z": np.abs(state["z"])}
+    return causal_linear_attention_reference(phi(q), phi(k), v, state, mask=mask)
+
+
+@pytest.mark.parametrize(
+    "batch,length,heads,dim,chunk",
+    [(1, 7, 1, 4, 4), (2, 37, 3, 4, 8), (2, 16, 2, 3, 64)],
+)
+def test_matches_reference(batch, length, heads, dim, chunk):
+    layer = LinearAttention(heads * dim, heads, chunk_size=chunk)
+    layer.build((None, None, heads * dim))
+    q, k, v = random_heads(batch, length, heads, dim)
+    _, mask = random_tokens(batch, length, 1, seed=1)
+    state = random_state(layer, batch)
+    state["z"] = np.abs(state["z"])  # sums of positive features
+    assert_attend_matches(layer, reference, q, k, v, state, mask)
+
+
+def test_segments_equal_one_call():
+    layer = create_attention("linear", 12, 3, chunk_size=4)
+    x, mask = random_tokens(2, 37, 12)
+    assert_segments_equal_one_call(layer, x, mask)
+
+
+def test_causal():
+    layer = create_attention("linear", 12, 3, chunk_size=4)
+    x, mask = random_tokens(2, 13, 12)
+    assert_causal(layer, x, mask, position=6)
+
+
+def test_finite_on_large_inputs():
+    assert_finite_on_large_inputs("linear", {"chunk_size": 8})
+
+
+def test_config_round_trip_and_validation():
+    assert get_attention_class("linear") is LinearAttention
+    layer = LinearAttention(12, 3, chunk_size=5, head_dim=6, use_bias=True)
+    assert assert_config_round_trip(layer).chunk_size == 5
+    with pytest.raises(ValueError, match="chunk_size must be positive"):
+        LinearAttention(12, 3, chunk_size=0)
+    with pytest.raises(ValueError, match="causal only"):
+        LinearAttention(12, 3, causal=False)
