@@ -1,0 +1,95 @@
+"""Checkpoints: round trip, pruning, and no unloadable latest checkpoint after a crash."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from partf.training import checkpoint as checkpoint_module
+from partf.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    atomic_write_text,
+    restore_variables,
+)
+
+
+def _variables():
+    return [
+        keras.Variable(np.arange(6, dtype="float32").reshape(2, 3), name="w"),
+        keras.Variable(np.int64(7), name="step", trainable=False),
+    ]
+
+
+def test_round_trip_restores_values_and_meta(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=5)
+    variables = _variables()
+    path = manager.save(12, {"model": variables}, meta={"epoch": 1, "config": {"a": [1, 2]}})
+    assert path.name == "ckpt-00000012.npz"
+    fresh = [keras.Variable(np.zeros((2, 3), "float32")), keras.Variable(np.int64(0))]
+    groups, meta, latest = manager.load_latest()
+    assert latest == path
+    assert meta["step"] == 12 and meta["epoch"] == 1 and meta["config"] == {"a": [1, 2]}
+    restore_variables(fresh, groups["model"], "model")
+    np.testing.assert_array_equal(fresh[0].numpy(), variables[0].numpy())
+    assert fresh[1].numpy() == 7
+
+
+def test_keeps_only_the_newest(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=2)
+    for step in (1, 2, 3, 4):
+        manager.save(step, {"model": _variables()}, meta={})
+    assert [step for step, _ in manager.checkpoints()] == [3, 4]
+
+
+def test_crash_before_the_rename_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    manager = CheckpointManager(tmp_path, keep=5)
+    manager.save(1, {"model": _variables()}, meta={"n": 1})
+
+    def killed(src, dst):
+        raise KeyboardInterrupt  # the process dies between writing and renaming
+
+    monkeypatch.setattr(checkpoint_module.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        manager.save(2, {"model": _variables()}, meta={"n": 2})
+    monkeypatch.undo()
+    # A half-written temporary file, as a SIGKILL mid-write would leave one.
+    (tmp_path / ".tmp-999999-ckpt-00000003.npz").write_bytes(b"PK\x03\x04 partial")
+    groups, meta, path = manager.load_latest()
+    assert meta["n"] == 1 and path.name == "ckpt-00000001.npz"
+    manager.save(4, {"model": _variables()}, meta={"n": 4})
+    assert not list(tmp_path.glob(".tmp-*")), "stale temporary files are cleaned up"
+
+
+def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=5)
+    manager.save(1, {"model": _variables()}, meta={"n": 1})
+    newest = manager.save(2, {"model": _variables()}, meta={"n": 2})
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])  # truncated on disk
+    with pytest.raises(CheckpointError, match="unreadable"):
+        manager.load(newest)
+    _, meta, path = manager.load_latest()
+    assert meta["n"] == 1
+
+
+def test_restore_refuses_another_configuration(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, {"model": _variables()}, meta={})
+    groups, _, _ = manager.load_latest()
+    wider = [keras.Variable(np.zeros((2, 4), "float32"), name="w"), keras.Variable(np.int64(0))]
+    with pytest.raises(CheckpointError, match=r"shape \(2, 4\) but the checkpoint holds \(2, 3\)"):
+        restore_variables(wider, groups["model"], "model")
+    with pytest.raises(CheckpointError, match="has 2 model variables but this run has 1"):
+        restore_variables(wider[:1], groups["model"], "model")
+
+
+def test_atomic_text_write_replaces_whole_files(tmp_path):
+    target = tmp_path / "results.json"
+    atomic_write_text(target, "old")
+    atomic_write_text(target, "new")
+    assert target.read_text() == "new"
+    assert os.listdir(tmp_path) == ["results.json"]
