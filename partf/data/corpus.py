@@ -48,7 +48,7 @@ def find_splits(directory: str | os.PathLike, train_split: str = "train") -> dic
     files = {split: directory / f"{split}.txt" for split in SPLITS}
     if train_split == "valid":
         files["train"] = files["valid"]
-        logger.warning("training on %s as a stand-in for train.txt", files["valid"])
+        logger.warning("using %s as a stand-in for train.txt", files["valid"])
     elif not files["train"].is_file():
         raise UsageError(
             f"train.txt is missing from {directory}; add it (--source=wikitext-2 downloads "

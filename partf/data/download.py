@@ -23,6 +23,7 @@ has no known checksum; its extracted files are what is checked.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import http.client
@@ -276,7 +277,6 @@ def fetch_wikitext2(
         ['test.txt', 'train.txt', 'valid.txt']
     """
     dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
     names = [n for n in SPLIT_FILES if not verify_file(dest_dir / n, checksums[n])]
     for name in names:
         if (dest_dir / name).exists():
@@ -285,6 +285,26 @@ def fetch_wikitext2(
         logger.info("WikiText-2 is already in %s and matches its checksums", dest_dir)
         return {n: dest_dir / n for n in SPLIT_FILES}
 
+    # Folders made here are removed again if every source fails.
+    created = [p for p in (dest_dir, *dest_dir.parents) if not p.exists()]
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _fetch_first(dest_dir, names, sources, checksums, timeout)
+    except DataError:
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty
+        raise
+
+
+def _fetch_first(
+    dest_dir: Path,
+    names: list[str],
+    sources: Iterable[str],
+    checksums: Mapping[str, str],
+    timeout: float,
+) -> dict[str, Path]:
+    """Tries the sources in order; the first whose files all verify is moved in."""
     failures: list[tuple[str, _SourceFailed]] = []
     for source in sources:
         staging = Path(dest_dir / f".fetch-{os.getpid()}")

@@ -91,7 +91,7 @@ def test_checksum_mismatch_deletes_and_says_so(archives, tmp_path, caplog):
     assert "checksum mismatch in train.txt (deleted)" in message
     assert "\n" not in message
     assert "train.txt" in caplog.text and "deleted" in caplog.text
-    assert list(dest.iterdir()) == []  # nothing half-fetched is left, not even valid.txt
+    assert list(tmp_path.iterdir()) == []  # nothing is left, not even valid.txt or the folder
 
 
 def test_falls_back_to_mirrors(archives, tmp_path, caplog):

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the training records. With no arguments: downloads WikiText-2 (word level,
+# checksums verified), trains the 12k SentencePiece tokenizer on its train split and writes
+#   data/wikitext-2/{train,valid,test}.txt
+#   data/tokenizer/wiki2_12k.model (.vocab)
+#   data/wikitext2_bsz32_seqlen32_tfrecords_{train,valid,test}/
+# Needs only python3: sets up (or reuses) .venv through scripts/setup_env.sh.
+#
+# Environment:
+#   DATA_DIR=path            use local text instead of downloading: a folder with train.txt,
+#                            valid.txt and test.txt, a WikiText-2 zip, or one text file of
+#                            your own (split by lines: 90% train, 5% valid, 5% test, into
+#                            data/<its name>/).
+#   PARTF_TRAIN_SPLIT=valid  offline stand-in where train.txt is absent: the tokenizer and the
+#                            _train records come from valid.txt. valid.txt alone cannot support
+#                            12,000 pieces, so VOCAB_SIZE defaults to 6000 then.
+#   VOCAB_SIZE=N             tokenizer size (default 12000), written as wiki2_<N/1000>k.model.
+#   SP_MODEL=file.model      use this existing tokenizer instead of training one.
+# Extra arguments go to partf-build-data (e.g. --overwrite, --shards=4, --batch_size=16).
+# Outputs that exist are kept: it says so and stops; pass --overwrite to rebuild.
+#
+# Examples:
+#   ./create_tfrecords.sh
+#   DATA_DIR=~/corpora/wikitext-2 ./create_tfrecords.sh --overwrite
+#   DATA_DIR=../shared/data/wikitext-2 PARTF_TRAIN_SPLIT=valid ./create_tfrecords.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+# The explicit "" (no extras) keeps setup_env.sh from reading this script's own
+# arguments as its extras: a sourced file sees the caller's "$@".
+source scripts/setup_env.sh ""
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+
+TRAIN_SPLIT="${PARTF_TRAIN_SPLIT:-train}"
+if [ "$TRAIN_SPLIT" = "valid" ]; then
+  VOCAB_SIZE="${VOCAB_SIZE:-6000}"
+else
+  VOCAB_SIZE="${VOCAB_SIZE:-12000}"
+fi
+RECORDS=data/wikitext2_bsz32_seqlen32_tfrecords
+args=(--batch_size=32 --seq_len=32 --tfrecords_directory="$RECORDS" --train_split="$TRAIN_SPLIT")
+
+if [ -n "${SP_MODEL:-}" ]; then
+  TOKENIZER="$SP_MODEL"
+  args+=(--sp_model_prefix="$SP_MODEL")
+else
+  TOKENIZER="data/tokenizer/wiki2_$((VOCAB_SIZE / 1000))k.model"
+  args+=(--train_tokenizer --vocab_size="$VOCAB_SIZE" --sp_model_prefix="${TOKENIZER%.model}")
+fi
+
+if [ -z "${DATA_DIR:-}" ]; then
+  args+=(--source=wikitext-2 --text_file=data/wikitext-2)
+elif [ -d "$DATA_DIR" ]; then
+  args+=(--text_file="$DATA_DIR" --from_directory)
+elif [ -f "$DATA_DIR" ]; then
+  args+=(--source="$DATA_DIR")
+  case "$DATA_DIR" in *.zip) args+=(--text_file=data/wikitext-2) ;; esac
+else
+  echo "create_tfrecords.sh: error: DATA_DIR=$DATA_DIR is neither a folder nor a file; give a folder with train.txt, valid.txt and test.txt, a zip, or a text file" >&2
+  exit 2
+fi
+
+built=1
+for out in "$TOKENIZER" "${RECORDS}_train" "${RECORDS}_valid" "${RECORDS}_test"; do
+  [ -e "$out" ] || built=0
+done
+if [ "$built" = 1 ] && [[ " $* " != *" --overwrite "* ]]; then
+  echo "partf: records already built (${RECORDS}_{train,valid,test}, $TOKENIZER); pass --overwrite to rebuild" >&2
+  exit 0
+fi
+
+partf-build-data "${args[@]}" "$@"
