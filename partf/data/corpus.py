@@ -40,6 +40,11 @@ def find_splits(directory: str | os.PathLike, train_split: str = "train") -> dic
     directory = Path(directory)
     if train_split not in ("train", "valid"):
         raise UsageError(f"--train_split must be train or valid, got {train_split!r}")
+    if directory.is_file():
+        raise UsageError(
+            f"{directory} is a file, not a folder; drop --from_directory to build it into one "
+            f"record folder, or pass --source={directory} to split it into train, valid and test"
+        )
     if not directory.is_dir():
         raise UsageError(
             f"text folder {directory} does not exist; give a folder with train.txt, valid.txt "

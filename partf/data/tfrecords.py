@@ -161,9 +161,8 @@ def _infer_metadata(files: list[Path]) -> RecordsMetadata:
         if first is None:
             raise DataError(f"{files[0]} holds no records; rebuild it")
         shape = parse_batch(first).shape
-        counts = [
-            int(tf.data.TFRecordDataset([str(f)]).reduce(0, lambda n, _: n + 1)) for f in files
-        ]
+        count = tf.autograph.experimental.do_not_convert(lambda n, _: n + 1)
+        counts = [int(tf.data.TFRecordDataset([str(f)]).reduce(0, count)) for f in files]
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
         raise DataError(
             f"{where} does not hold context-batch records ({e.message.splitlines()[0]}); "

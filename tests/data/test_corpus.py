@@ -26,6 +26,8 @@ def test_find_splits(tiny_corpus, tmp_path):
         find_splits(tmp_path, "valid")
     with pytest.raises(UsageError, match="does not exist"):
         find_splits(tmp_path / "nowhere")
+    with pytest.raises(UsageError, match="is a file, not a folder; drop --from_directory"):
+        find_splits(tmp_path / "valid.txt")
 
 
 def test_split_text_file_keeps_lines_whole_and_in_order(tmp_path):
