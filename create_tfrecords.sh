@@ -26,9 +26,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
-# The explicit "" (no extras) keeps setup_env.sh from reading this script's own
-# arguments as its extras: a sourced file sees the caller's "$@".
-source scripts/setup_env.sh ""
+source scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
 TRAIN_SPLIT="${PARTF_TRAIN_SPLIT:-train}"

@@ -4,7 +4,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-source scripts/setup_env.sh test
+PARTF_EXTRAS=test
+source scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 ruff check .
 ruff format --check . || { echo "partf: code is not ruff-formatted; run 'ruff format .'" >&2; exit 1; }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the virtual environment .venv and installs partf into it.
-# Usage: source scripts/setup_env.sh [extras]   e.g. "test"
+# Usage: PARTF_EXTRAS=test source scripts/setup_env.sh   (extras: "", "test", "gpu", "test,gpu")
+# Extras come from a variable, not an argument: a sourced file sees its caller's "$@".
 # Needs only python3 (3.10 to 3.12). Reinstalls only when setup.py changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PARTF_VENV:-$ROOT/.venv}"
-EXTRAS="${1:-}"
+EXTRAS="${PARTF_EXTRAS:-}"
 PYTHON="${PYTHON:-python3}"
 
 if [ ! -x "$VENV/bin/python" ]; then
