@@ -92,6 +92,10 @@ class Attention(keras.layers.Layer):
         # `mask` is our own padding argument, not Keras mask propagation;
         # accepting it avoids Keras' "destroys the mask" warning on every call.
         self.supports_masking = True
+        # Keras would cast every floating call argument to the compute dtype,
+        # the state included; the state must reach `call` in float32 under
+        # mixed precision, so `__call__` and `call` convert `x` themselves.
+        self._convert_input_args = False
 
     def compute_mask(self, inputs: Any, previous_mask: Any = None) -> None:
         return None
@@ -139,6 +143,11 @@ class Attention(keras.layers.Layer):
         }
 
     # ------------------------------------------------------------------ call
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(x, keras.KerasTensor):
+            x = ops.convert_to_tensor(x)
+        return super().__call__(x, *args, **kwargs)
+
     def call(
         self,
         x: Any,
@@ -155,6 +164,7 @@ class Attention(keras.layers.Layer):
         Returns:
             (y [B, T, D], new_state).
         """
+        x = ops.cast(x, self.compute_dtype)
         if state is None:
             state = self.get_initial_state(ops.shape(x)[0])
         q = self.query_dense(x)  # [B, T, H, Dh]
