@@ -127,6 +127,7 @@ class PrimalAttention(Attention):
         return {"sum_q": shape, "sum_k": shape}
 
     def call(self, x, state=None, mask=None, training=None) -> tuple[Any, State]:
+        x = ops.cast(x, self.compute_dtype)
         if state is None:
             state = self.get_initial_state(ops.shape(x)[0])
         batch, length = ops.shape(x)[0], ops.shape(x)[1]

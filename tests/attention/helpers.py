@@ -52,11 +52,8 @@ def gradients(fn: Callable[..., Any], inputs: Sequence[Any], seed: int = 7) -> l
     rng = np.random.default_rng(seed)
     variables = [tf.Variable(np.asarray(x, dtype="float32")) for x in inputs]
     with tf.GradientTape() as tape:
-        outputs = [
-            tf.cast(out, tf.float64)
-            for out in tf.nest.flatten(fn(*variables))
-            if out.dtype.is_floating
-        ]
+        flat = [tf.convert_to_tensor(out) for out in tf.nest.flatten(fn(*variables))]
+        outputs = [tf.cast(out, tf.float64) for out in flat if out.dtype.is_floating]
         loss = sum(
             tf.reduce_sum(out * rng.normal(size=out.shape).astype("float64")) for out in outputs
         )

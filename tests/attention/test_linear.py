@@ -64,3 +64,15 @@ def test_config_round_trip_and_validation():
         LinearAttention(12, 3, chunk_size=0)
     with pytest.raises(ValueError, match="causal only"):
         LinearAttention(12, 3, causal=False)
+
+
+def test_state_stays_float32_under_mixed_precision():
+    """Keras would cast call arguments to bfloat16; the carried sums must not be."""
+    layer = LinearAttention(8, 2, dtype="mixed_bfloat16")
+    x, _ = random_tokens(1, 3, 8)
+    state = layer.get_initial_state(1)
+    state = {name: value + 1.0 + 2.0**-12 for name, value in state.items()}  # not a bfloat16
+    _, new = layer(x, state=state, mask=np.zeros((1, 3), bool))  # nothing new to add
+    for name, value in new.items():
+        assert value.dtype == "float32"
+        np.testing.assert_array_equal(np.asarray(value), np.asarray(state[name]), err_msg=name)
