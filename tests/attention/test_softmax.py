@@ -48,7 +48,7 @@ def reference(layer, q, k, v, state, mask):
     "batch,length,heads,dim,mem_len,causal",
     [
         (1, 7, 1, 4, 0, True),
-        (2, 37, 3, 4, 5, True),
+        (2, 23, 3, 4, 5, True),
         (2, 9, 2, 3, 12, True),
         (2, 11, 2, 4, 3, False),
     ],
