@@ -103,13 +103,17 @@ class RelativeAttention(Attention):
         d_model: width D of the input and output.
         num_heads: number of heads H.
         head_dim: width Dh of each head; defaults to `d_model // num_heads`.
-        dropout_rate: dropout on the attention weights and on the output.
+        dropout_rate: dropout on the output.
         causal: whether position t only sees positions <= t (and the memory).
         use_bias: whether the query, key, value and output projections have
             biases (Transformer-XL's do not).
         mem_len: number M of past layer inputs kept as memory; 0 disables it.
         clamp_len: distances beyond this are treated as this distance; None
             keeps all distances.
+        attention_dropout_rate: dropout on the attention weights
+            (Transformer-XL's `dropatt`). 0 by default, as the original PAR
+            model and Transformer-XL's base settings: it also costs a random
+            draw per (query, key) pair.
 
     Call args:
         x: [B, T, D] segment.
@@ -138,6 +142,7 @@ class RelativeAttention(Attention):
     options = {
         "mem_len": (0, "memory length; the model sets it from --mem_len"),
         "clamp_len": (None, "largest relative distance encoded (None: no clamp)"),
+        "attention_dropout_rate": (0.0, "dropout on the attention weights (dropatt)"),
     }
 
     def __init__(
@@ -150,6 +155,7 @@ class RelativeAttention(Attention):
         use_bias: bool = False,
         mem_len: int = 0,
         clamp_len: int | None = None,
+        attention_dropout_rate: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -167,6 +173,11 @@ class RelativeAttention(Attention):
             raise ValueError(f"clamp_len must be positive or None, got {clamp_len}.")
         self.mem_len = int(mem_len)
         self.clamp_len = None if clamp_len is None else int(clamp_len)
+        if not 0.0 <= attention_dropout_rate < 1.0:
+            raise ValueError(
+                f"attention_dropout_rate must be in [0, 1), got {attention_dropout_rate}."
+            )
+        self.attention_dropout_rate = float(attention_dropout_rate)
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         super().build(input_shape)
@@ -178,6 +189,9 @@ class RelativeAttention(Attention):
             name="position",
         )
         self.position_dense.build((None, self.d_model))
+        self.attention_dropout = keras.layers.Dropout(
+            self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
+        )
         heads = (self.num_heads, self.head_dim)
         self.content_bias = self.add_weight(
             name="content_bias", shape=heads, initializer="glorot_normal"
@@ -252,7 +266,8 @@ class RelativeAttention(Attention):
             visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
         scores = ops.where(visible, scores, _MASKED)
         weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
-        weights = self.dropout(weights, training=training)
+        if self.attention_dropout_rate > 0:
+            weights = self.attention_dropout(weights, training=training)
         out = ops.einsum("bhts,bshk->bthk", weights, v)  # [B, T, H, Dh]
         y = self.dropout(self.output_dense(out), training=training)  # [B, T, D]
 
@@ -266,7 +281,11 @@ class RelativeAttention(Attention):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(mem_len=self.mem_len, clamp_len=self.clamp_len)
+        config.update(
+            mem_len=self.mem_len,
+            clamp_len=self.clamp_len,
+            attention_dropout_rate=self.attention_dropout_rate,
+        )
         return config
 
 

@@ -65,9 +65,13 @@ def tail_projection_dims(
     return tuple(max(1, d_model // proj_factor**i) for i in range(1, num_tails + 1))
 
 
-def _gather_last(values: Any, index: Any) -> Any:
-    """values[..., index[...]] for a per-position index: [..., N], [...] -> [...]."""
-    return ops.take_along_axis(values, ops.expand_dims(index, -1), axis=-1)[..., 0]
+def _cross_entropy(targets: Any, logits: Any) -> Any:
+    """-log softmax(logits)[target] per position: [...], [..., N] -> [...].
+
+    One fused kernel where the backend has one (TensorFlow's sparse softmax
+    cross-entropy), which is much cheaper than a log-softmax and a gather.
+    """
+    return ops.sparse_categorical_crossentropy(targets, logits, from_logits=True)
 
 
 @register
@@ -165,7 +169,7 @@ class AdaptiveSoftmax(keras.layers.Layer):
         self.built = True
 
     # ------------------------------------------------------------- pieces
-    def _head_log_probs(self, hidden: Any, tied_kernel: Any | None) -> Any:
+    def _head_logits(self, hidden: Any, tied_kernel: Any | None) -> Any:
         if self.tie_embeddings:
             if tied_kernel is None:
                 raise ValueError(
@@ -176,31 +180,32 @@ class AdaptiveSoftmax(keras.layers.Layer):
             logits = ops.einsum("...d,vd->...v", hidden, kernel) + self.head_bias
         else:
             logits = self.head(hidden)
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        return ops.cast(logits, "float32")  # [..., head_size]
 
-    def _tail_log_probs(self, hidden: Any, i: int) -> Any:
+    def _tail_logits(self, hidden: Any, i: int) -> Any:
         logits = self.tail_outputs[i](self.tail_projections[i](hidden))
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        return ops.cast(logits, "float32")  # [..., cluster size]
 
     # ---------------------------------------------------------------- API
     def log_probs(self, hidden: Any, tied_kernel: Any | None = None) -> Any:
         """Exact log-probabilities of every token: [..., D] -> float32 [..., V]."""
         hidden = ops.cast(hidden, "float32")
-        head = self._head_log_probs(hidden, tied_kernel)
+        head = ops.log_softmax(self._head_logits(hidden, tied_kernel), axis=-1)
         if not self.num_tails:
             return head
         c0 = self.cutoffs[0]
         pieces = [head[..., :c0]]
         for i in range(self.num_tails):
-            pieces.append(self._tail_log_probs(hidden, i) + head[..., c0 + i : c0 + i + 1])
+            tail = ops.log_softmax(self._tail_logits(hidden, i), axis=-1)
+            pieces.append(tail + head[..., c0 + i : c0 + i + 1])
         return ops.concatenate(pieces, axis=-1)
 
     def token_nll(self, hidden: Any, targets: Any, tied_kernel: Any | None = None) -> Any:
         """-log p(target) at every position, 0 where target == 0 (padding).
 
-        Never forms [..., V] logits: each tail cluster's log-softmax is
-        computed over all positions and its target's entry picked with a
-        gather, then kept only where the target lies in that cluster. Shapes
+        Never forms [..., V] logits: each tail cluster's cross-entropy is
+        computed over all positions (a fused softmax cross-entropy per
+        cluster) and kept only where the target lies in that cluster. Shapes
         are static, so it compiles under XLA.
 
         Args:
@@ -213,19 +218,18 @@ class AdaptiveSoftmax(keras.layers.Layer):
         """
         hidden = ops.cast(hidden, "float32")
         targets = ops.cast(targets, "int32")
-        head = self._head_log_probs(hidden, tied_kernel)
         if not self.num_tails:
-            nll = -_gather_last(head, targets)
-        else:
-            # Cluster of each target: 0 for the head, i + 1 for tail i.
-            cluster = sum(ops.cast(targets >= c, "int32") for c in self.cutoffs)
-            head_target = ops.where(cluster == 0, targets, self.cutoffs[0] + cluster - 1)
-            nll = -_gather_last(head, head_target)
-            for i in range(self.num_tails):
-                low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
-                local = ops.clip(targets - low, 0, size - 1)
-                tail = _gather_last(self._tail_log_probs(hidden, i), local)
-                nll = nll - ops.where(cluster == i + 1, tail, 0.0)
+            nll = _cross_entropy(targets, self._head_logits(hidden, tied_kernel))
+            return ops.where(targets == 0, 0.0, nll)
+        # Cluster of each target: 0 for the head, i + 1 for tail i.
+        cluster = sum(ops.cast(targets >= c, "int32") for c in self.cutoffs)
+        head_target = ops.where(cluster == 0, targets, self.cutoffs[0] + cluster - 1)
+        nll = _cross_entropy(head_target, self._head_logits(hidden, tied_kernel))
+        for i in range(self.num_tails):
+            low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
+            local = ops.clip(targets - low, 0, size - 1)
+            tail = _cross_entropy(local, self._tail_logits(hidden, i))
+            nll = nll + ops.where(cluster == i + 1, tail, 0.0)
         return ops.where(targets == 0, 0.0, nll)
 
     def call(self, hidden: Any, tied_kernel: Any | None = None) -> Any:

@@ -54,10 +54,12 @@ def test_registered_and_config_round_trip():
         use_bias=True,
         mem_len=7,
         clamp_len=3,
+        attention_dropout_rate=0.3,
         name="rel",
     )
     clone = assert_config_round_trip(layer)
     assert (clone.mem_len, clone.clamp_len, clone.head_dim, clone.causal) == (7, 3, 5, False)
+    assert clone.attention_dropout_rate == 0.3
 
 
 def test_relative_shift_matches_gather():
@@ -179,11 +181,17 @@ def test_rejects_bad_arguments():
         RelativeAttention(D, H, clamp_len=0)
 
 
-def test_dropout_only_in_training():
-    layer = create_attention("relative", D, H, dropout_rate=0.5, mem_len=2)
+@pytest.mark.parametrize("rates", [(0.5, 0.0), (0.0, 0.5)])
+def test_dropout_only_in_training(rates):
+    dropout, dropatt = rates
+    layer = create_attention(
+        "relative", D, H, dropout_rate=dropout, attention_dropout_rate=dropatt, mem_len=2
+    )
     x = keras.random.normal((2, 4, D), seed=9)
     eval_1, _ = layer(x, training=False)
     eval_2, _ = layer(x, training=False)
     train, _ = layer(x, training=True)
     assert_close(eval_1, eval_2)
     assert not np.allclose(np.asarray(train), np.asarray(eval_1))
+    with pytest.raises(ValueError, match="attention_dropout_rate must be in"):
+        RelativeAttention(D, H, attention_dropout_rate=1.0)
