@@ -52,7 +52,7 @@ def sinusoidal_encoding(distances: Any, dim: int, dtype: str = "float32") -> Any
         in the first half, cos in the second (as Transformer-XL).
 
     Example:
-        >>> sinusoidal_encoding(keras.ops.arange(3, -1, -1), 8).shape
+        >>> tuple(sinusoidal_encoding(keras.ops.arange(3, -1, -1), 8).shape)
         (4, 8)
     """
     half = (dim + 1) // 2
@@ -82,7 +82,7 @@ def relative_shift(scores: Any, key_len: int) -> Any:
         [..., T, K].
 
     Example:
-        >>> relative_shift(keras.ops.ones((2, 3, 4, 7)), key_len=6).shape
+        >>> tuple(relative_shift(keras.ops.ones((2, 3, 4, 7)), key_len=6).shape)
         (2, 3, 4, 6)
     """
     shape = ops.shape(scores)
@@ -133,7 +133,7 @@ class RelativeAttention(Attention):
         >>> x = keras.random.normal((2, 5, 16))
         >>> y, state = layer(x)
         >>> y2, state = layer(x, state=state)
-        >>> state["memory"].shape
+        >>> tuple(state["memory"].shape)
         (2, 8, 16)
 
     Reference: Dai et al. 2019, https://arxiv.org/abs/1901.02860

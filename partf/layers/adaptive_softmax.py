@@ -103,9 +103,9 @@ class AdaptiveSoftmax(keras.layers.Layer):
     Example:
         >>> layer = AdaptiveSoftmax(1000, cutoffs=(100, 400))
         >>> h = keras.random.normal((2, 7, 32))
-        >>> layer(h).shape
+        >>> tuple(layer(h).shape)
         (2, 7, 1000)
-        >>> layer.token_nll(h, keras.ops.ones((2, 7), "int32")).shape
+        >>> tuple(layer.token_nll(h, keras.ops.ones((2, 7), "int32")).shape)
         (2, 7)
 
     Reference: Grave et al. 2017, https://arxiv.org/abs/1609.04309

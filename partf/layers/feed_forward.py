@@ -30,7 +30,7 @@ class FeedForward(keras.layers.Layer):
         [B, T, D].
 
     Example:
-        >>> FeedForward(16, 64)(keras.ops.ones((2, 5, 16))).shape
+        >>> tuple(FeedForward(16, 64)(keras.ops.ones((2, 5, 16))).shape)
         (2, 5, 16)
 
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.3.

@@ -51,7 +51,7 @@ def gumbel_softmax(
     Example:
         >>> seed = keras.random.SeedGenerator(0)
         >>> w = gumbel_softmax(keras.ops.zeros((3,)), 0.5, seed, sample_shape=(4,))
-        >>> w.shape
+        >>> tuple(w.shape)
         (4, 3)
     """
     logits = ops.cast(logits, "float32")
