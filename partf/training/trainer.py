@@ -413,16 +413,17 @@ class Trainer:
         }
         return str(self.manager.save(step, self._state_groups(), meta))
 
+    _elapsed_before = 0.0  # seconds spent before a resume
+
     def _elapsed(self) -> float:
         return self._elapsed_before + (time.perf_counter() - self._started)
 
     def _restore(self) -> int:
         """Restores the newest checkpoint; returns the step to start from."""
-        self.manager = CheckpointManager(self.paths.checkpoints, keep=self.config.keep_checkpoints)
-        self._elapsed_before = 0.0
-        latest = self.manager.load_latest()
+        manager = CheckpointManager(self.paths.checkpoints, keep=self.config.keep_checkpoints)
+        latest = manager.load_latest()
         if latest is None:
-            if self.manager.checkpoints():
+            if manager.checkpoints():
                 raise CheckpointError(
                     f"no checkpoint in {self.paths.checkpoints} can be read; move the folder "
                     "away or pass --overwrite to start again."
@@ -483,17 +484,19 @@ class Trainer:
             TrainingInterrupted: SIGINT/SIGTERM; a checkpoint was written first.
         """
         self._started = time.perf_counter()
-        self._prepare_output()
-        with _log_to_file(self.paths.training_log):
-            return self._run()
-
-    def _run(self) -> dict[str, Any]:
-        c = self.config
+        # Everything that can reject the inputs runs before anything is written.
         self._load_data()
         self._build()
         tokens_per_batch = self.train_split.batch_size * self.train_split.seq_len
         self.progress = RunProgress(self.batches_per_epoch, self.total_steps, tokens_per_batch)
-        start_step = self._restore()
+        start_step = 0 if self.config.overwrite else self._restore()
+        self._prepare_output()
+        self.manager = CheckpointManager(self.paths.checkpoints, keep=self.config.keep_checkpoints)
+        with _log_to_file(self.paths.training_log):
+            return self._run(start_step)
+
+    def _run(self, start_step: int) -> dict[str, Any]:
+        c = self.config
         self.progress.epoch, self.progress.step_in_epoch = divmod(
             start_step, self.batches_per_epoch
         )
