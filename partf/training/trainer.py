@@ -161,8 +161,14 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     metadata = read_metadata(path)
     sp_model = None
     if sp_model_prefix and metadata.tokenizer_sha256:
-        # partf records name their tokenizer: check that it is the one given.
+        # partf records name their tokenizer: check it against the one given, if present
+        # (the records carry the vocabulary size, so the tokenizer itself is optional).
         sp_model = model_path(sp_model_prefix)
+        if not sp_model.is_file():
+            logger.warning(
+                "tokenizer %s not found: not checked against the %s records", sp_model, what
+            )
+            sp_model = None
     dataset = load_tfrecords(path, sp_model, prefetch=False)
     if not metadata.num_batches:
         raise DataError(f"{what} records {path} hold no batches; rebuild them.")

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Trains the base configuration of the original project's base_model.sh:
+# d_model 128, 4 heads, d_ffn 512, 6 stochastic blocks, memory 16, dropout 0.1, adaptive
+# softmax cutoffs 250 and 2500 (proj_factor 4), Adam with 4,000 warm-up steps to 1e-4 then
+# cosine decay to zero, Gumbel temperature 1.0 -> 0.1, 20 epochs.
+#
+# On a fresh machine it sets up .venv (scripts/setup_env.sh), builds the WikiText-2
+# records with ./create_tfrecords.sh if they are missing, and trains with partf-train.
+# Running it again resumes from the newest checkpoint of the same MODEL_NAME.
+#
+# Environment overrides (defaults in brackets):
+#   EPOCHS [20]  MAX_STEPS [all]  MODEL_NAME [dmodel128_dffn512_blocks6]  OUTPUT_DIR [.]
+#   D_MODEL [128]  NUM_HEADS [4]  D_FFN [512]  NUM_LAYERS [6]  MEM_LEN [16]
+#   DROPOUT_RATE [0.1]  CUTOFF1 [250]  CUTOFF2 [2500]  PROJ_FACTOR [4]
+#   MAX_LR [1e-4]  WARMUP_STEPS [4000]  TAU_START [1.0]  TAU_END [0.1]  OPT_NAME [adam]
+#   STEPS_PER_EXECUTION [32]  LOG_EVERY [100]
+#   TRAIN_DIR, VAL_DIR, TEST_DIR [data/wikitext2_bsz32_seqlen32_tfrecords_{train,valid,test}]
+#   SP_MODEL_PREFIX [data/tokenizer/wiki2_12k]
+#   DATA_DIR  local text to build the records from when they are missing (a folder with
+#             train.txt, valid.txt, test.txt, or one text file; see create_tfrecords.sh).
+#             A folder without train.txt (e.g. ../shared/data/wikitext-2) trains on valid.txt.
+# Extra arguments go to partf-train (e.g. --eval_every=500 --arch_lr=1e-2).
+#
+# Examples:
+#   ./base_model.sh
+#   MAX_STEPS=200 DATA_DIR=../shared/data/wikitext-2 ./base_model.sh
+#   TRAIN_DIR=path/tfrecords_valid VAL_DIR=path/tfrecords_valid TEST_DIR=path/tfrecords_test \
+#     SP_MODEL_PREFIX=path/tokenizer/wiki2_12k ./base_model.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+source scripts/setup_env.sh
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+
+RECORDS=data/wikitext2_bsz32_seqlen32_tfrecords
+TRAIN_DIR="${TRAIN_DIR:-${RECORDS}_train}"
+VAL_DIR="${VAL_DIR:-${RECORDS}_valid}"
+TEST_DIR="${TEST_DIR:-${RECORDS}_test}"
+SP_MODEL_PREFIX="${SP_MODEL_PREFIX:-data/tokenizer/wiki2_12k}"
+
+if [ ! -d "$TRAIN_DIR" ] || [ ! -d "$VAL_DIR" ] || [ ! -d "$TEST_DIR" ]; then
+  if [ -n "${DATA_DIR:-}" ] && [ -d "$DATA_DIR" ] && [ ! -f "$DATA_DIR/train.txt" ] \
+    && [ -f "$DATA_DIR/valid.txt" ]; then
+    echo "partf: $DATA_DIR has no train.txt: training on valid.txt (offline stand-in)" >&2
+    export PARTF_TRAIN_SPLIT=valid
+    if [ "$SP_MODEL_PREFIX" = data/tokenizer/wiki2_12k ]; then
+      SP_MODEL_PREFIX="data/tokenizer/wiki2_$((${VOCAB_SIZE:-6000} / 1000))k"
+    fi
+  fi
+  echo "partf: building the training records with ./create_tfrecords.sh" >&2
+  if ! ./create_tfrecords.sh; then
+    echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text, e.g. DATA_DIR=../shared/data/wikitext-2 ./base_model.sh" >&2
+    exit 1
+  fi
+fi
+
+args=(
+  --train_directory="$TRAIN_DIR"
+  --valid_directory="$VAL_DIR"
+  --test_directory="$TEST_DIR"
+  --sp_model_prefix="$SP_MODEL_PREFIX"
+  --d_model="${D_MODEL:-128}"
+  --num_heads="${NUM_HEADS:-4}"
+  --d_ffn="${D_FFN:-512}"
+  --num_layers="${NUM_LAYERS:-6}"
+  --mem_len="${MEM_LEN:-16}"
+  --dropout_rate="${DROPOUT_RATE:-0.1}"
+  --cutoffs="${CUTOFF1:-250}"
+  --cutoffs="${CUTOFF2:-2500}"
+  --proj_factor="${PROJ_FACTOR:-4}"
+  --straight_through=False
+  --max_lr="${MAX_LR:-1e-4}"
+  --warmup_steps="${WARMUP_STEPS:-4000}"
+  --tau_start="${TAU_START:-1.0}"
+  --tau_end="${TAU_END:-0.1}"
+  --tau_is_trainable=False
+  --opt_name="${OPT_NAME:-adam}"
+  --epochs="${EPOCHS:-20}"
+  --model_name="${MODEL_NAME:-dmodel128_dffn512_blocks6}"
+  --output_dir="${OUTPUT_DIR:-.}"
+  --steps_per_execution="${STEPS_PER_EXECUTION:-32}"
+  --log_every="${LOG_EVERY:-100}"
+)
+[ -n "${MAX_STEPS:-}" ] && args+=(--max_steps="$MAX_STEPS")
+
+echo "=== partf: training the base configuration ===" >&2
+exec partf-train "${args[@]}" "$@"
