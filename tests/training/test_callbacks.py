@@ -1,0 +1,132 @@
+"""Callbacks on their own: host-side step counting, memory resets, NaN stop, checkpoints."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from partf.training.callbacks import (
+    Checkpointer,
+    MemoryReset,
+    MetricsLogger,
+    ProgressTracker,
+    RunProgress,
+    Segment,
+)
+
+
+class FakeModel:
+    """The few model attributes the callbacks use."""
+
+    candidate_names = ["attention", "dense", "identity"]
+
+    def __init__(self):
+        self.stop_training = False
+        self.resets = []
+
+    def reset_state(self, which="all"):
+        self.resets.append(which)
+
+    def tau(self):
+        return np.float32(0.5)
+
+    def pi(self):
+        return np.full((2, 3), 1 / 3, np.float32)
+
+
+def _attach(callback, model):
+    callback.set_model(model)
+    return callback
+
+
+def _fit(callbacks, segment, progress, steps_per_execution, losses=None):
+    """Drives callbacks the way Model.fit does for one segment."""
+    progress.segment = segment
+    for callback in callbacks:
+        callback.on_train_begin()
+    for epoch in range(segment.initial_epoch, segment.epochs):
+        for callback in callbacks:
+            callback.on_epoch_begin(epoch)
+        for begin in range(0, segment.limit - segment.skip, steps_per_execution):
+            logs = {"loss": (losses or {}).get(begin, 1.0)}
+            for callback in callbacks:
+                callback.on_train_batch_end(begin + steps_per_execution - 1, logs)
+            if any(c.model.stop_training for c in callbacks):
+                break
+        for callback in callbacks:
+            callback.on_epoch_end(epoch, {"loss": 1.0})
+        if any(c.model.stop_training for c in callbacks):
+            break
+
+
+def test_steps_are_counted_on_the_host_and_memory_resets_at_epoch_starts():
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=10, total_steps=30, tokens_per_batch=4)
+    seen = []
+
+    class Record(ProgressTracker):
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            seen.append(progress.global_step)
+
+    callbacks = [_attach(Record(progress), model), _attach(MemoryReset(progress), model)]
+    # Resumed at step 14: the rest of epoch 1 (a short last execution), then epoch 2.
+    _fit(callbacks, Segment(1, 2, 4, 10), progress, steps_per_execution=4)
+    assert seen == [18, 20] and model.resets == []  # mid-epoch resume keeps the memory
+    _fit(callbacks, Segment(2, 3, 0, 10), progress, steps_per_execution=4)
+    assert seen == [18, 20, 24, 28, 30] and model.resets == ["train"]
+
+
+def test_non_finite_loss_stops_and_no_checkpoint_is_written(tmp_path):
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=8, total_steps=8, tokens_per_batch=4)
+    saved = []
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    callbacks = [
+        _attach(ProgressTracker(progress), model),
+        _attach(MetricsLogger(progress, writer, lambda step: 1e-3, log_every=4), model),
+        _attach(Checkpointer(progress, lambda step: saved.append(step) or f"c{step}", 2), model),
+    ]
+    _fit(callbacks, Segment(0, 1, 0, 8), progress, 2, losses={0: 2.0, 2: math.nan})
+    assert progress.non_finite and model.stop_training
+    assert saved == [2]  # the step-4 checkpoint (loss NaN) was refused
+    assert progress.global_step == 4
+
+
+def test_signal_saves_once_and_stops():
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=8, total_steps=8, tokens_per_batch=4)
+    saved = []
+
+    class Interrupt(ProgressTracker):
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            if progress.global_step == 2:
+                progress.interrupt = 15
+
+    callbacks = [
+        _attach(Interrupt(progress), model),
+        _attach(
+            Checkpointer(progress, lambda step: saved.append(step) or f"ckpt-{step:08d}.npz"), model
+        ),
+    ]
+    _fit(callbacks, Segment(0, 1, 0, 8), progress, 2)
+    assert saved == [2] and model.stop_training
+
+
+@pytest.mark.parametrize(("every", "expected"), [(0, [8]), (3, [4, 6, 8]), (8, [8])])
+def test_checkpoints_every_n_steps_and_at_epoch_end(every, expected):
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=8, total_steps=8, tokens_per_batch=4)
+    saved = []
+    callbacks = [
+        _attach(ProgressTracker(progress), model),
+        _attach(
+            Checkpointer(progress, lambda s: saved.append(s) or f"ckpt-{s:08d}.npz", every), model
+        ),
+    ]
+    _fit(callbacks, Segment(0, 1, 0, 8), progress, 2)
+    assert saved == expected
