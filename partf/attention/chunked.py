@@ -83,28 +83,23 @@ def _initial_log_scale(state: dict[str, Any], prefix: str) -> Any:
     return ops.where(empty, NEG_LOG, ops.cast(state[prefix + "m"], "float32"))
 
 
-def _expand_to(scale: Any, x: Any) -> Any:
-    """Appends trailing axes to `scale` [B, n, H] so it broadcasts against `x`."""
-    for _ in range(len(x.shape) - len(scale.shape)):
-        scale = ops.expand_dims(scale, -1)
-    return scale
+def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
+    """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over chunks (axis 2), P_{-1} = 0.
 
+    Args:
+        decay: [B, H, n]; update: [B, H, n, F, V].
 
-def _scan_decayed(decay: Any, updates: Any) -> Any:
-    """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over axis 1 (P_{-1} = 0).
-
-    decay [B, n, H, 1, 1] (or broadcastable); updates: a tuple of tensors
-    [B, n, H, ...]. Returns (prod of decays up to c, tuple of P_c).
+    Returns:
+        (product of the decays up to c [B, H, n], P [B, H, n, F, V]).
     """
 
     def combine(left, right):
-        d_left, u_left = left
-        d_right, u_right = right
-        pairs = zip(u_left, u_right, strict=True)
-        mixed = tuple(_expand_to(d_right, u) * u + u_r for u, u_r in pairs)
-        return d_left * d_right, mixed
+        (d_left, u_left), (d_right, u_right) = left, right
+        return d_left * d_right, d_right * u_left + u_right
 
-    return ops.associative_scan(combine, (decay, tuple(updates)), axis=1)
+    carried, summed = ops.associative_scan(combine, (decay[..., None, None], update), axis=2)
+    # The scan forgets static shapes in graph mode; restore them.
+    return ops.reshape(carried, ops.shape(decay)), ops.reshape(summed, ops.shape(update))
 
 
 def causal_linear_attention(
@@ -145,6 +140,7 @@ def causal_linear_attention(
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
     log_scaled = k_log_scale is not None
+    has_z = normalize or log_scaled
     f = ops.cast(q_feat, "float32")
     g = ops.cast(k_feat, "float32")
     v = ops.cast(v, "float32")
@@ -153,94 +149,77 @@ def causal_linear_attention(
     valid = _valid(mask, batch, length)  # [B, T]
     g = g * valid[:, :, None, None]
     v = v * valid[:, :, None, None]
-
     s0 = ops.cast(state[prefix + "s"], "float32")  # [B, H, F, Dv]
-    has_z = normalize or log_scaled
-    z0 = ops.cast(state[prefix + "z"], "float32") if has_z else None
+    if has_z:
+        # z is the sum for a value of constant 1: one extra value column gives
+        # the numerator and the denominator from the same products.
+        v = ops.concatenate([v, valid[:, :, None, None] * ops.ones_like(v[..., :1])], axis=-1)
+        s0 = ops.concatenate([s0, ops.cast(state[prefix + "z"], "float32")[..., None]], axis=-1)
+    s0 = s0[:, :, None]  # [B, H, 1, F, V] with V = Dv (+ 1)
 
-    # Pad to a whole number of chunks; padded keys are masked out.
+    # Heads first, then chunks: [B, T, H, X] -> [B, H, n, C, X], the last chunk
+    # padded with masked tokens. Every product below is then a batched matmul.
     num_chunks = (length + chunk_size - 1) // chunk_size
     pad = num_chunks * chunk_size - length
-    if log_scaled:
-        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, "float32"), NEG_LOG)
-    f = ops.pad(f, [[0, 0], [0, pad], [0, 0], [0, 0]])
-    g = ops.pad(g, [[0, 0], [0, pad], [0, 0], [0, 0]])
-    v = ops.pad(v, [[0, 0], [0, pad], [0, 0], [0, 0]])
-    if log_scaled:
-        a = ops.pad(a, [[0, 0], [0, pad], [0, 0]], constant_values=NEG_LOG)
 
-    def chunks(x):  # [B, n*C, ...] -> [B, n, C, ...]
-        return ops.reshape(x, (batch, num_chunks, chunk_size) + tuple(ops.shape(x)[2:]))
+    def chunks(x, fill=0.0):
+        x = ops.pad(x, [[0, 0], [0, pad]] + [[0, 0]] * (len(x.shape) - 2), constant_values=fill)
+        x = ops.reshape(x, (batch, num_chunks, chunk_size) + tuple(ops.shape(x)[2:]))
+        return ops.moveaxis(x, 3, 1)
 
     fc, gc, vc = chunks(f), chunks(g), chunks(v)
     causal = causal_mask(chunk_size)  # [i, j]: j <= i
 
-    # Intra-chunk weights A[b, n, h, i, j] = f_i . g_j (* exp(a_j - m_i)).
-    scores = ops.einsum("bnihf,bnjhf->bnhij", fc, gc)
+    # Intra-chunk weights A[b, h, n, i, j] = f_i . g_j (* exp(a_j - m_i)).
+    scores = ops.matmul(fc, ops.swapaxes(gc, -1, -2))
     if log_scaled:
         m0 = _initial_log_scale(state, prefix)  # [B, H]
+        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, "float32"), NEG_LOG)
+        ac = chunks(a, NEG_LOG)  # [B, H, n, C]
         # m_i: running maximum of the log-scales up to and including i. It is
         # only a reference point (outputs do not depend on it), hence no gradient.
-        m = ops.associative_scan(ops.maximum, a, axis=1)
-        m = ops.stop_gradient(ops.maximum(m, m0[:, None, :]))  # [B, nC, H]
-        ac, mc = chunks(a), chunks(m)  # [B, n, C, H]
-        rel = (
-            ops.transpose(ac, (0, 1, 3, 2))[:, :, :, None, :]
-            - ops.transpose(mc, (0, 1, 3, 2))[:, :, :, :, None]
-        )  # a_j - m_i: [B, n, H, i, j]
+        flat = ops.reshape(ac, (batch, heads, num_chunks * chunk_size))
+        m = ops.reshape(ops.associative_scan(ops.maximum, flat, axis=2), ops.shape(flat))
+        m = ops.maximum(m, m0[:, :, None])
+        mc = ops.stop_gradient(ops.reshape(m, ops.shape(ac)))  # [B, H, n, C]
+        rel = ac[:, :, :, None, :] - mc[:, :, :, :, None]  # a_j - m_i
         scores = scores * ops.exp(ops.where(causal, rel, NEG_LOG))
-        chunk_end = mc[:, :, -1, :]  # M_c: scale of the state after chunk c [B, n, H]
-        chunk_start = ops.concatenate([m0[:, None, :], chunk_end[:, :-1]], axis=1)
+        chunk_end = mc[..., -1]  # M_c: scale of the state after chunk c [B, H, n]
+        chunk_start = ops.concatenate([m0[:, :, None], chunk_end[..., :-1]], axis=2)
         # Weight of key j inside its chunk's summary, relative to M_c.
-        key_weight = ops.exp(ac - chunk_end[:, :, None, :])  # [B, n, C, H]
-        gc_state = gc * key_weight[..., None]
+        gc = gc * ops.exp(ac - chunk_end[..., None])[..., None]
     else:
-        scores = ops.where(causal, scores, 0.0)
-        gc_state = gc
+        scores = scores * ops.cast(causal, "float32")
 
-    num = ops.einsum("bnhij,bnjhd->bnihd", scores, vc)
-    if normalize:
-        den = ops.transpose(ops.sum(scores, axis=-1), (0, 1, 3, 2))  # [B, n, i, H]
-
-    # Per-chunk summaries and the state before each chunk (prefix over chunks).
-    upd_s = ops.einsum("bnjhf,bnjhd->bnhfd", gc_state, vc)  # [B, n, H, F, Dv]
-    updates = [upd_s]
-    if has_z:
-        updates.append(ops.sum(gc_state, axis=2))  # [B, n, H, F]
+    # Per-chunk summaries, then the state after each chunk (a prefix over chunks).
+    update = ops.matmul(ops.swapaxes(gc, -1, -2), vc)  # [B, H, n, F, V]
     if log_scaled:
-        decay = ops.exp(chunk_start - chunk_end)  # [B, n, H], <= 1
-        carried, summed = _scan_decayed(decay, updates)
-        initial = [s0[:, None], z0[:, None]]
-        after = [u + _expand_to(carried, u) * x0 for u, x0 in zip(summed, initial, strict=True)]
+        carried, summed = _scan_decayed(ops.exp(chunk_start - chunk_end), update)
+        after = summed + carried[..., None, None] * s0
     else:
-        after = [ops.cumsum(updates[0], axis=1) + s0[:, None]]
-        if has_z:
-            after.append(ops.cumsum(updates[1], axis=1) + z0[:, None])
-    # State before chunk c = state after chunk c - 1; before chunk 0 = s0, z0.
-    before_s = ops.concatenate([s0[:, None], after[0][:, :-1]], axis=1)
-    inter = ops.einsum("bnihf,bnhfd->bnihd", fc, before_s)
+        after = ops.cumsum(update, axis=2) + s0
+    # The state before chunk c is the one after chunk c - 1; before chunk 0, the input.
+    before = ops.concatenate([s0, after[:, :, :-1]], axis=2)
+    inter = ops.matmul(fc, before)  # [B, H, n, C, V]
     if log_scaled:
         # The carried state is relative to M_{c-1}; position i wants m_i.
-        rescale = ops.exp(chunk_start[:, :, None, :] - mc)[..., None]  # [B, n, C, H, 1]
-        inter = inter * rescale
-    num = num + inter
+        inter = inter * ops.exp(chunk_start[..., None] - mc)[..., None]
+    num = ops.matmul(scores, vc) + inter
     if normalize:
-        before_z = ops.concatenate([z0[:, None], after[1][:, :-1]], axis=1)
-        den_inter = ops.einsum("bnihf,bnhf->bnih", fc, before_z)
-        if log_scaled:
-            den_inter = den_inter * rescale[..., 0]
-        den = den + den_inter
+        den = num[..., -1:]
         # An empty prefix gives 0 / 0: answer 0 there instead of NaN.
-        out = num / ops.where(den > 0.0, den, 1.0)[..., None]
-    else:
-        out = num
+        num = num[..., :-1] / ops.where(den > 0.0, den, 1.0)
+    elif has_z:
+        num = num[..., :-1]
+    out = ops.moveaxis(num, 1, 3)  # [B, n, C, H, Dv]
     out = ops.reshape(out, (batch, num_chunks * chunk_size, heads, value_dim))[:, :length]
 
-    new_state = {prefix + "s": after[0][:, -1]}
-    if has_z:
-        new_state[prefix + "z"] = after[1][:, -1]
+    final = after[:, :, -1]  # [B, H, F, V]
+    if not has_z:
+        return out, {prefix + "s": final}
+    new_state = {prefix + "s": final[..., :-1], prefix + "z": final[..., -1]}
     if log_scaled:
-        new_state[prefix + "m"] = chunk_end[:, -1]
+        new_state[prefix + "m"] = chunk_end[:, :, -1]
     return out, new_state
 
 

@@ -87,7 +87,9 @@ def test_segments_equal_one_call(normalize, log_scaled):
         outs.append(to_np(out))
     np.testing.assert_allclose(np.concatenate(outs, 1), to_np(whole), rtol=1e-4, atol=1e-5)
     for name in whole_state:
-        np.testing.assert_allclose(to_np(state[name]), to_np(whole_state[name]), rtol=1e-4)
+        np.testing.assert_allclose(
+            to_np(state[name]), to_np(whole_state[name]), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_chunk_size_does_not_change_the_result():
