@@ -1,0 +1,501 @@
+"""Text generation from a PARTransformerXL: sampling, carried state, and the recompute baseline.
+
+Two ways to get the next-token distribution:
+
+* "carried" (the default): the prompt goes through `model.forward` once; after
+  that each new token is fed alone with the state the previous call returned
+  (XL memory of the last `mem_len` hidden states per block, or a linear
+  attention's running sums). The context is never recomputed, so a token
+  costs the same however long the text already is.
+* "recompute": each step feeds the whole text, cut to its last `context_len`
+  tokens and left-padded with 0, through `forward` from an empty state. It is
+  the slow, obviously-correct reference of the tests and the baseline of
+  `benchmarks/generate.py`.
+
+For relative attention with `mem_len` >= the length of the text, and for
+the exact linear attentions at any length, the two give the same
+distributions up to rounding. With a shorter memory the carried mode is
+Transformer-XL's evaluation scheme: each block sees `mem_len` earlier hidden
+states, which themselves saw further back.
+
+Sampling (`filter_log_probs`): temperature, then top-k, then top-p (nucleus)
+over the renormalised top-k distribution; temperature 0 is greedy decoding.
+Random draws come from a `keras.random.SeedGenerator` reset to the given
+seed at the start of each `generate`, so a seed always gives the same text.
+The padding id 0 is never sampled: fed back, it would be read as padding.
+
+The single-token step (sample, then advance) is compiled as one function on
+the TensorFlow backend: a graph by default, XLA with `jit_compile=True`
+(see `benchmarks/generate.py` for when each pays off). Other backends run it
+eagerly.
+
+Example:
+    >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
+    ...                          num_layers=2, mem_len=64, cutoffs=(20,), batch_size=1)
+    >>> result = generate(model, [[2, 17, 42]], max_tokens=10, top_k=20, seed=0)
+    >>> result.tokens.shape
+    (1, 10)
+
+References:
+    Holtzman et al., "The Curious Case of Neural Text Degeneration" (top-p), ICLR 2020.
+    Dai et al., "Transformer-XL", ACL 2019 (evaluation with a long memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from partf.attention.base import Attention
+from partf.data.tokenizer import PAD_ID
+from partf.models.par_transformer_xl import PARTransformerXL
+
+MODES = ("carried", "recompute")
+
+
+# ------------------------------------------------------------------ sampling
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How the next token is drawn from the model's distribution.
+
+    Attributes:
+        temperature: divides the log-probabilities; 0 picks the most likely
+            token (greedy), 1 samples the model's distribution.
+        top_k: keep only the k most likely tokens (0: no limit).
+        top_p: keep the smallest set of most likely tokens whose probability
+            reaches top_p (1.0: no limit), after top-k.
+
+    Raises:
+        ValueError: temperature < 0, top_k < 0, or top_p outside (0, 1].
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+            raise ValueError(
+                f"temperature must be a finite number >= 0, got {self.temperature}; "
+                "use 0 for greedy decoding, 1 for the model's distribution."
+            )
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: no limit), got {self.top_k}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (1: no limit), got {self.top_p}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def filter_log_probs(log_probs: Any, sampling: Sampling) -> Any:
+    """The distribution that `sampling` draws from, as normalised log-probabilities.
+
+    Temperature first, then top-k, then top-p on the renormalised top-k
+    distribution. Tokens tied with the last one kept are kept too. Removed
+    tokens get -inf.
+
+    Args:
+        log_probs: float [B, V] log-probabilities (or logits).
+        sampling: the settings.
+
+    Returns:
+        float32 [B, V]: log-probabilities summing to one per row. Greedy
+        (temperature 0) gives 0 at the most likely token, -inf elsewhere.
+
+    Example:
+        >>> lp = keras.ops.log(keras.ops.convert_to_tensor([[0.5, 0.3, 0.2]]))
+        >>> keras.ops.exp(filter_log_probs(lp, Sampling(top_k=2)))  # [[0.625, 0.375, 0.]]
+    """
+    logits = ops.cast(log_probs, "float32")
+    vocab = logits.shape[-1]
+    if sampling.greedy:
+        best = ops.one_hot(ops.argmax(logits, axis=-1), vocab, dtype="bool")
+        return ops.where(best, 0.0, -np.inf)
+    logits = logits / sampling.temperature
+    top_k = sampling.top_k if 0 < sampling.top_k < vocab else 0
+    if top_k or sampling.top_p < 1.0:
+        # The candidates, largest first: the top k ([B, k], far cheaper than a
+        # full sort), or the whole sorted vocabulary when only top-p is set.
+        if top_k:
+            ranked = ops.top_k(logits, top_k, sorted=True)[0]
+        else:
+            ranked = ops.flip(ops.sort(logits, axis=-1), axis=-1)
+        threshold = ranked[:, -1:]  # [B, 1]: the smallest logit kept so far
+        if sampling.top_p < 1.0:
+            probs = ops.softmax(ranked, axis=-1)
+            mass_before = ops.cumsum(probs, axis=-1) - probs  # mass of strictly better tokens
+            # The nucleus is a prefix of the ranking: tokens whose better tokens
+            # have not yet reached top_p. The first token is always in it.
+            count = ops.sum(ops.cast(mass_before < sampling.top_p, "int32"), axis=-1)
+            count = ops.maximum(count, 1)
+            threshold = ops.take_along_axis(ranked, count[:, None] - 1, axis=-1)
+        logits = ops.where(logits >= threshold, logits, -np.inf)
+    return logits - ops.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def sample_tokens(log_probs: Any, sampling: Sampling, seed: Any = None) -> Any:
+    """Draws one token per row from `filter_log_probs(log_probs, sampling)`.
+
+    Inverse-CDF sampling: one uniform number per row, located in the
+    cumulative distribution. It needs one random draw instead of one per
+    vocabulary entry, which matters under XLA on CPU, where a categorical
+    draw over 12,000 entries costs more than the model's whole step.
+
+    Args:
+        log_probs: float [B, V] model log-probabilities.
+        sampling: the settings.
+        seed: an int or `keras.random.SeedGenerator` (ignored when greedy).
+
+    Returns:
+        int32 [B] token ids.
+    """
+    filtered = filter_log_probs(log_probs, sampling)
+    if sampling.greedy:
+        return ops.cast(ops.argmax(filtered, axis=-1), "int32")
+    probs = ops.exp(filtered)  # [B, V], 0 where filtered out
+    cdf = ops.cumsum(probs, axis=-1)
+    u = keras.random.uniform((ops.shape(probs)[0], 1), seed=seed) * cdf[:, -1:]
+    # The first token whose cumulative probability exceeds u. A removed token
+    # repeats its predecessor's cdf, so it is never the first to exceed u.
+    token = ops.sum(ops.cast(cdf <= u, "int32"), axis=-1)
+    # Rounding could put u at the very top: fall back to the last allowed token.
+    vocab = ops.shape(probs)[-1]
+    last = vocab - 1 - ops.argmax(ops.flip(probs > 0.0, axis=-1), axis=-1)
+    return ops.cast(ops.minimum(token, ops.cast(last, "int32")), "int32")
+
+
+# -------------------------------------------------------------------- model
+def reconfigure(model: PARTransformerXL, **changes: Any) -> PARTransformerXL:
+    """A copy of `model` with config fields changed that leave the weights alone.
+
+    Useful for generation: a longer `mem_len` (each new token then sees more
+    context), another `eval_mode`, or `batch_size=1` to keep the stateful
+    memory variables small. The memory variables start empty; every other
+    variable (weights, step counter) is copied.
+
+    Args:
+        model: a built model.
+        **changes: `ModelConfig` fields, e.g. mem_len=512.
+
+    Returns:
+        A new `PARTransformerXL`.
+
+    Raises:
+        ValueError: a change alters the weights' shapes (e.g. d_model).
+
+    Example:
+        >>> long_memory = reconfigure(model, mem_len=512, batch_size=1)
+    """
+    config = model.config.replace(**changes)
+    copy = PARTransformerXL(config, name=model.name, dtype=model.dtype_policy)
+    old_state = {id(v) for v in model.state_variables}
+    new_state = {id(v) for v in copy.state_variables}
+    old = [v for v in model.variables if id(v) not in old_state]
+    new = [v for v in copy.variables if id(v) not in new_state]
+    if len(old) != len(new) or any(
+        tuple(a.shape) != tuple(b.shape) for a, b in zip(old, new, strict=True)
+    ):
+        raise ValueError(
+            f"reconfigure({', '.join(f'{k}={v!r}' for k, v in changes.items())}) changes the "
+            "model's weights; change only fields such as mem_len, clamp_len, eval_mode, "
+            "batch_size."
+        )
+    for source, target in zip(old, new, strict=True):
+        target.assign(source)
+    return copy
+
+
+def stateless_attentions(model: PARTransformerXL) -> list[str]:
+    """Paths of the model's attention layers that carry no state between calls.
+
+    Carried-state generation with such a layer would let each new token see
+    only itself there (e.g. relative or softmax attention with mem_len=0).
+    """
+    return [
+        layer.path
+        for block in model.blocks
+        for layer in block.sublayers
+        if isinstance(layer, Attention) and not layer.state_spec(1)
+    ]
+
+
+def _compile(fn: Callable, compiled: bool, jit_compile: bool) -> Callable:
+    """One compiled function on TensorFlow (graph, or XLA when jit_compile); eager
+    when not `compiled` or on other backends."""
+    if not compiled or keras.backend.backend() != "tensorflow":
+        return fn
+    import tensorflow as tf
+
+    return tf.function(fn, jit_compile=jit_compile, reduce_retracing=True)
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """What `Generator.generate` returns.
+
+    Attributes:
+        tokens: int32 [B, N] the generated ids (prompt not included).
+        log_probs: float32 [B, N, V] the model's (unfiltered) log-probabilities
+            that token n was drawn from, when asked for; else None.
+    """
+
+    tokens: np.ndarray
+    log_probs: np.ndarray | None = None
+
+
+class Generator:
+    """Generates tokens from a `PARTransformerXL`, carrying state or recomputing.
+
+    Args:
+        model: the model (evaluation mode is used: no dropout, `eval_mode`
+            block weights).
+        mode: "carried" (feed each token with the carried state) or
+            "recompute" (feed the last `context_len` tokens from an empty
+            state at every step).
+        context_len: the recompute window (recompute mode only).
+        compiled: run each step as one compiled function (TensorFlow
+            backend); False runs it eagerly, op by op (for debugging).
+        jit_compile: compile the step with XLA; False traces a plain graph.
+        seed: default seed of `generate`.
+
+    Raises:
+        ValueError: unknown mode, context_len < 1, or carried mode with an
+            attention that keeps no state (use recompute, or
+            `reconfigure(model, mem_len=N)`).
+
+    Example:
+        >>> generator = Generator(model)
+        >>> generator.generate([[2, 17, 42]], 20, Sampling(top_p=0.9), seed=1).tokens
+    """
+
+    def __init__(
+        self,
+        model: PARTransformerXL,
+        mode: str = "carried",
+        context_len: int = 512,
+        compiled: bool = True,
+        jit_compile: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}.")
+        if context_len < 1:
+            raise ValueError(f"context_len must be >= 1, got {context_len}.")
+        if mode == "carried":
+            missing = stateless_attentions(model)
+            if missing:
+                raise ValueError(
+                    f"carried-state generation needs attentions that carry context, but "
+                    f"{', '.join(missing)} keep no state (mem_len=0?); use mode='recompute' "
+                    "or reconfigure(model, mem_len=N) with N > 0."
+                )
+        self.model = model
+        self.mode = mode
+        self.context_len = int(context_len)
+        self.compiled = bool(compiled)
+        self.jit_compile = bool(jit_compile)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(0 if seed is None else seed)
+        self._steps: dict[Sampling, Callable] = {}
+        self._samplers: dict[Sampling, Callable] = {}
+        self._window_log_probs = _compile(
+            self._last_log_probs_of_window, self.compiled, self.jit_compile
+        )
+
+    # ---------------------------------------------------- next distributions
+    def _last_log_probs(self, tokens: Any, states: Any) -> tuple[Any, Any]:
+        hidden, states = self.model.forward(tokens, states, training=False)
+        return self.model.log_probs(hidden[:, -1, :]), states  # [B, V]
+
+    def _last_log_probs_of_window(self, window: Any) -> Any:
+        batch = ops.shape(window)[0]
+        log_probs, _ = self._last_log_probs(window, self.model.initial_state(batch))
+        return log_probs
+
+    def _window(self, tokens: Any) -> Any:
+        """The last context_len tokens of [B, T], left-padded with 0: [B, C]."""
+        tokens = ops.convert_to_tensor(tokens, "int32")
+        tokens = tokens[:, -self.context_len :]
+        pad = self.context_len - ops.shape(tokens)[1]
+        return ops.pad(tokens, [[0, 0], [pad, 0]]) if pad else tokens
+
+    def start(self, prompt: Any) -> tuple[Any, Any]:
+        """Reads the prompt.
+
+        Args:
+            prompt: int [B, T] ids, T >= 1, 0 = padding (left-pad uneven prompts).
+
+        Returns:
+            (log-probabilities of the next token float32 [B, V], state): the
+            state is the model's states (carried) or the token window [B, C]
+            (recompute).
+        """
+        prompt = _as_prompt(prompt)
+        if self.mode == "recompute":
+            window = self._window(prompt)
+            return self._window_log_probs(window), window
+        states = self.model.initial_state(prompt.shape[0])
+        return self._last_log_probs(prompt, states)
+
+    def advance(self, token: Any, state: Any) -> tuple[Any, Any]:
+        """Feeds one token per row: int [B] -> (log-probs [B, V], new state)."""
+        token = ops.reshape(ops.cast(token, "int32"), (-1, 1))  # [B, 1]
+        if self.mode == "recompute":
+            window = ops.concatenate([state[:, 1:], token], axis=1)  # [B, C]
+            return self._window_log_probs(window), window
+        return self._last_log_probs(token, state)
+
+    def step_function(self, sampling: Sampling) -> Callable:
+        """The compiled decoding step for `sampling`, built once and cached.
+
+        Returns:
+            A function (log_probs [B, V], state) -> (token int32 [B], next
+            log_probs [B, V], next state): draws a token from `log_probs`
+            with this generator's seed generator and feeds it to the model.
+            Start from `start(prompt)`.
+        """
+        if sampling not in self._steps:
+
+            def step(log_probs: Any, state: Any) -> tuple[Any, Any, Any]:
+                token = self._draw(log_probs, sampling)
+                if self.mode == "recompute":
+                    window = ops.concatenate([state[:, 1:], token[:, None]], axis=1)
+                    return token, self._last_log_probs_of_window(window), window
+                next_log_probs, state = self._last_log_probs(token[:, None], state)
+                return token, next_log_probs, state
+
+            self._steps[sampling] = _compile(step, self.compiled, self.jit_compile)
+            self._samplers[sampling] = _compile(
+                lambda log_probs: self._draw(log_probs, sampling), self.compiled, self.jit_compile
+            )
+        return self._steps[sampling]
+
+    def _draw(self, log_probs: Any, sampling: Sampling) -> Any:
+        # Padding can never be a real next token: fed back it would be masked out.
+        allowed = ops.not_equal(ops.arange(ops.shape(log_probs)[-1]), PAD_ID)
+        log_probs = ops.where(allowed[None, :], log_probs, -np.inf)
+        return sample_tokens(log_probs, sampling, self.seed_generator)
+
+    # -------------------------------------------------------------- generate
+    def generate(
+        self,
+        prompt: Any,
+        max_tokens: int,
+        sampling: Sampling | None = None,
+        seed: int | None = None,
+        return_log_probs: bool = False,
+    ) -> GenerationResult:
+        """Continues each prompt by `max_tokens` tokens.
+
+        Args:
+            prompt: int [B, T] ids (T >= 1, 0 = left padding), or a list of ids.
+            max_tokens: number of tokens to generate (>= 0).
+            sampling: the settings (default: plain sampling at temperature 1).
+            seed: seed of the draws (default: the generator's; None and no
+                default: a fresh random seed).
+            return_log_probs: also return the model's distribution at each step.
+
+        Returns:
+            `GenerationResult` with tokens [B, max_tokens].
+        """
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}.")
+        sampling = sampling or Sampling()
+        seed = self.seed if seed is None else seed
+        if seed is None:
+            seed = int(np.random.default_rng().integers(2**31 - 1))
+        self.seed_generator.state.assign(
+            ops.convert_to_tensor([seed, 0], self.seed_generator.state.dtype)
+        )
+        prompt = _as_prompt(prompt)
+        log_probs, state = self.start(prompt)
+        step = self.step_function(sampling)
+        tokens, history = [], []
+        for n in range(max_tokens):
+            if return_log_probs:
+                history.append(log_probs)
+            if n == max_tokens - 1:  # the last token needs no further step
+                tokens.append(self._samplers[sampling](log_probs))
+            else:
+                token, log_probs, state = step(log_probs, state)
+                tokens.append(token)
+        batch = prompt.shape[0]
+        result = GenerationResult(
+            np.stack([ops.convert_to_numpy(t) for t in tokens], axis=1)
+            if tokens
+            else np.zeros((batch, 0), np.int32)
+        )
+        if return_log_probs:
+            result.log_probs = (
+                np.stack([ops.convert_to_numpy(lp) for lp in history], axis=1)
+                if history
+                else np.zeros((batch, 0, self.model.config.vocab_size), np.float32)
+            )
+        return result
+
+    def score(self, tokens: Any) -> np.ndarray:
+        """The model's next-token log-probabilities after every prefix, fed token by
+        token in this generator's mode (teacher forcing).
+
+        Args:
+            tokens: int [B, T] ids.
+
+        Returns:
+            float32 [B, T, V]: entry t is the distribution after tokens[:, :t + 1].
+        """
+        tokens = _as_prompt(tokens)
+        log_probs, state = self.start(tokens[:, :1])
+        history = [ops.convert_to_numpy(log_probs)]
+        for t in range(1, tokens.shape[1]):
+            log_probs, state = self.advance(tokens[:, t], state)
+            history.append(ops.convert_to_numpy(log_probs))
+        return np.stack(history, axis=1)
+
+
+def _as_prompt(prompt: Any) -> Any:
+    """int32 [B, T] from a tensor, an array, a list of ids or a list of equal-length lists."""
+    if isinstance(prompt, Sequence) and prompt and not isinstance(prompt[0], Sequence):
+        prompt = [prompt]
+    prompt = np.asarray(ops.convert_to_numpy(prompt) if not isinstance(prompt, list) else prompt)
+    if prompt.ndim != 2 or prompt.shape[1] < 1:
+        raise ValueError(
+            f"prompt must be token ids [batch, length] with length >= 1, got shape "
+            f"{prompt.shape}; start an empty prompt with the eos id (2)."
+        )
+    if not np.issubdtype(prompt.dtype, np.integer):
+        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt.dtype}.")
+    return prompt.astype(np.int32)
+
+
+def generate(
+    model: PARTransformerXL,
+    prompt: Any,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    mode: str = "carried",
+    context_len: int = 512,
+    compiled: bool = True,
+    jit_compile: bool = False,
+    return_log_probs: bool = False,
+) -> GenerationResult:
+    """One-call form of `Generator(...).generate(...)`; see those for the arguments.
+
+    Example:
+        >>> generate(model, [2, 17, 42], max_tokens=20, temperature=0.8, top_p=0.9, seed=0)
+    """
+    generator = Generator(
+        model, mode=mode, context_len=context_len, compiled=compiled, jit_compile=jit_compile
+    )
+    sampling = Sampling(temperature, top_k, top_p)
+    return generator.generate(prompt, max_tokens, sampling, seed, return_log_probs)
