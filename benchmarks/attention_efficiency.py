@@ -81,7 +81,7 @@ def measure(args: argparse.Namespace) -> dict:
         with tf.GradientTape() as tape:
             tape.watch(x)
             y, _ = layer(x, training=True)
-            loss = tf.reduce_mean(tf.square(tf.cast(y, tf.float32)))
+            loss = tf.reduce_mean(tf.square(tf.cast(y, tf.float32))) + sum(layer.losses)
         return tape.gradient(loss, [x] + layer.trainable_weights)
 
     gpu = args.device == "gpu"
