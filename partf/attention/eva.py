@@ -21,8 +21,8 @@ Departures from the authors' code, both for a bounded state: each query sees
 the `mem_chunks` most recent chunk summaries before its window (the authors'
 model sees all of them, which grows with the length), and chunks inside the
 query's own window are left to the exact part instead of being counted
-twice. With mem_chunks * chunk_size at least the training length, a training
-segment sees exactly what it would in the authors' model.
+twice. With mem_chunks * chunk_size at least the segment length, no chunk of
+the segment before a query's window is left out.
 
 State: the open window's queries, keys and values (the grid of
 `partf.attention.windowed`) and the last `mem_chunks` summaries. In
