@@ -34,12 +34,12 @@ def masked_softmax(logits: Any, valid: Any, axis: int = -1) -> Any:
         logits: scores, any shape.
         valid: bool, broadcastable to `logits`.
     """
-    logits = ops.where(valid, ops.cast(logits, "float32"), MASKED)
-    # The row maximum is only a shift for stability: no gradient through it.
-    shift = ops.stop_gradient(ops.max(logits, axis=axis, keepdims=True))
-    weights = ops.where(valid, ops.exp(logits - shift), 0.0)
-    total = ops.sum(weights, axis=axis, keepdims=True)
-    return weights / ops.where(total > 0.0, total, 1.0)
+    valid = ops.broadcast_to(valid, ops.shape(logits))
+    if logits.shape[axis] == 1:  # one entry: weight 1 if it counts (and no Keras warning)
+        return ops.cast(valid, "float32")
+    probs = ops.softmax(ops.where(valid, ops.cast(logits, "float32"), MASKED), axis=axis)
+    # A row of masked logits only would come out uniform: zero it instead.
+    return probs * ops.cast(ops.any(valid, axis=axis, keepdims=True), "float32")
 
 
 def valid_tokens(mask: Any | None, batch: Any, length: Any) -> Any:
