@@ -39,6 +39,9 @@ from keras import ops
 # differences of two such values stay 0 instead of NaN.
 NEG_LOG = -1e30
 
+#: The `chunk_size` option's help, shared by every mechanism that has one.
+CHUNK_SIZE_HELP = "tokens per chunk (linear attentions: speed only; eva: tokens per summary)"
+
 
 def linear_state_spec(
     batch_size: int,

@@ -38,8 +38,10 @@ import keras
 from keras import ops
 
 from partf.attention.base import Attention, State
+from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.registry import register_attention
 from partf.attention.windowed import (
+    WINDOW_SIZE_HELP,
     batch_gather,
     from_grid,
     grid_buffer,
@@ -106,8 +108,8 @@ class EVAAttention(Attention):
     """
 
     options = {
-        "window_size": (128, "tokens each query sees before itself (local, diag, eva)"),
-        "chunk_size": (8, "eva: tokens per chunk summarised by one control variate"),
+        "window_size": (128, WINDOW_SIZE_HELP),
+        "chunk_size": (8, CHUNK_SIZE_HELP),
         "mem_chunks": (64, "eva: chunk summaries before its window each query sees"),
     }
 

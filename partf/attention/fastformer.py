@@ -26,7 +26,7 @@ import keras
 from keras import ops
 
 from partf.attention.base import Attention, State
-from partf.attention.chunked import causal_linear_attention, linear_state_spec
+from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.registry import register_attention
 
 
@@ -74,7 +74,7 @@ class FastformerAttention(Attention):
     """
 
     options = {
-        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+        "chunk_size": (64, CHUNK_SIZE_HELP),
     }
 
     def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, **kwargs: Any):

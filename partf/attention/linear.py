@@ -18,7 +18,7 @@ from typing import Any
 from keras import ops
 
 from partf.attention.base import Attention, State
-from partf.attention.chunked import causal_linear_attention, linear_state_spec
+from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.registry import register_attention
 
 
@@ -118,7 +118,7 @@ class LinearAttention(FeatureMapAttention):
     """
 
     options = {
-        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+        "chunk_size": (64, CHUNK_SIZE_HELP),
     }
 
     def features(self, q, k, state, training):

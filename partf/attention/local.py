@@ -15,7 +15,13 @@ from keras import ops
 
 from partf.attention.base import Attention, State
 from partf.attention.registry import register_attention
-from partf.attention.windowed import masked_softmax, sliding_windows, split_blocks, valid_tokens
+from partf.attention.windowed import (
+    WINDOW_SIZE_HELP,
+    masked_softmax,
+    sliding_windows,
+    split_blocks,
+    valid_tokens,
+)
 
 
 @register_attention("local")
@@ -40,7 +46,7 @@ class LocalAttention(Attention):
     """
 
     options = {
-        "window_size": (128, "tokens each query sees before itself (local, diag, eva)"),
+        "window_size": (128, WINDOW_SIZE_HELP),
     }
 
     def __init__(self, d_model: int, num_heads: int, window_size: int = 128, **kwargs: Any):

@@ -26,6 +26,7 @@ import keras
 from keras import ops
 
 from partf.attention.base import State
+from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.linear import FeatureMapAttention
 from partf.attention.registry import register_attention
 
@@ -97,7 +98,7 @@ class PerformerAttention(FeatureMapAttention):
     options = {
         "num_features": (128, "random features per head (performer)"),
         "redraw": (False, "performer: draw new random features for each new stream in training"),
-        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+        "chunk_size": (64, CHUNK_SIZE_HELP),
     }
 
     def __init__(

@@ -27,9 +27,11 @@ import keras
 from keras import ops
 
 from partf.attention.base import Attention, State
+from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.linear import FeatureMapAttention
 from partf.attention.registry import register_attention
 from partf.attention.windowed import (
+    WINDOW_SIZE_HELP,
     from_grid,
     grid_buffer,
     grid_valid,
@@ -94,7 +96,7 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
 
     normalize = False
     options = {
-        "chunk_size": (64, "tokens per chunk in chunk-wise linear attention"),
+        "chunk_size": (64, CHUNK_SIZE_HELP),
         "feature_map": ("elu", "norm: feature map of queries and keys (elu, elu+1, relu)"),
         "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
     }
@@ -162,7 +164,7 @@ class DiagAttention(_NormalizedOutput, Attention):
     """
 
     options = {
-        "window_size": (64, "tokens per block (diag)"),
+        "window_size": (64, WINDOW_SIZE_HELP),
         "diag_activation": ("softmax", "diag: score activation within a block (softmax, relu)"),
         "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
     }

@@ -23,6 +23,9 @@ from keras import ops
 # Logit of a masked key: exp() of it underflows to 0 in float32.
 MASKED = -1e30
 
+#: The `window_size` option's help, shared by local, diag and eva.
+WINDOW_SIZE_HELP = "local: previous tokens each query sees; diag, eva: tokens per window"
+
 
 def masked_softmax(logits: Any, valid: Any, axis: int = -1) -> Any:
     """Softmax over `axis` where only `valid` entries count.

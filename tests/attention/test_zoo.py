@@ -24,12 +24,13 @@ def test_options_are_constructor_arguments_with_their_defaults(name):
         assert isinstance(help_text, str) and help_text, (name, option)
 
 
-def test_shared_option_names_share_their_type():
+def test_shared_option_names_share_their_type_and_help():
+    """One --attn_<option> flag serves several mechanisms: one type, one help text."""
     seen = {}
     for name in ZOO + ["lara"]:
-        for option, (default, _) in get_attention_class(name).options.items():
-            seen.setdefault(option, type(default))
-            assert seen[option] is type(default), option
+        for option, (default, help_text) in get_attention_class(name).options.items():
+            seen.setdefault(option, (type(default), help_text))
+            assert seen[option] == (type(default), help_text), (name, option)
 
 
 @pytest.mark.parametrize("name", ZOO)
