@@ -77,7 +77,7 @@ def generate_text(capsys, *argv: str) -> str:
 
 
 def test_prints_text_and_reproduces_it_from_the_run_folder(workspace, capsys, monkeypatch):
-    sampling = ["--max_tokens", "8", "--temperature", "0.9", "--top_k", "30", "--seed", "5"]
+    sampling = ["--max_tokens", "5", "--temperature", "0.9", "--top_k", "30", "--seed", "5"]
     model_file = workspace["run_dir"] / "tiny.keras"
     text = generate_text(
         capsys,
