@@ -60,6 +60,16 @@ class UsageExit(Exception):
     """A command-line mistake: printed on one line, exit status 2."""
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" only where the flag has a default of its own; model flags
+    name the ModelConfig default in brackets instead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageExit(f"{message} (see {self.prog} --help)")
@@ -132,12 +142,16 @@ def attention_options() -> dict[str, dict[str, Any]]:
     from partf.attention import attention_names, get_attention_class
 
     found: dict[str, dict[str, Any]] = {}
+    # Options the model sets from its own flags (--mem_len, --clamp_len) are not repeated.
+    own = set(MODEL_FLAGS)
     for name in attention_names():
         try:
             cls = get_attention_class(name)
         except Exception:  # a mechanism not written yet, or failing to import
             continue
         for option, (default, help_text) in getattr(cls, "options", {}).items():
+            if option in own:
+                continue
             entry = found.setdefault(option, {"default": {}, "help": help_text})
             entry["default"][name] = default
     return found
@@ -161,7 +175,7 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
     parser = _Parser(
         prog=PROG,
         description="Train a PAR Transformer-XL on context-batched TFRecords.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
         allow_abbrev=False,
     )
     data = parser.add_argument_group("data (flags of the original train.py)")
