@@ -49,7 +49,7 @@ if [ ! -d "$TRAIN_DIR" ] || [ ! -d "$VAL_DIR" ] || [ ! -d "$TEST_DIR" ]; then
   fi
   echo "partf: building the training records with ./create_tfrecords.sh" >&2
   if ! ./create_tfrecords.sh; then
-    echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text, e.g. DATA_DIR=../shared/data/wikitext-2 ./base_model.sh" >&2
+    echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text: DATA_DIR=/path/to/folder ./base_model.sh (train.txt, valid.txt, test.txt, or one text file)" >&2
     exit 1
   fi
 fi

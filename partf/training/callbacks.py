@@ -59,6 +59,7 @@ class RunProgress:
         last_checkpoint: path of the newest checkpoint written or restored.
         restore_metrics: (variable, value) pairs to reassign when a resumed epoch begins.
         valid_report: the newest validation figures.
+        valid_report_step: the step they were computed at.
     """
 
     batches_per_epoch: int
@@ -73,6 +74,7 @@ class RunProgress:
     last_checkpoint: str | None = None
     restore_metrics: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)
     valid_report: dict[str, Any] | None = None
+    valid_report_step: int | None = None
 
     @property
     def global_step(self) -> int:
@@ -324,6 +326,7 @@ class ValidationCallback(keras.callbacks.Callback):
         start = time.perf_counter()
         report = perplexity_report(self.evaluator.evaluate(self.dataset), **self.text_counts)
         self.progress.valid_report = report
+        self.progress.valid_report_step = step
         with self.writer.as_default(step=step):
             for name, value in report.items():
                 if name.startswith("num_") or value is None or not math.isfinite(value):

@@ -369,6 +369,13 @@ class Trainer:
         self.total_steps = c.epochs * self.batches_per_epoch
         if c.max_steps is not None:
             self.total_steps = min(self.total_steps, c.max_steps)
+        if c.lr_schedule != "constant" and c.warmup_steps >= self.total_steps:
+            logger.warning(
+                "the warm-up (%d steps) is not shorter than the run (%d steps): the learning "
+                "rate never reaches --max_lr; lower --warmup_steps for short runs.",
+                c.warmup_steps,
+                self.total_steps,
+            )
 
     def _build(self) -> None:
         from partf.models.par_transformer_xl import PARTransformerXL
@@ -383,7 +390,7 @@ class Trainer:
         self.model_config = _model_config(
             c, self.vocab_size, self.train_split.batch_size, self.total_steps
         )
-        self.model = PARTransformerXL(self.model_config, name=c.model_name)
+        self.model = PARTransformerXL(self.model_config, name="par_transformer_xl")
         self.schedule = build_schedule(c.lr_schedule, c.max_lr, c.warmup_steps, self.total_steps)
         optimizer = build_optimizer(
             c.opt_name,
@@ -581,7 +588,11 @@ class Trainer:
         for name, split in splits.items():
             if split is None:
                 continue
-            report = perplexity_report(self.evaluator.evaluate(split.dataset), **split.text_counts)
+            if name == "valid" and self.progress.valid_report_step == step:
+                report = self.progress.valid_report  # scored at this very step already
+            else:
+                stats = self.evaluator.evaluate(split.dataset)
+                report = perplexity_report(stats, **split.text_counts)
             scores[name] = report
             logger.info(
                 "%s: loss %.4f, perplexity %.2f, original's figure %.2f, word perplexity %s, "
