@@ -23,7 +23,7 @@ and at position i it only ever uses a_j - m_i <= 0 with m_i the maximum over
 j <= i. Nothing can overflow, and no future token can change an earlier
 output, even through rounding. Rescaling between chunks is a linear
 recurrence P_{c+1} = d_c P_c + U_c with d_c = exp(M_{c-1} - M_c) <= 1, solved
-with a parallel associative scan.
+with a log-depth parallel scan.
 
 Everything runs in float32 whatever the input dtype, so the carried sums stay
 exact enough under mixed precision.
@@ -86,6 +86,49 @@ def _initial_log_scale(state: dict[str, Any], prefix: str) -> Any:
     return ops.where(empty, NEG_LOG, ops.cast(state[prefix + "m"], "float32"))
 
 
+def _shift_right(x: Any, shift: Any, fill: float) -> Any:
+    """x shifted by `shift` along axis 2, the first `shift` entries `fill`."""
+    padding = [[0, 0]] * len(x.shape)
+    padding[2] = [shift, 0]
+    return ops.pad(x, padding, constant_values=fill)[:, :, : ops.shape(x)[2]]
+
+
+def _doubling_scan(combine: Any, elements: tuple, identities: tuple) -> tuple:
+    """Inclusive scan along axis 2 by log-depth doubling.
+
+    After the step with shift s, entry c combines entries c - 2s < c' <= c.
+    `combine(earlier, later)` is associative; `identities` are its neutral
+    values, filling the shifted-in entries. Written out instead of
+    `ops.associative_scan`, whose TensorFlow form branches on the length and
+    does not compile with XLA.
+    """
+
+    def step(shift, elements):
+        earlier = tuple(
+            _shift_right(x, shift, fill) for x, fill in zip(elements, identities, strict=True)
+        )
+        return combine(earlier, elements)
+
+    length = elements[0].shape[2]
+    if length is not None:  # static: unrolled, log2(n) steps
+        shift = 1
+        while shift < length:
+            elements, shift = step(shift, elements), shift * 2
+        return elements
+    length = ops.shape(elements[0])[2]
+    _, elements = ops.while_loop(
+        lambda shift, _: shift < length,
+        lambda shift, elements: (shift * 2, step(shift, elements)),
+        (ops.convert_to_tensor(1), elements),
+    )
+    return elements
+
+
+def _running_max(x: Any) -> Any:
+    """Inclusive running maximum along axis 2."""
+    return _doubling_scan(lambda a, b: (ops.maximum(a[0], b[0]),), (x,), (NEG_LOG,))[0]
+
+
 def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
     """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over chunks (axis 2), P_{-1} = 0.
 
@@ -96,13 +139,11 @@ def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
         (product of the decays up to c [B, H, n], P [B, H, n, F, V]).
     """
 
-    def combine(left, right):
-        (d_left, u_left), (d_right, u_right) = left, right
-        return d_left * d_right, d_right * u_left + u_right
+    def combine(earlier, later):
+        (d_early, u_early), (d_late, u_late) = earlier, later
+        return d_early * d_late, d_late[..., None, None] * u_early + u_late
 
-    carried, summed = ops.associative_scan(combine, (decay[..., None, None], update), axis=2)
-    # The scan forgets static shapes in graph mode; restore them.
-    return ops.reshape(carried, ops.shape(decay)), ops.reshape(summed, ops.shape(update))
+    return _doubling_scan(combine, (decay, update), (1.0, 0.0))
 
 
 def causal_linear_attention(
@@ -181,8 +222,7 @@ def causal_linear_attention(
         ac = chunks(a, NEG_LOG)  # [B, H, n, C]
         # m_i: running maximum of the log-scales up to and including i. It is
         # only a reference point (outputs do not depend on it), hence no gradient.
-        flat = ops.reshape(ac, (batch, heads, num_chunks * chunk_size))
-        m = ops.reshape(ops.associative_scan(ops.maximum, flat, axis=2), ops.shape(flat))
+        m = _running_max(ops.reshape(ac, (batch, heads, num_chunks * chunk_size)))
         m = ops.maximum(m, m0[:, :, None])
         mc = ops.stop_gradient(ops.reshape(m, ops.shape(ac)))  # [B, H, n, C]
         rel = ac[:, :, :, None, :] - mc[:, :, :, :, None]  # a_j - m_i

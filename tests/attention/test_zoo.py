@@ -139,3 +139,16 @@ def test_xla_compiled_training_step_equals_eager(name):
     compiled = tf.function(step, jit_compile=True)(tf.constant(x))
     for got, want in zip(tf.nest.flatten(compiled), tf.nest.flatten(eager), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_graph_mode_with_unknown_length_equals_eager():
+    """Traced with a None time axis (a tf.data pipeline without fixed shapes)."""
+    import tensorflow as tf
+
+    x = np.random.default_rng(0).normal(size=(2, 11, 8)).astype("float32")
+    spec = [tf.TensorSpec([2, None, 8], tf.float32)]
+    for name in ZOO:
+        layer = create_attention(name, 8, 2, **TINY)
+        eager, _ = layer(x)
+        traced = tf.function(lambda x, layer=layer: layer(x)[0], input_signature=spec)
+        np.testing.assert_allclose(traced(x).numpy(), eager.numpy(), rtol=1e-5, atol=1e-6)
