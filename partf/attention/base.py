@@ -114,7 +114,11 @@ class Attention(keras.layers.Layer):
             name="output",
         )
         self.output_dense.build((None, None, self.num_heads, self.head_dim))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        # Imported here: partf.layers imports partf.attention. partf's Dropout draws its
+        # mask with a generator that stays fast under XLA on CPU (see its module).
+        from partf.layers.random import Dropout
+
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.built = True
 
     def _projection(

@@ -33,6 +33,7 @@ from keras import ops
 
 from partf.attention.base import Attention, State
 from partf.attention.registry import register_attention
+from partf.layers.random import Dropout
 
 # Added to the scores of keys a query may not see. Finite, so a row with no
 # visible key (a pad query with no context) gives a uniform row, not NaN.
@@ -189,7 +190,7 @@ class RelativeAttention(Attention):
             name="position",
         )
         self.position_dense.build((None, self.d_model))
-        self.attention_dropout = keras.layers.Dropout(
+        self.attention_dropout = Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
         heads = (self.num_heads, self.head_dim)

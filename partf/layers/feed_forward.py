@@ -6,6 +6,7 @@ from typing import Any
 
 import keras
 
+from partf.layers.random import Dropout
 from partf.serialization import register
 
 
@@ -55,7 +56,7 @@ class FeedForward(keras.layers.Layer):
             d_ffn, activation=activation, dtype=self.dtype_policy, name="inner"
         )
         self.outer = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="outer")
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         self.inner.build(input_shape)

@@ -17,13 +17,15 @@ from typing import Any
 import keras
 from keras import ops
 
+from partf.layers.random import uniform as uniform_draws
+
 # Smallest uniform draw: keeps -log(-log(u)) finite (about -3.1 at worst).
 _TINY = 1e-10
 
 
 def gumbel_noise(shape: tuple[int, ...], seed: keras.random.SeedGenerator | int | None) -> Any:
     """Standard Gumbel samples -log(-log(U)), U ~ Uniform(0, 1), float32."""
-    uniform = keras.random.uniform(shape, minval=_TINY, maxval=1.0, dtype="float32", seed=seed)
+    uniform = uniform_draws(shape, seed, minval=_TINY, maxval=1.0, dtype="float32")
     return -ops.log(-ops.log(uniform))
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from keras import ops
 
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
+from partf.layers.random import Dropout
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
 from partf.models.config import ModelConfig, architecture_token, parse_architecture
@@ -87,7 +88,7 @@ class PARTransformerXL(keras.Model):
         self.embedding = keras.layers.Embedding(
             config.vocab_size, config.d_model, dtype=policy, name="embedding"
         )
-        self.input_dropout = keras.layers.Dropout(
+        self.input_dropout = Dropout(
             config.dropout_rate, dtype=policy, name="input_dropout"
         )
         self.temperature = Temperature(
