@@ -28,10 +28,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import keras
+import keras  # noqa: F401 (used by the docstring examples)
 from keras import ops
 
-from partf.attention.base import Attention, State
+from partf.attention.base import Attention, Projection, State
 from partf.attention.registry import register_attention
 from partf.layers.random import Dropout
 
@@ -183,7 +183,7 @@ class RelativeAttention(Attention):
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         super().build(input_shape)
         # W_r: projects the d_model-wide sinusoid of each distance to the heads.
-        self.position_dense = keras.layers.EinsumDense(
+        self.position_dense = Projection(
             "ld,dhk->lhk",
             output_shape=(self.num_heads, self.head_dim),
             dtype=self.dtype_policy,
