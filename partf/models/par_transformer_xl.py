@@ -88,9 +88,7 @@ class PARTransformerXL(keras.Model):
         self.embedding = keras.layers.Embedding(
             config.vocab_size, config.d_model, dtype=policy, name="embedding"
         )
-        self.input_dropout = Dropout(
-            config.dropout_rate, dtype=policy, name="input_dropout"
-        )
+        self.input_dropout = Dropout(config.dropout_rate, dtype=policy, name="input_dropout")
         self.temperature = Temperature(
             config.tau_schedule,
             config.tau_start,
