@@ -23,7 +23,7 @@ and at position i it only ever uses a_j - m_i <= 0 with m_i the maximum over
 j <= i. Nothing can overflow, and no future token can change an earlier
 output, even through rounding. Rescaling between chunks is a linear
 recurrence P_{c+1} = d_c P_c + U_c with d_c = exp(M_{c-1} - M_c) <= 1, solved
-with a log-depth parallel scan.
+by a loop over the chunks.
 
 Everything runs in float32 whatever the input dtype, so the carried sums stay
 exact enough under mixed precision.
@@ -31,6 +31,7 @@ exact enough under mixed precision.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from keras import ops
@@ -132,18 +133,56 @@ def _running_max(x: Any) -> Any:
 def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
     """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over chunks (axis 2), P_{-1} = 0.
 
+    A sequential loop over the chunks: each step touches one [B, H, F, V]
+    state, so the cost is that of a cumulative sum (a log-depth parallel scan
+    passes over all chunk states log2(n) times, and its backward pass
+    dominated at long lengths). The doubling scan serves when the number of
+    chunks is unknown while tracing.
+
     Args:
         decay: [B, H, n]; update: [B, H, n, F, V].
 
     Returns:
         (product of the decays up to c [B, H, n], P [B, H, n, F, V]).
     """
+    if decay.shape[2] is None:
 
-    def combine(earlier, later):
-        (d_early, u_early), (d_late, u_late) = earlier, later
-        return d_early * d_late, d_late[..., None, None] * u_early + u_late
+        def combine(earlier, later):
+            (d_early, u_early), (d_late, u_late) = earlier, later
+            return d_early * d_late, d_late[..., None, None] * u_early + u_late
 
-    return _doubling_scan(combine, (decay, update), (1.0, 0.0))
+        return _doubling_scan(combine, (decay, update), (1.0, 0.0))
+
+    # Two unrolled loops of about sqrt(n) steps each (static shapes, so XLA
+    # compiles it with its gradient): first within groups of g chunks, all
+    # groups at once, then across the groups, whose carried-in state is then
+    # added with the decay since the group's start.
+    length = decay.shape[2]
+    size = max(1, math.isqrt(length - 1) + 1) if length > 1 else 1  # g = ceil(sqrt(n))
+    groups = -(-length // size)
+    pad = groups * size - length
+    batch, heads = ops.shape(decay)[0], ops.shape(decay)[1]
+    d = ops.reshape(
+        ops.pad(decay, [[0, 0], [0, 0], [0, pad]], constant_values=1.0),
+        (batch, heads, groups, size),
+    )
+    u = ops.pad(update, [[0, 0], [0, 0], [0, pad], [0, 0], [0, 0]])
+    u = ops.reshape(u, (batch, heads, groups, size) + tuple(ops.shape(update)[3:]))
+
+    state, local = ops.zeros_like(u[:, :, :, 0]), []
+    for j in range(size):
+        state = d[:, :, :, j][..., None, None] * state + u[:, :, :, j]
+        local.append(state)
+    local = ops.stack(local, axis=3)  # [B, H, groups, g, F, V], from each group's start
+    within = ops.cumprod(d, axis=3)  # decay from the group's start through each chunk
+
+    carry, carried_in = ops.zeros_like(local[:, :, 0, 0]), []
+    for k in range(groups):
+        carried_in.append(carry)
+        carry = within[:, :, k, -1][..., None, None] * carry + local[:, :, k, -1]
+    summed = local + within[..., None, None] * ops.stack(carried_in, axis=2)[:, :, :, None]
+    summed = ops.reshape(summed, ops.shape(u)[:2] + (groups * size,) + tuple(ops.shape(u)[4:]))
+    return ops.cumprod(decay, axis=2), summed[:, :, :length]
 
 
 def causal_linear_attention(
