@@ -120,6 +120,9 @@ class Attention(keras.layers.Layer):
     #: Mechanism options exposed on the command line as `--attn_<name>`:
     #: constructor argument name -> (default, one-line help).
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
+    #: Whether the mechanism reads values; False builds no value projection
+    #: (such a mechanism overrides `call`).
+    uses_values: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -171,7 +174,8 @@ class Attention(keras.layers.Layer):
         inner = (self.num_heads, self.head_dim)
         self.query_dense = self._projection("query", "btd,dhk->bthk", inner, input_shape)
         self.key_dense = self._projection("key", "btd,dhk->bthk", inner, input_shape)
-        self.value_dense = self._projection("value", "btd,dhk->bthk", inner, input_shape)
+        if self.uses_values:
+            self.value_dense = self._projection("value", "btd,dhk->bthk", inner, input_shape)
         self.output_dense = Projection(
             "bthk,hkd->btd",
             output_shape=(None, self.d_model),

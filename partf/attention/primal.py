@@ -69,6 +69,7 @@ class PrimalAttention(Attention):
     Asymmetric Kernel SVD in Primal Representation", NeurIPS 2023.
     """
 
+    uses_values = False
     options = {
         "low_rank": (30, "primal: rank s of the KSVD projections"),
         "eta": (0.1, "primal: weight of the KSVD regulariser in the loss"),
@@ -95,19 +96,7 @@ class PrimalAttention(Attention):
         self.seed = seed
 
     def build(self, input_shape) -> None:
-        # No value projection: the primal form never reads values.
-        inner = (self.num_heads, self.head_dim)
-        self.query_dense = self._projection("query", "btd,dhk->bthk", inner, input_shape)
-        self.key_dense = self._projection("key", "btd,dhk->bthk", inner, input_shape)
-        self.output_dense = keras.layers.EinsumDense(
-            "bthk,hkd->btd",
-            output_shape=(None, self.d_model),
-            bias_axes="d" if self.use_bias else None,
-            dtype=self.dtype_policy,
-            name="output",
-        )
-        self.output_dense.build((None, None, self.num_heads, self.head_dim))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        super().build(input_shape)  # no value projection: uses_values is False
         shape = (self.num_heads, self.head_dim, self.low_rank)
         seed = keras.random.SeedGenerator(self.seed)
         self.w_e = self.add_weight(name="w_e", shape=shape, initializer=_orthogonal_per_head(seed))
