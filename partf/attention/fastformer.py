@@ -25,7 +25,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.base import Attention, State
+from partf.attention.base import Attention, Projection, State
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.registry import register_attention
 
@@ -92,7 +92,7 @@ class FastformerAttention(Attention):
         self.query_pool = self.add_weight(name="query_pool", shape=shape, initializer=init)
         self.key_pool = self.add_weight(name="key_pool", shape=shape, initializer=init)
         # r_i = W u_i, a full linear map over all heads, before adding the query.
-        self.transform = keras.layers.EinsumDense(
+        self.transform = Projection(
             "bthk,hkgj->btgj",
             output_shape=(None, self.num_heads, self.head_dim),
             bias_axes="gj" if self.use_bias else None,
