@@ -12,6 +12,7 @@ https://arxiv.org/abs/1609.04309
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,11 @@ def tail_projection_dims(
     if proj_factor < 1:
         raise ValueError(f"proj_factor must be >= 1, got {proj_factor}.")
     return tuple(max(1, d_model // proj_factor**i) for i in range(1, num_tails + 1))
+
+
+def _block_sizes(positions: int) -> list[int]:
+    """Static row counts a tail cluster may be scored on: N/8, N/4, N/2 and N."""
+    return sorted({max(1, math.ceil(positions / 2**k)) for k in range(4)})
 
 
 def _cross_entropy(targets: Any, logits: Any) -> Any:
@@ -203,10 +209,13 @@ class AdaptiveSoftmax(keras.layers.Layer):
     def token_nll(self, hidden: Any, targets: Any, tied_kernel: Any | None = None) -> Any:
         """-log p(target) at every position, 0 where target == 0 (padding).
 
-        Never forms [..., V] logits: each tail cluster's cross-entropy is
-        computed over all positions (a fused softmax cross-entropy per
-        cluster) and kept only where the target lies in that cluster. Shapes
-        are static, so it compiles under XLA.
+        Never forms [..., V] logits. The head's cross-entropy covers every
+        position; tail cluster i is scored only on the rows whose target lies in
+        it, gathered into a block of static size (the smallest of N/8, N/4, N/2
+        or N rows that holds them, N = positions), so shapes stay static under
+        XLA while a cluster of rare tokens costs a fraction of the full width.
+        With WikiText-2's 12k vocabulary and cutoffs (250, 2500), 20.6% and 7.8%
+        of the valid split's targets fall in the two tails (the original's records).
 
         Args:
             hidden: [..., D].
@@ -225,12 +234,95 @@ class AdaptiveSoftmax(keras.layers.Layer):
         cluster = sum(ops.cast(targets >= c, "int32") for c in self.cutoffs)
         head_target = ops.where(cluster == 0, targets, self.cutoffs[0] + cluster - 1)
         nll = _cross_entropy(head_target, self._head_logits(hidden, tied_kernel))
+        positions = math.prod(targets.shape) if None not in targets.shape else None
         for i in range(self.num_tails):
-            low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
-            local = ops.clip(targets - low, 0, size - 1)
-            tail = _cross_entropy(local, self._tail_logits(hidden, i))
-            nll = nll + ops.where(cluster == i + 1, tail, 0.0)
+            if positions is None:  # unknown shape: score the tail everywhere
+                nll = nll + self._tail_nll_everywhere(hidden, targets, cluster == i + 1, i)
+                continue
+            flat_nll = self._tail_nll_gathered(
+                ops.reshape(hidden, (positions, -1)),
+                ops.reshape(targets, (positions,)),
+                ops.reshape(cluster == i + 1, (positions,)),
+                i,
+            )
+            nll = nll + ops.reshape(flat_nll, ops.shape(targets))
         return ops.where(targets == 0, 0.0, nll)
+
+    def _tail_nll_everywhere(self, hidden: Any, targets: Any, member: Any, i: int) -> Any:
+        low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
+        local = ops.clip(targets - low, 0, size - 1)
+        tail = _cross_entropy(local, self._tail_logits(hidden, i))
+        return ops.where(member, tail, 0.0)
+
+    def _tail_nll_gathered(self, hidden: Any, targets: Any, member: Any, i: int) -> Any:
+        """Tail i's NLL on the member rows, 0 elsewhere: [N, D], [N], bool [N] -> [N].
+
+        The member rows are gathered into a block of static size (see `token_nll`),
+        and the gradient is written by hand. Automatic differentiation through
+        the block-size switch would keep every branch's logits alive (zero-filled
+        for the branches not taken), and that of a gather is a scatter, whose
+        XLA CPU code took minutes to compile; the hand-written backward pass uses
+        gathers only, and recomputes the block's logits instead of storing them.
+        """
+        n = targets.shape[0]
+        low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
+        projected = ops.cast(self.tail_projections[i](hidden), "float32")  # [N, d_i]
+        output = self.tail_outputs[i]
+        kernel = ops.cast(ops.convert_to_tensor(output.kernel), "float32")  # [d_i, size]
+        bias = ops.cast(ops.convert_to_tensor(output.bias), "float32")  # [size]
+        local = ops.clip(targets - low, 0, size - 1)
+        seen = ops.cumsum(ops.cast(member, "int32"))  # members up to each row
+        count = seen[-1]
+        sizes = _block_sizes(n)
+        # The smallest block that holds every member row.
+        choice = sum(ops.cast(count > s, "int32") for s in sizes[:-1])
+
+        def layout(block: int) -> tuple[Any, Any, Any]:
+            """Row held by each slot, which slots are used, each row's slot."""
+            wanted = ops.arange(block, dtype="int32")[:, None]
+            # The j-th member row is the number of rows with at most j members before.
+            rows = ops.minimum(ops.sum(ops.cast(seen[None, :] <= wanted, "int32"), axis=1), n - 1)
+            used = ops.arange(block, dtype="int32") < count
+            slot = ops.clip(seen - 1, 0, block - 1)
+            return rows, used, slot
+
+        def forward(block: int):
+            def run(projected, kernel, bias):
+                rows, used, slot = layout(block)
+                logits = ops.matmul(ops.take(projected, rows, axis=0), kernel) + bias
+                values = ops.where(used, _cross_entropy(ops.take(local, rows), logits), 0.0)
+                return ops.where(member, ops.take(values, slot), 0.0)
+
+            return run
+
+        def backward(block: int):
+            def run(upstream, projected, kernel, bias):
+                rows, used, slot = layout(block)
+                picked = ops.take(projected, rows, axis=0)  # [C, d_i]
+                logits = ops.matmul(picked, kernel) + bias
+                weight = ops.where(used, ops.take(upstream, rows), 0.0)  # [C]
+                target = ops.one_hot(ops.take(local, rows), size, dtype="float32")
+                d_logits = (ops.softmax(logits, axis=-1) - target) * weight[:, None]
+                d_picked = ops.matmul(d_logits, ops.transpose(kernel))
+                d_projected = ops.where(member[:, None], ops.take(d_picked, slot, axis=0), 0.0)
+                d_kernel = ops.matmul(ops.transpose(picked), d_logits)
+                return d_projected, d_kernel, ops.sum(d_logits, axis=0)
+
+            return run
+
+        @ops.custom_gradient
+        def tail_nll(projected, kernel, bias):
+            nll = ops.switch(choice, [forward(s) for s in sizes], projected, kernel, bias)
+
+            def grad(*args: Any, upstream: Any = None) -> Any:
+                if upstream is None:
+                    (upstream,) = args
+                branches = [backward(s) for s in sizes]
+                return ops.switch(choice, branches, upstream, projected, kernel, bias)
+
+            return nll, grad
+
+        return tail_nll(projected, kernel, bias)
 
     def call(self, hidden: Any, tied_kernel: Any | None = None) -> Any:
         return self.log_probs(hidden, tied_kernel)
