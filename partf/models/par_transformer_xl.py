@@ -126,8 +126,14 @@ class PARTransformerXL(keras.Model):
             dtype=policy.variable_dtype,
             name="adaptive_softmax",
         )
+        # Every replica adds 1 to the same count: keep the first replica's update.
         self.step = self.add_weight(
-            name="step", shape=(), dtype="int64", initializer="zeros", trainable=False
+            name="step",
+            shape=(),
+            dtype="int64",
+            initializer="zeros",
+            trainable=False,
+            aggregation="only_first_replica",
         )
         # One copy of every block's state per set: [set][block][candidate][name].
         self._states: dict[str, States] = {}
@@ -135,13 +141,8 @@ class PARTransformerXL(keras.Model):
             self._states[which] = [
                 [
                     {
-                        name: self.add_weight(
-                            name=f"{which}_state_{b}_{c}_{name}",
-                            shape=shape,
-                            dtype=dtype,
-                            initializer="zeros",
-                            trainable=False,
-                            autocast=False,
+                        name: self._add_state_variable(
+                            f"{which}_state_{b}_{c}_{name}", shape, dtype
                         )
                         for name, (shape, dtype) in spec.items()
                     }
@@ -152,6 +153,27 @@ class PARTransformerXL(keras.Model):
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
         self.build((config.batch_size, None))
+
+    def _add_state_variable(self, name: str, shape: tuple[int, ...], dtype: str) -> keras.Variable:
+        """One memory variable, zero-initialised.
+
+        `synchronization="on_read"` makes it per replica under a `tf.distribute`
+        strategy: each replica reads and writes its own copy, so the memory of
+        replica k continues the streams (rows) that replica k receives. With no
+        strategy (or another backend) it is an ordinary variable.
+        """
+        with keras.name_scope(self.name, caller=self):
+            variable = keras.Variable(
+                initializer="zeros",
+                shape=shape,
+                dtype=dtype,
+                trainable=False,
+                autocast=False,
+                synchronization="on_read",
+                name=name,
+            )
+        self._track_variable(variable)
+        return variable
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         if self.built:
@@ -268,9 +290,13 @@ class PARTransformerXL(keras.Model):
                 sample_weight = sample_weight[:, None]
             weights = weights * sample_weight
         nll = self.token_nll(y_pred, y)
-        loss = ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+        # Under a tf.distribute strategy each replica holds some rows of the global batch:
+        # divide by the token count of all replicas (and the extra losses by the replica
+        # count), so the replicas' losses and gradients sum to those of the global batch.
+        replicas, count = _sum_over_replicas(ops.sum(weights))
+        loss = ops.sum(nll * weights) / ops.maximum(count, 1.0)
         for extra in self.losses:
-            loss = loss + ops.cast(extra, "float32")
+            loss = loss + ops.cast(extra, "float32") / replicas
         return loss
 
     # ----------------------------------------------------------- architecture
@@ -321,3 +347,17 @@ class PARTransformerXL(keras.Model):
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(model_config, **config)
+
+
+def _sum_over_replicas(value: Any) -> tuple[float, Any]:
+    """(replicas in sync, `value` summed over them) inside a tf.distribute replica
+    context; (1, value) otherwise (one device, or another backend)."""
+    if keras.backend.backend() != "tensorflow":
+        return 1.0, value
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return 1.0, value
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+    return float(context.num_replicas_in_sync), total

@@ -1,0 +1,210 @@
+"""Training on several devices or machines with `tf.distribute`, memory kept per replica.
+
+Transformer-XL's context batching gives every row of a batch its own stream: row r of
+batch t+1 continues row r of batch t, and the XL memory of row r carries it across. A
+strategy must therefore never shuffle rows between replicas. Here the global batch
+[B, L] is cut along the row (stream) axis into `num_replicas` contiguous blocks of
+b = B / num_replicas rows; replica k always receives rows [k*b, (k+1)*b) of every batch,
+in order, and its memory (the model's `synchronization="on_read"` variables, one copy
+per replica, sized b) continues exactly those streams.
+
+Replicas are numbered worker by worker: with W workers of R local devices, worker w
+holds replicas [w*R, (w+1)*R) and reads only rows [w*R*b, (w+1)*R*b) of each batch.
+
+The loss is token-weighted over the whole global batch: each replica divides its NLL
+sum by the token count summed over all replicas (`PARTransformerXL.compute_loss`), so
+the summed gradients and the logged loss equal those of one device with batch B.
+`ReplicaEvaluator` scores a split the same way (NLL and token sums over replicas).
+
+Strategies (`TrainConfig.distribution_strategy`, `partf-train --distribution_strategy`):
+
+- "default": no strategy (one device).
+- "mirrored": `tf.distribute.MirroredStrategy`, every local GPU (or CPU device).
+- "multi_worker": `tf.distribute.MultiWorkerMirroredStrategy`, cluster from TF_CONFIG.
+- "tpu": `tf.distribute.TPUStrategy` through `TPUClusterResolver` (TPU_NAME or the
+  Cloud TPU VM's local TPU). Written to TensorFlow's documented recipe; untested here.
+
+Only the TensorFlow backend has `tf.distribute`; other backends accept "default" only.
+
+Example:
+    >>> strategy = build_strategy("mirrored")
+    >>> with strategy.scope():
+    ...     model = PARTransformerXL(config.replace(batch_size=32 // strategy.num_replicas_in_sync))
+    >>> data = distribute_rows(strategy, dataset, global_batch=32)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from partf.training.config import ConfigError
+from partf.training.perplexity import SplitStats
+
+logger = logging.getLogger("partf.training")
+
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+def build_strategy(name: str) -> tf.distribute.Strategy | None:
+    """The `tf.distribute` strategy called `name` (one of `STRATEGIES`).
+
+    Must run before TensorFlow touches a device for "multi_worker" and "tpu".
+
+    Args:
+        name: "default", "mirrored", "multi_worker" or "tpu".
+
+    Returns:
+        The strategy; None for "default" (no strategy: one device).
+
+    Raises:
+        ConfigError: an unknown name, or a strategy on a backend other than TensorFlow.
+    """
+    if name not in STRATEGIES:
+        raise ConfigError(
+            f"unknown --distribution_strategy {name!r}; valid: {', '.join(STRATEGIES)}."
+        )
+    if name == "default":
+        return None
+    if keras.backend.backend() != "tensorflow":
+        raise ConfigError(
+            f"--distribution_strategy {name} needs the TensorFlow backend (KERAS_BACKEND="
+            f"{keras.backend.backend()}); use --distribution_strategy default."
+        )
+    if name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+    elif name == "multi_worker":
+        # TF_CONFIG names the cluster and this worker's index (TensorFlow's own format).
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.TPUStrategy(resolver)
+    logger.info(
+        "distribution strategy %s: %d replicas in sync",
+        type(strategy).__name__,
+        strategy.num_replicas_in_sync,
+    )
+    return strategy
+
+
+def per_replica_batch(strategy: tf.distribute.Strategy, global_batch: int) -> int:
+    """Rows of every batch (and of the memory) on one replica.
+
+    Raises:
+        ConfigError: the global batch does not divide among the replicas.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if global_batch % replicas:
+        raise ConfigError(
+            f"the batch of {global_batch} rows does not split over {replicas} replicas; "
+            f"rebuild the records with --batch_size a multiple of {replicas}."
+        )
+    return global_batch // replicas
+
+
+def distribute_rows(
+    strategy: tf.distribute.Strategy | None, dataset: tf.data.Dataset, global_batch: int
+) -> Any:
+    """Gives replica k rows [k*b, (k+1)*b) of every batch of `dataset`, in order.
+
+    Args:
+        strategy: the strategy; None returns `dataset` as is.
+        dataset: (inputs, targets) int32 [B, L] batches, B = `global_batch`, in stream order.
+        global_batch: B.
+
+    Returns:
+        A distributed dataset whose per-replica elements are [b, L], b = B / replicas.
+        Each worker reads only its own rows.
+    """
+    if strategy is None:
+        return dataset
+    rows = per_replica_batch(strategy, global_batch)
+    replicas = strategy.num_replicas_in_sync
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        local = replicas // context.num_input_pipelines
+        first = context.input_pipeline_id * local * rows
+
+        def split(*tensors: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            # [B, L] -> this worker's rows [local * b, L] -> [local, b, L]
+            return tuple(
+                tf.reshape(t[first : first + local * rows], (local, rows, -1)) for t in tensors
+            )
+
+        # One element per local replica, in replica order: the per-worker iterator hands
+        # consecutive elements to the worker's devices round-robin.
+        return dataset.map(split).unbatch()
+
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+    return strategy.distribute_datasets_from_function(dataset_fn, options)
+
+
+class ReplicaEvaluator:
+    """`Evaluator` for a model built under a strategy: each replica scores its rows.
+
+    Same contract as `partf.training.perplexity.Evaluator`: `evaluate(dataset)` makes one
+    pass with the evaluation memory starting empty and returns exact `SplitStats`
+    (NLL and token sums over every replica; the original's per-batch figure from the
+    batch's global sums).
+
+    Args:
+        model: a partf model built under `strategy.scope()`.
+        strategy: the strategy.
+        global_batch: B, rows per batch of the datasets to score.
+        jit_compile: compile the per-replica function with XLA.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        strategy: tf.distribute.Strategy,
+        global_batch: int,
+        jit_compile: bool = True,
+    ) -> None:
+        self.model = model
+        self.strategy = strategy
+        self.global_batch = global_batch
+
+        def batch_sums(inputs, targets):
+            hidden = model(inputs, training=False)
+            nll = tf.cast(model.token_nll(hidden, targets), tf.float32)  # [b, T]
+            count = tf.reduce_sum(tf.cast(tf.not_equal(targets, 0), tf.float32))
+            return tf.reduce_sum(nll), count
+
+        replica_step = tf.function(batch_sums, jit_compile=jit_compile, reduce_retracing=True)
+
+        def run(iterator, num_batches):
+            total = tf.constant(0.0, tf.float64)
+            count = tf.constant(0.0, tf.float64)
+            exp_sum = tf.constant(0.0, tf.float64)
+            for _ in tf.range(num_batches):
+                t, c = strategy.run(replica_step, args=next(iterator))
+                t = tf.cast(strategy.reduce("SUM", t, axis=None), tf.float64)
+                c = tf.cast(strategy.reduce("SUM", c, axis=None), tf.float64)
+                total += t
+                count += c
+                exp_sum += tf.exp(t / tf.maximum(c, 1.0))
+            return total, count, exp_sum
+
+        self._run = tf.function(run)
+
+    def evaluate(self, dataset: tf.data.Dataset) -> SplitStats:
+        """One pass over `dataset` ((inputs, targets) int32 [B, T]), memory starting empty."""
+        num_batches = int(dataset.cardinality())
+        if num_batches < 0:
+            num_batches = int(dataset.reduce(0, lambda n, _: n + 1))
+        self.model.reset_state("eval")
+        iterator = iter(distribute_rows(self.strategy, dataset, self.global_batch))
+        total, count, exp_sum = self._run(iterator, tf.constant(num_batches))
+        self.model.reset_state("eval")
+        return SplitStats(
+            total_nll=float(total),
+            num_tokens=int(round(float(count))),
+            num_batches=num_batches,
+            sum_exp_batch_loss=float(exp_sum),
+        )
