@@ -15,6 +15,9 @@ from partf.data.errors import UsageError
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS
 
+#: Values of `TrainConfig.distribution_strategy` (see partf.training.distribution).
+DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
 #: ModelConfig fields the trainer sets itself, from the data and the run's length.
 DERIVED_MODEL_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
@@ -74,6 +77,7 @@ class TrainConfig:
     jit_compile: bool = True  # compile the train step with XLA
     mixed_precision: bool = False  # float16 (GPU) or bfloat16 (CPU) compute
     seed: int = 0  # seeds weights, dropout and Gumbel noise
+    distribution_strategy: str = "default"  # default, mirrored, multi_worker or tpu
     # Monitoring and checkpoints
     log_every: int = 100  # steps between logged losses and TensorBoard scalars
     eval_every: int = 0  # steps between validations (0: at each epoch end only)
@@ -114,6 +118,11 @@ class TrainConfig:
             )
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps == 0:
             raise ConfigError("--lr_schedule inverse_sqrt needs --warmup_steps > 0.")
+        if self.distribution_strategy not in DISTRIBUTION_STRATEGIES:
+            raise ConfigError(
+                f"unknown --distribution_strategy {self.distribution_strategy!r}; valid: "
+                f"{', '.join(DISTRIBUTION_STRATEGIES)}."
+            )
         if self.opt_name.lower() not in OPTIMIZERS:
             raise ConfigError(
                 f"unknown --opt_name {self.opt_name!r}; valid: {', '.join(OPTIMIZERS)}."

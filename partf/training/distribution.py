@@ -41,12 +41,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from partf.training.config import ConfigError
+from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
 from partf.training.perplexity import SplitStats
 
 logger = logging.getLogger("partf.training")
 
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+STRATEGIES = DISTRIBUTION_STRATEGIES
 
 
 def build_strategy(name: str) -> tf.distribute.Strategy | None:
@@ -208,3 +208,48 @@ class ReplicaEvaluator:
             num_batches=num_batches,
             sum_exp_batch_loss=float(exp_sum),
         )
+
+
+class ReplicaRows:
+    """A per-replica memory variable seen as one array: its local replicas' rows in order.
+
+    Checkpoints store this view, so a checkpoint of a run on R replicas of b rows holds
+    the same [R*b, ...] memory as a one-device run with batch R*b; restoring splits it
+    back. Under multi_worker each worker sees (and saves) only its own replicas' rows.
+
+    Args:
+        variable: a Keras variable created with `synchronization="on_read"` under a
+            strategy.
+    """
+
+    def __init__(self, variable: keras.Variable) -> None:
+        self.variable = variable
+        self.path = variable.path
+        self._parts = list(variable.value.values)  # one tf.Variable per local replica
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        first = tuple(self._parts[0].shape)
+        return (first[0] * len(self._parts), *first[1:])
+
+    def numpy(self) -> Any:
+        import numpy as np
+
+        return np.concatenate([part.numpy() for part in self._parts], axis=0)
+
+    def assign(self, value: Any) -> None:
+        rows = self._parts[0].shape[0]
+        for k, part in enumerate(self._parts):
+            part.assign(value[k * rows : (k + 1) * rows])
+
+
+def checkpoint_view(variables: list[Any]) -> list[Any]:
+    """`variables` with every per-replica (on_read, distributed) one as `ReplicaRows`."""
+    viewed = []
+    for variable in variables:
+        value = getattr(variable, "value", None)
+        per_replica = isinstance(value, tf.distribute.DistributedValues) and (
+            getattr(value, "synchronization", None) == tf.VariableSynchronization.ON_READ
+        )
+        viewed.append(ReplicaRows(variable) if per_replica else variable)
+    return viewed
