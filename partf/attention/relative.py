@@ -221,6 +221,83 @@ class RelativeAttention(Attention):
             distances = ops.clip(distances, -self.clamp_len, self.clamp_len)
         return distances
 
+    # ------------------------------------------------------- inference cache
+    def inference_state(self, state: State) -> State:
+        """`state` plus a cache that makes one-token steps cheap (generation only).
+
+        A query of one token attends over the M memory rows and itself; without
+        the cache every step projects all M + 1 keys, values and distance
+        encodings again. The cache holds the memory's projected keys and values
+        ("keys", "values" [B, M, H, Dh]) and the projected encodings of the
+        distances M .. 0 that such a query sees ("position" [M + 1, H, Dh]). A
+        call with a one-token segment then projects only that token; any call
+        keeps the cache up to date, so it may be carried like the plain state.
+        The result equals the uncached computation up to rounding.
+
+        Args:
+            state: {"memory", "memory_mask"} as this layer returns it.
+
+        Returns:
+            A new state dict with the cache entries added ({} stays {}).
+
+        Example:
+            >>> y, state = layer(prompt_states)          # [B, T, D] segment
+            >>> state = layer.inference_state(state)
+            >>> y, state = layer(x[:, :1], state=state)  # one token, cached
+        """
+        state = {name: ops.convert_to_tensor(value) for name, value in state.items()}
+        if self.mem_len == 0:
+            return state
+        memory = ops.cast(state["memory"], self.compute_dtype)
+        return {
+            **state,
+            "keys": self.key_dense(memory),
+            "values": self.value_dense(memory),
+            "position": self._one_query_positions(),
+        }
+
+    def _one_query_positions(self) -> Any:
+        """W_r R of the distances M .. 0: column j is the distance from a lone query
+        after M memory rows to key j."""
+        distances = ops.arange(self.mem_len, -1, -1, dtype="int32")
+        if self.clamp_len is not None:
+            distances = ops.clip(distances, -self.clamp_len, self.clamp_len)
+        encoding = sinusoidal_encoding(distances, self.d_model, self.compute_dtype)
+        return self.position_dense(encoding)  # [M + 1, H, Dh]
+
+    def _cached_step(self, x: Any, state: State, mask: Any, training: bool | None):
+        """One query token against the cached memory keys and values."""
+        mem_len = self.mem_len
+        keys = ops.concatenate([ops.cast(state["keys"], x.dtype), self.key_dense(x)], axis=1)
+        values = ops.concatenate([ops.cast(state["values"], x.dtype), self.value_dense(x)], axis=1)
+        key_mask = ops.concatenate([ops.cast(state["memory_mask"], "bool"), mask], axis=1)
+        q = self.query_dense(x)  # [B, 1, H, Dh]
+        r = ops.cast(state["position"], x.dtype)  # [K, H, Dh], key j at distance K - 1 - j
+        u = ops.cast(self.content_bias, q.dtype)
+        pos_bias = ops.cast(self.position_bias, q.dtype)
+        content = ops.einsum("bthk,bshk->bhts", q + u, keys)  # [B, H, 1, K]
+        # With one query the relative shift is the identity: no pad, no skew.
+        position = ops.einsum("bthk,shk->bhts", q + pos_bias, r)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        scores = ops.cast(content + position, "float32") * scale
+        # The lone query is the last position: every valid key is visible.
+        scores = ops.where(key_mask[:, None, None, :], scores, _MASKED)
+        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
+        if self.attention_dropout_rate > 0:
+            weights = self.attention_dropout(weights, training=training)
+        out = ops.einsum("bhts,bshk->bthk", weights, values)
+        y = self.dropout(self.output_dense(out), training=training)
+        memory = ops.concatenate([ops.cast(state["memory"], "float32"), ops.cast(x, "float32")], 1)
+        new_state = {
+            "memory": ops.stop_gradient(memory[:, -mem_len:]),
+            "memory_mask": ops.cast(key_mask[:, -mem_len:], "int32"),
+            "keys": ops.stop_gradient(keys[:, -mem_len:]),
+            "values": ops.stop_gradient(values[:, -mem_len:]),
+            "position": state["position"],
+        }
+        return y, new_state
+
+    # ------------------------------------------------------------------ call
     def call(
         self,
         x: Any,
@@ -228,6 +305,11 @@ class RelativeAttention(Attention):
         mask: Any | None = None,
         training: bool | None = None,
     ) -> tuple[Any, State]:
+        cached = bool(state) and "keys" in state and self.mem_len > 0
+        if cached and x.shape[1] == 1:
+            batch = ops.shape(x)[0]
+            mask = ops.ones((batch, 1), "bool") if mask is None else ops.cast(mask, "bool")
+            return self._cached_step(x, state, mask, training)
         batch, query_len = ops.shape(x)[0], ops.shape(x)[1]
         if mask is None:
             mask = ops.ones((batch, query_len), dtype="bool")
@@ -278,6 +360,12 @@ class RelativeAttention(Attention):
             "memory": ops.stop_gradient(ops.cast(context[:, -mem_len:], "float32")),
             "memory_mask": ops.cast(key_mask[:, -mem_len:], "int32"),
         }
+        if cached:  # keep the inference cache in step with the memory
+            new_state.update(
+                keys=ops.stop_gradient(k[:, -mem_len:]),
+                values=ops.stop_gradient(v[:, -mem_len:]),
+                position=state["position"],
+            )
         return y, new_state
 
     def get_config(self) -> dict[str, Any]:

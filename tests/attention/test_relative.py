@@ -195,3 +195,33 @@ def test_dropout_only_in_training(rates):
     assert not np.allclose(np.asarray(train), np.asarray(eval_1))
     with pytest.raises(ValueError, match="attention_dropout_rate must be in"):
         RelativeAttention(D, H, attention_dropout_rate=1.0)
+
+
+@pytest.mark.parametrize(
+    ("causal", "clamp_len", "use_bias"), [(True, None, False), (False, 3, True)]
+)
+def test_inference_cache_equals_uncached_steps(causal, clamp_len, use_bias):
+    # Generation feeds one token at a time; the cached path must give the same
+    # outputs and memory as the plain one, also after a longer segment in between.
+    mem_len = 6
+    layer = make_layer(mem_len=mem_len, causal=causal, clamp_len=clamp_len, use_bias=use_bias)
+    x = np.random.default_rng(3).normal(size=(2, 9, D)).astype("float32")
+    mask = np.ones((2, 9), bool)
+    mask[1, 4] = False  # a padded token must stay invisible in the cache too
+    plain = random_state(2, mem_len, [6, 2])
+    cached = layer.inference_state(plain)
+    assert set(cached) == {"memory", "memory_mask", "keys", "values", "position"}
+    segments = [(0, 1), (1, 2), (2, 5), (5, 6), (6, 7), (7, 9)]  # ones and longer ones
+    for start, stop in segments:
+        y_plain, plain = layer(x[:, start:stop], state=plain, mask=mask[:, start:stop])
+        y_cached, cached = layer(x[:, start:stop], state=cached, mask=mask[:, start:stop])
+        assert_close(y_cached, y_plain, atol=1e-5)
+        for name in ("memory", "memory_mask"):
+            assert_close(cached[name], plain[name], atol=1e-6)
+        # The cache is the projection of the memory it sits next to.
+        assert_close(cached["keys"], layer.key_dense(plain["memory"]), atol=1e-5)
+        assert_close(cached["values"], layer.value_dense(plain["memory"]), atol=1e-5)
+
+
+def test_inference_state_without_memory_is_unchanged():
+    assert make_layer(mem_len=0).inference_state({}) == {}
