@@ -227,6 +227,18 @@ def _main(fv: flags.FlagValues) -> None:
         )
 
 
+def _os_error_message(error: OSError) -> str:
+    import errno
+
+    where = error.filename or "while writing the outputs"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"no space left on the device ({where}); nothing was kept: free some space "
+            "and run the same command again"
+        )
+    return f"{error.strerror or error} ({where}); check the path and its permissions"
+
+
 def _error(message: str) -> None:
     print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
 
@@ -278,6 +290,11 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted; outputs were left as they were")
         return 130
+    except OSError as e:  # a full disk, a folder that cannot be written
+        if fv.verbose:
+            logger.exception("traceback")
+        _error(_os_error_message(e))
+        return 1
     except Exception as e:  # one line for anything unforeseen, the traceback on request
         if fv.verbose:
             logger.exception("traceback")

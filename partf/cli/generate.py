@@ -170,14 +170,22 @@ def _read_run_config(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _load_keras(path: Path) -> Any:
+    import zipfile
+
     import keras
 
     import partf.models  # noqa: F401  (registers the classes the file names)
     from partf.models import PARTransformerXL
 
+    if not zipfile.is_zipfile(path):
+        # Keras answers "File not found" for a damaged archive; say what is wrong instead.
+        raise RuntimeExit(
+            f"cannot load {path}: not a readable .keras file (truncated or corrupt); pass another "
+            "--model, or the run's checkpoints/<model_name> folder to use its newest checkpoint"
+        )
     try:
         model = keras.saving.load_model(path, compile=False)
-    except Exception as e:  # a truncated zip, another Keras version, a foreign file
+    except Exception as e:  # a damaged member, another Keras version, a foreign file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RuntimeExit(f"cannot load {path}: {first}") from e
     if not isinstance(model, PARTransformerXL):

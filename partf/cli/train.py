@@ -411,13 +411,27 @@ def _check_model_fields(config) -> None:
         raise ConfigError(str(e)) from None
 
 
-def _setup_logging(verbose: bool) -> None:
+def _setup_logging(verbose: bool) -> logging.Handler:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
     root = logging.getLogger("partf")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     root.propagate = False
+    return handler
+
+
+def _os_error_message(error: OSError) -> str:
+    """One line for a failed write or read, with the fix for the usual causes."""
+    import errno
+
+    where = error.filename or "while writing output"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"no space left on the device ({where}); free some space or choose another "
+            "--output_dir, then run the same command again to resume."
+        )
+    return f"{error.strerror or error} ({where}); check the path and its permissions."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -447,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from partf.training.checkpoint import CheckpointError
     from partf.training.trainer import TrainingError, TrainingInterrupted, train
 
-    _setup_logging(verbose)
+    handler = _setup_logging(verbose)
     try:
         train(config)
     except UsageError as e:  # includes ConfigError
@@ -459,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         return fail("interrupted.", 130, e)
     except OSError as e:
-        return fail(f"{e.strerror or e} ({e.filename or 'while writing output'}).", 1, e)
+        return fail(_os_error_message(e), 1, e)
     except Exception as e:  # anything else is a bug or an environment problem
         return fail(
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
@@ -467,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             1,
             e,
         )
+    finally:
+        logging.getLogger("partf").removeHandler(handler)
     return 0
 
 

@@ -41,6 +41,7 @@ from partf.data.tfrecords import (
     read_metadata,
     records_token_stream,
     serialize_batch,
+    verify_records,
     write_tfrecords,
 )
 from partf.data.tokenizer import (
@@ -102,6 +103,7 @@ __all__ = [
     "tokenize_file",
     "train_tokenizer",
     "verify_file",
+    "verify_records",
     "vocab_size_of",
     "write_tfrecords",
 ]

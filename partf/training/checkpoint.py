@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import time
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,7 +51,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     tmp = path.with_name(f"{_TMP_PREFIX}{os.getpid()}-{path.name}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            _write_all(f, data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -59,6 +60,18 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             tmp.unlink()
         raise
     _fsync_dir(path.parent)
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    """Writes `data` in two halves. Between them, the interruption tests make the writer
+    pause (PARTF_TEST_WRITE_PAUSE seconds) so that a kill lands mid-write."""
+    half = len(data) // 2
+    f.write(data[:half])
+    pause = os.environ.get("PARTF_TEST_WRITE_PAUSE")
+    if pause:
+        f.flush()
+        time.sleep(float(pause))
+    f.write(data[half:])
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -150,7 +150,7 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     Returns:
         A `Split` whose dataset has a known length (so the progress bar has an ETA).
     """
-    from partf.data import load_tfrecords, model_path, read_metadata
+    from partf.data import load_tfrecords, model_path, read_metadata, verify_records
 
     path = Path(directory)
     if not path.exists():
@@ -172,6 +172,8 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     dataset = load_tfrecords(path, sp_model, prefetch=False)
     if not metadata.num_batches:
         raise DataError(f"{what} records {path} hold no batches; rebuild them.")
+    # A truncated or corrupt shard is found now, not when training reaches it.
+    verify_records(path)
     text_counts: dict[str, int | None] = {}
     if metadata.num_words is not None and metadata.num_lines is not None:
         text_counts["num_words"] = metadata.num_words + metadata.num_lines
@@ -390,7 +392,10 @@ class Trainer:
         self.model_config = _model_config(
             c, self.vocab_size, self.train_split.batch_size, self.total_steps
         )
-        self.model = PARTransformerXL(self.model_config, name="par_transformer_xl")
+        try:
+            self.model = PARTransformerXL(self.model_config, name="par_transformer_xl")
+        except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
+            raise ConfigError(str(e).rstrip(".") + ".") from None
         self.schedule = build_schedule(c.lr_schedule, c.max_lr, c.warmup_steps, self.total_steps)
         optimizer = build_optimizer(
             c.opt_name,
