@@ -170,6 +170,8 @@ class PARTransformerXL(keras.Model):
                 trainable=False,
                 autocast=False,
                 synchronization="on_read",
+                # Read across replicas (e.g. by model.save), the first replica's copy.
+                aggregation="only_first_replica",
                 name=name,
             )
         self._track_variable(variable)
