@@ -69,6 +69,13 @@ from partf.training.checkpoint import (
     restore_variables,
 )
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
+from partf.training.distribution import (
+    ReplicaEvaluator,
+    build_strategy,
+    checkpoint_view,
+    distribute_rows,
+    per_replica_batch,
+)
 from partf.training.lr_schedules import build_schedule
 from partf.training.optimizer import ArchSettings, build_optimizer
 from partf.training.perplexity import Evaluator, perplexity_report
@@ -380,8 +387,6 @@ class Trainer:
             )
 
     def _build(self) -> None:
-        from partf.models.par_transformer_xl import PARTransformerXL
-
         c = self.config
         keras.utils.set_random_seed(c.seed)
         if c.mixed_precision:
@@ -389,9 +394,19 @@ class Trainer:
             keras.mixed_precision.set_global_policy(policy)
         else:
             keras.mixed_precision.set_global_policy("float32")
-        self.model_config = _model_config(
-            c, self.vocab_size, self.train_split.batch_size, self.total_steps
-        )
+        # Under a strategy the model's batch_size (its memory rows) is one replica's share.
+        rows = self.train_split.batch_size
+        if self.strategy is not None:
+            rows = per_replica_batch(self.strategy, rows)
+        self.model_config = _model_config(c, self.vocab_size, rows, self.total_steps)
+        with self.strategy.scope() if self.strategy else contextlib.nullcontext():
+            self._build_model()
+        self.full_config = {"model": self.model_config.to_dict(), "training": c.to_dict()}
+
+    def _build_model(self) -> None:
+        from partf.models.par_transformer_xl import PARTransformerXL
+
+        c = self.config
         try:
             self.model = PARTransformerXL(self.model_config, name="par_transformer_xl")
         except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
@@ -404,19 +419,30 @@ class Trainer:
             weight_decay=c.weight_decay,
             arch=ArchSettings(c.arch_lr, c.arch_weight_decay, c.arch_freeze_steps),
         )
+        steps_per_execution = c.steps_per_execution
+        if self.strategy is not None and steps_per_execution > 1:
+            # Keras 3.15's multi-step loop fails on distributed iterators ("You must feed a
+            # value for placeholder tensor"): one step per call under a strategy.
+            logger.warning(
+                "--steps_per_execution %d is not supported under a distribution strategy "
+                "by Keras %s; using 1.",
+                steps_per_execution,
+                keras.__version__,
+            )
+            steps_per_execution = 1
         self.model.compile(
             optimizer=optimizer,
             jit_compile=c.jit_compile,
-            steps_per_execution=c.steps_per_execution,
+            steps_per_execution=steps_per_execution,
         )
         # Create the optimizer's and the loss tracker's variables now, so a checkpoint
         # can be restored into them before the first step.
         self.model.optimizer.build(self.model.trainable_variables)
-        self.full_config = {"model": self.model_config.to_dict(), "training": c.to_dict()}
 
     def _state_groups(self) -> dict[str, list[Any]]:
         return {
-            "model": list(self.model.variables),
+            # Per-replica memory is saved as all local replicas' rows, in order.
+            "model": checkpoint_view(list(self.model.variables)),
             "optimizer": list(self.model.optimizer.variables),
             "metrics": list(self.model.metrics_variables),
         }
@@ -492,6 +518,20 @@ class Trainer:
         callbacks.append(Checkpointer(self.progress, self.save_checkpoint, c.ckpt_every))
         return callbacks + self.extra_callbacks
 
+    def _worker_paths(self) -> None:
+        """Under multi_worker, workers other than the chief write under worker_<i>/."""
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        task_type = getattr(resolver, "task_type", None)
+        if not task_type:
+            return
+        task_id = resolver.task_id or 0
+        has_chief = "chief" in resolver.cluster_spec().as_dict()
+        if task_type == "chief" or (task_type == "worker" and task_id == 0 and not has_chief):
+            return
+        self.paths = RunPaths(
+            Path(self.config.output_dir) / f"{task_type}_{task_id}", self.config.model_name
+        )
+
     # ------------------------------------------------------------- running
     def run(self) -> dict[str, Any]:
         """Trains (or resumes) to the end and returns the results written to results.json.
@@ -502,6 +542,9 @@ class Trainer:
             TrainingInterrupted: SIGINT/SIGTERM; a checkpoint was written first.
         """
         self._started = time.perf_counter()
+        # Multi-worker and TPU strategies must exist before TensorFlow starts its runtime.
+        self.strategy = build_strategy(self.config.distribution_strategy)
+        self._worker_paths()
         # Everything that can reject the inputs runs before anything is written.
         self._load_data()
         self._build()
@@ -531,7 +574,12 @@ class Trainer:
             self.total_steps,
             start_step,
         )
-        self.evaluator = Evaluator(self.model, jit_compile=c.jit_compile)
+        if self.strategy is None:
+            self.evaluator = Evaluator(self.model, jit_compile=c.jit_compile)
+        else:
+            self.evaluator = ReplicaEvaluator(
+                self.model, self.strategy, self.train_split.batch_size, c.jit_compile
+            )
         train_data = self.train_split.dataset.cache()
         train_writer = tf.summary.create_file_writer(str(self.paths.logs / "train"))
         valid_writer = tf.summary.create_file_writer(str(self.paths.logs / "valid"))
@@ -547,6 +595,7 @@ class Trainer:
                     )
                     data = train_data.skip(segment.skip).take(segment.limit - segment.skip)
                     data = data.prefetch(tf.data.AUTOTUNE)
+                    data = distribute_rows(self.strategy, data, self.train_split.batch_size)
                     fit = self.model.fit(
                         data,
                         initial_epoch=segment.initial_epoch,
