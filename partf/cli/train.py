@@ -312,6 +312,13 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
     _add_bool(run, "jit_compile", "compile the train step with XLA", default=True)
     _add_bool(run, "mixed_precision", "float16 (GPU) / bfloat16 (CPU) compute", default=False)
     run.add_argument("--seed", type=int, default=0, help="random seed")
+    run.add_argument(
+        "--distribution_strategy",
+        default="default",
+        choices=("default", "mirrored", "multi_worker", "tpu"),
+        help="tf.distribute strategy: mirrored (local devices), multi_worker (TF_CONFIG), "
+        "tpu; each replica keeps its own rows and memory (docs/scaling.md)",
+    )
     run.add_argument("--log_every", type=int, default=100, help="steps between logged losses")
     run.add_argument(
         "--eval_every", type=int, default=0, help="steps between validations (0: each epoch)"
@@ -373,6 +380,7 @@ def configs_from_args(args: argparse.Namespace):
         jit_compile=args.jit_compile,
         mixed_precision=args.mixed_precision,
         seed=args.seed,
+        distribution_strategy=args.distribution_strategy,
         log_every=args.log_every,
         eval_every=args.eval_every,
         ckpt_every=args.ckpt_every,
