@@ -336,6 +336,19 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
         "discard this model_name's logs, checkpoints and plots instead of resuming",
         default=False,
     )
+    run.add_argument(
+        "--spike_guard",
+        default="off",
+        choices=("off", "skip", "stop"),
+        help="a step whose loss is a spike (> --spike_factor x running mean, or NaN): "
+        "skip it, or stop the run; counted in training.log and TensorBoard",
+    )
+    run.add_argument(
+        "--spike_factor", type=float, default=2.0, help="loss spike threshold over the mean"
+    )
+    run.add_argument(
+        "--spike_warmup", type=int, default=100, help="steps before the spike guard judges"
+    )
     _add_bool(run, "verbose", "show tracebacks and debug logs", default=False)
     return parser
 
@@ -387,6 +400,9 @@ def configs_from_args(args: argparse.Namespace):
         plot_every=args.plot_every,
         keep_checkpoints=args.keep_checkpoints,
         overwrite=args.overwrite,
+        spike_guard=args.spike_guard,
+        spike_factor=args.spike_factor,
+        spike_warmup=args.spike_warmup,
         model=model,
     )
 

@@ -60,6 +60,8 @@ class RunProgress:
         restore_metrics: (variable, value) pairs to reassign when a resumed epoch begins.
         valid_report: the newest validation figures.
         valid_report_step: the step they were computed at.
+        skipped_steps: steps the loss-spike guard dropped so far (as last read).
+        spike_stop: the step at which the guard stopped the run ("stop" mode), else None.
     """
 
     batches_per_epoch: int
@@ -75,6 +77,8 @@ class RunProgress:
     restore_metrics: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)
     valid_report: dict[str, Any] | None = None
     valid_report_step: int | None = None
+    skipped_steps: int = 0
+    spike_stop: int | None = None
 
     @property
     def global_step(self) -> int:
@@ -229,6 +233,79 @@ class MetricsLogger(keras.callbacks.Callback):
                 self.progress.non_finite = True
                 self.model.stop_training = True
         self.writer.flush()
+
+
+class SpikeMonitor(keras.callbacks.Callback):
+    """Reports the loss-spike guard's skipped steps; stops the run in "stop" mode.
+
+    In "skip" mode the count is read every `log_every` steps (with the other figures) and
+    at epoch ends: TensorBoard scalar `skipped_steps`, and a warning in `training.log`
+    when it grew. In "stop" mode it is read after every execution (one scalar), and a
+    spike stops training; the trainer then exits with a message (status 1).
+
+    Args:
+        progress: the shared `RunProgress`.
+        writer: the `tf.summary` writer of logs/<model_name>/train.
+        guard: the installed `partf.training.spike_guard.SpikeGuard`.
+        log_every: steps between reads in "skip" mode.
+    """
+
+    #: Skips in a row after which "skip" mode gives up (the loss never comes back).
+    MAX_STREAK = 50
+
+    def __init__(self, progress: RunProgress, writer: Any, guard: Any, log_every: int) -> None:
+        super().__init__()
+        self.progress = progress
+        self.writer = writer
+        self.guard = guard
+        self.log_every = log_every
+        self._last_step = 0
+
+    def on_train_begin(self, logs=None) -> None:
+        self._last_step = self.progress.global_step
+        self.progress.skipped_steps = int(self.guard.skipped.numpy())
+
+    def on_train_batch_end(self, batch: int, logs=None) -> None:
+        step = self.progress.global_step
+        if self.guard.mode == "stop" or _crossed(self._last_step, step, self.log_every):
+            self.check(step)
+        self._last_step = step
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        self.check(self.progress.global_step)
+
+    def check(self, step: int) -> None:
+        """Reads the count (a device read) and reports or stops."""
+        skipped = int(self.guard.skipped.numpy())
+        if skipped == self.progress.skipped_steps:
+            return
+        new = skipped - self.progress.skipped_steps
+        self.progress.skipped_steps = skipped
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("skipped_steps", skipped)
+        if self.guard.mode == "stop":
+            self.progress.spike_stop = step
+            self.model.stop_training = True
+            logger.error(
+                "loss spike (above %g x the running mean %.4f, or NaN) by step %d: stopping.",
+                self.guard.factor,
+                float(self.guard.mean.numpy()),
+                step,
+            )
+            return
+        logger.warning(
+            "loss spike guard: %d step(s) skipped by step %d (%d in all; a spike is a loss "
+            "above %g x the running mean %.4f, or NaN).",
+            new,
+            step,
+            skipped,
+            self.guard.factor,
+            float(self.guard.mean.numpy()),
+        )
+        if int(self.guard.streak.numpy()) >= self.MAX_STREAK:
+            self.progress.spike_stop = step
+            self.model.stop_training = True
+            logger.error("the last %d steps were all skipped: stopping.", self.MAX_STREAK)
 
 
 class PiPlotter(keras.callbacks.Callback):

@@ -85,6 +85,10 @@ class TrainConfig:
     plot_every: int = 1000  # steps between pi heatmaps
     keep_checkpoints: int = 5  # newest checkpoints kept
     overwrite: bool = False  # discard this model_name's checkpoints instead of resuming
+    # Loss-spike guard (partf.training.spike_guard): off, skip or stop
+    spike_guard: str = "off"  # what to do with a step whose loss is a spike
+    spike_factor: float = 2.0  # a spike: loss > spike_factor x running mean (or NaN/Inf)
+    spike_warmup: int = 100  # accepted steps before losses are judged
     # The model's settings chosen by the user (ModelConfig field -> value)
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -110,6 +114,15 @@ class TrainConfig:
         for name, value in non_negative.items():
             if value < 0:
                 raise ConfigError(f"--{name} must be >= 0, got {value}.")
+        if self.spike_guard not in ("off", "skip", "stop"):
+            raise ConfigError(
+                f"unknown --spike_guard {self.spike_guard!r}; valid: off, skip, stop."
+            )
+        if not self.spike_factor > 0 or self.spike_warmup < 0:
+            raise ConfigError(
+                f"--spike_factor must be > 0 and --spike_warmup >= 0, got {self.spike_factor} "
+                f"and {self.spike_warmup}."
+            )
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max_steps must be >= 1, got {self.max_steps}.")
         if self.lr_schedule not in SCHEDULES:

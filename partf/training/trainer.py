@@ -60,6 +60,7 @@ from partf.training.callbacks import (
     ProgressTracker,
     RunProgress,
     Segment,
+    SpikeMonitor,
     ValidationCallback,
 )
 from partf.training.checkpoint import (
@@ -80,6 +81,7 @@ from partf.training.lr_schedules import build_schedule
 from partf.training.optimizer import ArchSettings, build_optimizer
 from partf.training.perplexity import Evaluator, perplexity_report
 from partf.training.plots import make_gif, save_pi_heatmap
+from partf.training.spike_guard import SpikeGuard
 
 logger = logging.getLogger("partf.training")
 
@@ -438,14 +440,26 @@ class Trainer:
         # Create the optimizer's and the loss tracker's variables now, so a checkpoint
         # can be restored into them before the first step.
         self.model.optimizer.build(self.model.trainable_variables)
+        self.guard = None
+        if c.spike_guard != "off":
+            if self.strategy is not None:
+                raise ConfigError(
+                    "--spike_guard does not work under a distribution strategy yet; use "
+                    "--spike_guard=off there."
+                )
+            self.guard = SpikeGuard(c.spike_guard, c.spike_factor, c.spike_warmup)
+            self.guard.install(self.model)
 
     def _state_groups(self) -> dict[str, list[Any]]:
-        return {
+        groups = {
             # Per-replica memory is saved as all local replicas' rows, in order.
             "model": checkpoint_view(list(self.model.variables)),
             "optimizer": list(self.model.optimizer.variables),
             "metrics": list(self.model.metrics_variables),
         }
+        if self.guard is not None:
+            groups["guard"] = self.guard.variables
+        return groups
 
     def save_checkpoint(self, step: int) -> str:
         """Writes a checkpoint of the current state at `step` (see `checkpoint.py`)."""
@@ -458,6 +472,7 @@ class Trainer:
         return str(self.manager.save(step, self._state_groups(), meta))
 
     _elapsed_before = 0.0  # seconds spent before a resume
+    guard: SpikeGuard | None = None  # the loss-spike guard, when --spike_guard is not off
 
     def _elapsed(self) -> float:
         return self._elapsed_before + (time.perf_counter() - self._started)
@@ -482,7 +497,7 @@ class Trainer:
                 "another --model_name."
             )
         live = self._state_groups()
-        for name in ("model", "optimizer", "metrics"):
+        for name in live:
             restore_variables(live[name], groups.get(name, []), name)
         step = int(meta["step"])
         self.progress.last_checkpoint = str(path)
@@ -515,6 +530,8 @@ class Trainer:
                     self.valid_split.text_counts,
                 )
             )
+        if self.guard is not None:
+            callbacks.insert(1, SpikeMonitor(self.progress, train_writer, self.guard, c.log_every))
         callbacks.append(Checkpointer(self.progress, self.save_checkpoint, c.ckpt_every))
         return callbacks + self.extra_callbacks
 
@@ -611,6 +628,13 @@ class Trainer:
         finally:
             train_writer.flush()
             valid_writer.flush()
+        if self.progress.spike_stop is not None:
+            raise TrainingError(
+                f"the training loss spiked (above {c.spike_factor:g} x its running mean, or "
+                f"NaN) at step {self.progress.spike_stop}; stopped without applying it, the "
+                f"last checkpoint is {self.progress.last_checkpoint}. Lower --max_lr, set "
+                "--clipvalue, or use --spike_guard=skip."
+            )
         if self.progress.non_finite:
             raise TrainingError(
                 f"the training loss became NaN or Inf near step {self.progress.global_step}; "
