@@ -24,10 +24,20 @@ Random draws come from a `keras.random.SeedGenerator` reset to the given
 seed at the start of each `generate`, so a seed always gives the same text.
 The padding id 0 is never sampled: fed back, it would be read as padding.
 
-The single-token step (sample, then advance) is compiled as one function on
-the TensorFlow backend: a graph by default, XLA with `jit_compile=True`
-(see `benchmarks/generate.py` for when each pays off). Other backends run it
-eagerly.
+Decoding (sample, then feed the token) runs as one compiled loop over all
+the new tokens on the TensorFlow backend: a graph by default, XLA with
+`jit_compile=True` (see `benchmarks/generate.py`), so no Python runs
+between tokens. Other backends run it eagerly. In carried mode each step
+also skips the work that cannot change its result:
+
+* with `eval_mode="argmax"` a block's output is its chosen candidate's, so
+  only that candidate runs (the others' states are carried unchanged, and
+  are never read while the weights stay fixed);
+* relative attention keeps an inference cache next to its memory (the
+  memory's projected keys and values and the position terms, see
+  `RelativeAttention.inference_state`), so a token projects only itself.
+
+Both give the same distributions as `model.forward` up to rounding.
 
 Example:
     >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
@@ -227,6 +237,74 @@ def stateless_attentions(model: PARTransformerXL) -> list[str]:
     ]
 
 
+def argmax_choices(model: PARTransformerXL) -> tuple[int | None, ...]:
+    """Per block, the index of the only candidate whose evaluation weight is non-zero.
+
+    With `eval_mode="argmax"` a stochastic block's output at evaluation is
+    exactly its most likely candidate's. None where every candidate counts
+    (other eval modes) or the block is fixed already.
+    """
+    if model.config.eval_mode != "argmax":
+        return tuple(None for _ in model.blocks)
+    return tuple(
+        None
+        if block.arch_logits is None
+        else int(np.argmax(ops.convert_to_numpy(block.arch_logits)))
+        for block in model.blocks
+    )
+
+
+def with_inference_caches(model: PARTransformerXL, states: Any) -> Any:
+    """`states` with each attention's inference cache added, where it has one
+    (`inference_state`, e.g. relative attention), for one-token steps."""
+    cached = []
+    for block, block_states in zip(model.blocks, states, strict=True):
+        new_block, slot = [], 0
+        for (kind, _), state in zip(block.kinds, block_states, strict=True):
+            layer = block.sublayers[slot] if kind != "identity" else None
+            slot += kind != "identity"
+            if kind == "attention" and state and hasattr(layer, "inference_state"):
+                state = layer.inference_state(state)
+            new_block.append(state)
+        cached.append(new_block)
+    return cached
+
+
+def _run_candidate(block: Any, index: int, x: Any, states: list, mask: Any) -> tuple[Any, list]:
+    """Block `block` with only candidate `index` (the one argmax eval weights pick)."""
+    kind, _ = block.kinds[index]
+    if kind == "identity":
+        return x, states
+    slot = sum(k != "identity" for k, _ in block.kinds[:index])
+    layer, norm = block.sublayers[slot], block.norms[slot]
+    if kind == "dense":
+        return norm(x + layer(x, training=False)), states
+    y, state = layer(x, state=states[index] or None, mask=mask, training=False)
+    states = list(states)
+    states[index] = state
+    return norm(x + y), states
+
+
+def forward_choosing(
+    model: PARTransformerXL, inputs: Any, states: Any, choices: Sequence[int | None]
+) -> tuple[Any, Any]:
+    """`model.forward(inputs, states, training=False)`, running in each block only
+    the candidate `choices` names (None: the whole block)."""
+    inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
+    mask = ops.not_equal(inputs, 0)
+    x = model.embedding(inputs)
+    x = x * ops.cast(math.sqrt(model.config.d_model), x.dtype)  # no dropout at inference
+    tau = model.tau() if any(choice is None for choice in choices) else None
+    new_states = []
+    for block, block_states, choice in zip(model.blocks, states, choices, strict=True):
+        if choice is None:
+            x, block_states = block(x, states=block_states, tau=tau, mask=mask, training=False)
+        else:
+            x, block_states = _run_candidate(block, choice, x, block_states, mask)
+        new_states.append(block_states)
+    return x, new_states
+
+
 def _compile(fn: Callable, compiled: bool, jit_compile: bool) -> Callable:
     """One compiled function on TensorFlow (graph, or XLA when jit_compile); eager
     when not `compiled` or on other backends."""
@@ -304,16 +382,24 @@ class Generator:
         self.jit_compile = bool(jit_compile)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(0 if seed is None else seed)
-        self._steps: dict[Sampling, Callable] = {}
-        self._samplers: dict[Sampling, Callable] = {}
-        self._window_log_probs = _compile(
-            self._last_log_probs_of_window, self.compiled, self.jit_compile
-        )
+        self._steps: dict[tuple, Callable] = {}
+        self._loops: dict[tuple, Callable] = {}
+        self._windows: dict[tuple, Callable] = {}
+        # Candidates that argmax evaluation weights pick, read again at each start.
+        self._choices = argmax_choices(model)
 
     # ---------------------------------------------------- next distributions
     def _last_log_probs(self, tokens: Any, states: Any) -> tuple[Any, Any]:
-        hidden, states = self.model.forward(tokens, states, training=False)
+        hidden, states = forward_choosing(self.model, tokens, states, self._choices)
         return self.model.log_probs(hidden[:, -1, :]), states  # [B, V]
+
+    def _window_log_probs(self, window: Any) -> Any:
+        key = self._choices
+        if key not in self._windows:
+            self._windows[key] = _compile(
+                self._last_log_probs_of_window, self.compiled, self.jit_compile
+            )
+        return self._windows[key](window)
 
     def _last_log_probs_of_window(self, window: Any) -> Any:
         batch = ops.shape(window)[0]
@@ -339,11 +425,13 @@ class Generator:
             (recompute).
         """
         prompt = _as_prompt(prompt)
+        self._choices = argmax_choices(self.model)
         if self.mode == "recompute":
             window = self._window(prompt)
             return self._window_log_probs(window), window
         states = self.model.initial_state(prompt.shape[0])
-        return self._last_log_probs(prompt, states)
+        log_probs, states = self._last_log_probs(prompt, states)
+        return log_probs, with_inference_caches(self.model, states)
 
     def advance(self, token: Any, state: Any) -> tuple[Any, Any]:
         """Feeds one token per row: int [B] -> (log-probs [B, V], new state)."""
@@ -362,7 +450,8 @@ class Generator:
             with this generator's seed generator and feeds it to the model.
             Start from `start(prompt)`.
         """
-        if sampling not in self._steps:
+        key = (sampling, self._choices)
+        if key not in self._steps:
 
             def step(log_probs: Any, state: Any) -> tuple[Any, Any, Any]:
                 token = self._draw(log_probs, sampling)
@@ -372,11 +461,69 @@ class Generator:
                 next_log_probs, state = self._last_log_probs(token[:, None], state)
                 return token, next_log_probs, state
 
-            self._steps[sampling] = _compile(step, self.compiled, self.jit_compile)
-            self._samplers[sampling] = _compile(
-                lambda log_probs: self._draw(log_probs, sampling), self.compiled, self.jit_compile
-            )
-        return self._steps[sampling]
+            self._steps[key] = _compile(step, self.compiled, self.jit_compile)
+        return self._steps[key]
+
+    def _feed(self, token: Any, state: Any) -> tuple[Any, Any]:
+        """token int32 [B] -> (next log-probs, next state), in this generator's mode."""
+        if self.mode == "recompute":
+            window = ops.concatenate([state[:, 1:], token[:, None]], axis=1)
+            return self._last_log_probs_of_window(window), window
+        return self._last_log_probs(token[:, None], state)
+
+    def decode(
+        self,
+        log_probs: Any,
+        state: Any,
+        max_tokens: int,
+        sampling: Sampling,
+        return_log_probs: bool = False,
+    ) -> tuple[Any, Any]:
+        """Draws `max_tokens` tokens, feeding each back, as one compiled loop.
+
+        Args:
+            log_probs, state: from `start(prompt)`.
+            max_tokens: >= 1 tokens to draw; the last one is not fed back.
+            sampling: the settings.
+            return_log_probs: also return the distribution of every draw.
+
+        Returns:
+            (tokens int32 [B, max_tokens], log-probs float32 [B, max_tokens, V]
+            or None).
+        """
+        key = (sampling, self._choices, int(max_tokens), bool(return_log_probs))
+        if key not in self._loops:
+
+            def loop(log_probs: Any, state: Any) -> tuple[Any, Any]:
+                batch, vocab = ops.shape(log_probs)[0], ops.shape(log_probs)[1]
+                tokens = ops.zeros((batch, max_tokens), "int32")
+                history = ops.zeros((batch, max_tokens if return_log_probs else 0, vocab))
+
+                def body(n, carry):
+                    log_probs, state, tokens, history = carry
+                    token = self._draw(log_probs, sampling)
+                    tokens = ops.slice_update(tokens, [0, n], token[:, None])
+                    if return_log_probs:
+                        update = ops.cast(log_probs, "float32")[:, None, :]
+                        history = ops.slice_update(history, [0, n, 0], update)
+                    log_probs, state = self._feed(token, state)
+                    return log_probs, state, tokens, history
+
+                carry = (log_probs, state, tokens, history)
+                if max_tokens > 1:
+                    carry = ops.fori_loop(0, max_tokens - 1, body, carry)
+                # The last token is drawn but not fed: nothing would read the result.
+                log_probs, _, tokens, history = carry
+                last = self._draw(log_probs, sampling)
+                tokens = ops.slice_update(tokens, [0, max_tokens - 1], last[:, None])
+                if return_log_probs:
+                    update = ops.cast(log_probs, "float32")[:, None, :]
+                    history = ops.slice_update(history, [0, max_tokens - 1, 0], update)
+                return tokens, history
+
+            self._loops[key] = _compile(loop, self.compiled, self.jit_compile)
+        tokens, history = self._loops[key](log_probs, state)
+        return tokens, (history if return_log_probs else None)
 
     def _draw(self, log_probs: Any, sampling: Sampling) -> Any:
         # Padding can never be a real next token: fed back it would be masked out.
@@ -416,30 +563,19 @@ class Generator:
             ops.convert_to_tensor([seed, 0], self.seed_generator.state.dtype)
         )
         prompt = _as_prompt(prompt)
-        log_probs, state = self.start(prompt)
-        step = self.step_function(sampling)
-        tokens, history = [], []
-        for n in range(max_tokens):
-            if return_log_probs:
-                history.append(log_probs)
-            if n == max_tokens - 1:  # the last token needs no further step
-                tokens.append(self._samplers[sampling](log_probs))
-            else:
-                token, log_probs, state = step(log_probs, state)
-                tokens.append(token)
         batch = prompt.shape[0]
-        result = GenerationResult(
-            np.stack([ops.convert_to_numpy(t) for t in tokens], axis=1)
-            if tokens
-            else np.zeros((batch, 0), np.int32)
-        )
-        if return_log_probs:
-            result.log_probs = (
-                np.stack([ops.convert_to_numpy(lp) for lp in history], axis=1)
-                if history
-                else np.zeros((batch, 0, self.model.config.vocab_size), np.float32)
+        if max_tokens == 0:
+            vocab = self.model.config.vocab_size
+            return GenerationResult(
+                np.zeros((batch, 0), np.int32),
+                np.zeros((batch, 0, vocab), np.float32) if return_log_probs else None,
             )
-        return result
+        log_probs, state = self.start(prompt)
+        tokens, history = self.decode(log_probs, state, max_tokens, sampling, return_log_probs)
+        return GenerationResult(
+            np.asarray(ops.convert_to_numpy(tokens), np.int32),
+            None if history is None else np.asarray(ops.convert_to_numpy(history), np.float32),
+        )
 
     def score(self, tokens: Any) -> np.ndarray:
         """The model's next-token log-probabilities after every prefix, fed token by

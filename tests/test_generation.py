@@ -255,3 +255,29 @@ def test_reconfigure_keeps_weights_and_refuses_shape_changes(relative_model, tok
     )
     with pytest.raises(ValueError, match="weights"):
         reconfigure(relative_model, d_ffn=64)
+
+
+# ------------------------------------------------------- the fast carried path
+def test_argmax_blocks_and_attention_cache_equal_the_full_forward(tokens):
+    # Carried decoding runs only each block's argmax candidate and reuses the relative
+    # attention's projected memory: the distributions must stay those of the plain,
+    # uncached full pass, through a compiled (graph) loop and with every candidate kind.
+    keras.utils.set_random_seed(13)
+    model = PARTransformerXL(
+        {**TINY, "num_layers": 4, "eval_mode": "argmax"}, attention="relative", mem_len=16
+    )
+    for var, choice in zip(model.arch_variables, (0, 1, 2, 0), strict=True):  # A D I A
+        logits = np.full((3,), -1.0, "float32")
+        logits[choice] = 1.0
+        var.assign(logits)
+    assert model.architecture_string() == "A D I A"
+    generator = Generator(model, "carried")  # compiled
+    result = generator.generate(tokens[:, :4], 6, Sampling(0.8), seed=2, return_log_probs=True)
+    text = np.concatenate([tokens[:, :4], result.tokens], axis=1)
+    reference = full_pass_log_probs(model, text)[:, 3:-1]
+    np.testing.assert_allclose(result.log_probs, reference, rtol=1e-4, atol=1e-4)
+    # The state carries the cache (keys of the memory rows) only for the chosen
+    # attentions, and skipped candidates' states are left as they were.
+    _, state = generator.start(tokens[:, :4])
+    assert "keys" in state[0][0] and "keys" in state[3][0]
+    assert not np.any(ops.convert_to_numpy(state[1][0]["memory_mask"]))
