@@ -193,3 +193,85 @@ def test_module_entry_point():
     assert (
         done.stderr.strip().splitlines()[-1] == "partf-train: error: --epochs must be >= 1, got -3."
     )
+
+
+# ------------------------------------------------------------------ --from_search
+def test_searched_architecture_is_argmax_without_identity():
+    from partf.cli.train import searched_architecture
+    from partf.training.config import ConfigError
+
+    pi = [[0.5, 0.3, 0.2], [0.1, 0.2, 0.7], [0.2, 0.6, 0.2], [0.4, 0.1, 0.5]]
+    assert searched_architecture(pi, ["attention", "dense", "identity"]) == "A D"
+    assert searched_architecture(pi[:1], ["linear", "dense", "identity"]) == "linear"
+    with pytest.raises(ConfigError, match="identity in every block"):
+        searched_architecture(pi[1:2], ["attention", "dense", "identity"])
+
+
+@pytest.fixture(scope="module")
+def tiny_records(tmp_path_factory):
+    """Training records (vocabulary 60, 4 batches of 4 x 8) with metadata."""
+    import numpy as np
+
+    from partf.data import context_batches, write_tfrecords
+
+    root = tmp_path_factory.mktemp("from_search")
+    for name, batches in (("train", 4),):
+        stream = np.random.default_rng(len(name)).integers(1, 60, batches * 32 + 1)
+        write_tfrecords(
+            context_batches(stream.astype(np.int32), 4, 8),
+            root / name,
+            vocab_size=60,
+            num_tokens=len(stream),
+            num_lines=10,
+            num_words=20,
+            num_chars=100,
+        )
+    return root
+
+
+def test_from_search_trains_the_found_architecture(capsys, tiny_records):
+    import json
+
+    root = tiny_records
+    common = [
+        f"--train_directory={root / 'train'}",
+        "--valid_directory=",  # nothing to score: only the architecture matters here
+        "--test_directory=",
+        "--sp_model_prefix=",
+        f"--output_dir={root}",
+        "--nojit_compile",
+        "--steps_per_execution=2",
+        "--log_every=2",
+    ]
+    search = [
+        "--model_name=search",
+        "--d_model=8",
+        "--num_heads=2",
+        "--d_ffn=16",
+        "--num_layers=3",
+        "--mem_len=4",
+        "--cutoffs=20",
+        "--epochs=1",
+        "--max_lr=3e-3",
+        "--warmup_steps=1",
+    ]
+    assert main(common + search) == 0
+    found = json.loads((root / "checkpoints/search/results.json").read_text())
+    # Make the search's choice unambiguous and mixed: A, I, D (the identity drops out).
+    found["pi"] = [[0.8, 0.1, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]]
+    (root / "checkpoints/search/results.json").write_text(json.dumps(found))
+
+    assert main([*common, f"--from_search={root / 'checkpoints/search'}", "--max_lr=1e-3"]) == 0
+    fixed = json.loads((root / "checkpoints/search-fixed/results.json").read_text())
+    model, training = fixed["config"]["model"], fixed["config"]["training"]
+    assert model["architecture"] == "A D" and model["num_layers"] == 2
+    assert (model["d_model"], model["d_ffn"], model["mem_len"]) == (8, 16, 4)  # as searched
+    assert training["warmup_steps"] == 1 and training["epochs"] == 1  # as searched
+    assert training["max_lr"] == 1e-3  # overridden here
+    assert fixed["architecture"] == "A D" and fixed["candidates"] == ["attention", "dense"]
+
+
+def test_from_search_without_a_finished_search_is_one_line(capsys, tmp_path):
+    status, err = _run_main(capsys, f"--from_search={tmp_path}", f"--output_dir={tmp_path}")
+    assert status == 2 and len(err.splitlines()) == 1
+    assert "no finished search there" in err
