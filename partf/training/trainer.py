@@ -72,6 +72,7 @@ from partf.training.checkpoint import (
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import (
     ReplicaEvaluator,
+    adapt_model,
     build_strategy,
     checkpoint_view,
     distribute_rows,
@@ -440,6 +441,8 @@ class Trainer:
         # Create the optimizer's and the loss tracker's variables now, so a checkpoint
         # can be restored into them before the first step.
         self.model.optimizer.build(self.model.trainable_variables)
+        if self.strategy is not None:
+            adapt_model(self.model, self.strategy)
         self.guard = None
         if c.spike_guard != "off":
             if self.strategy is not None:
