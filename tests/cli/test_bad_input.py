@@ -344,3 +344,56 @@ def test_generate_bad_input(ws, capsys, case):
     assert generate.run(argv) == code
     assert re.search(pattern, one_error_line(capsys, "partf-generate"))
     assert listing(root) == before
+
+
+# ----------------------------------------------------------------- downloads
+def test_download_cut_mid_stream_leaves_nothing(tmp_path, monkeypatch):
+    """A connection dropped half-way: no `dest`, no `.part`; the next try is complete."""
+    import io
+    import urllib.request
+
+    from partf.data import download
+
+    payload = bytes(range(256)) * 8192  # 2 MiB: several chunks
+
+    class Dropped(io.BytesIO):
+        headers: dict = {}
+
+        def read(self, size=-1):
+            if self.tell() >= len(payload) // 2:
+                raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+            return super().read(size)
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Dropped(payload))
+    dest = tmp_path / "archive.zip"
+    with pytest.raises(OSError):
+        download("https://example.invalid/archive.zip", dest)
+    assert listing(tmp_path) == []
+
+    class Whole(io.BytesIO):
+        headers: dict = {}
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Whole(payload))
+    download("https://example.invalid/archive.zip", dest)
+    assert dest.read_bytes() == payload and listing(tmp_path) == ["archive.zip"]
+
+
+def test_nothing_downloaded_or_loaded_is_executed_or_unpickled():
+    """The modules that read downloads, records and checkpoints never unpickle or run code."""
+    import inspect
+
+    import partf.data.download
+    import partf.data.tfrecords
+    import partf.training.checkpoint
+
+    forbidden = re.compile(
+        r"\bpickle\b|allow_pickle\s*=\s*True|\beval\(|\bexec\(|subprocess|extractall|os\.system"
+    )
+    for module in (partf.data.download, partf.data.tfrecords, partf.training.checkpoint):
+        code = "\n".join(
+            line
+            for line in inspect.getsource(module).splitlines()
+            if not line.strip().startswith("#")
+        )
+        code = re.sub(r'""".*?"""', "", code, flags=re.S)  # docstrings may name them
+        assert not forbidden.search(code), f"{module.__name__}: {forbidden.search(code)}"

@@ -135,6 +135,7 @@ def test_trainer_skip_counts_and_logs(records, tmp_path, capsys):
     assert "skipped_steps" in events.Tags()["tensors"]
 
 
+@pytest.mark.slow
 def test_trainer_stop_exits_1_with_a_message(records, tmp_path, capsys):
     from partf.cli.train import main
 
