@@ -71,16 +71,16 @@ from partf.training.checkpoint import (
 )
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import (
-    ReplicaEvaluator,
     adapt_model,
     build_strategy,
     checkpoint_view,
     distribute_rows,
+    make_evaluator,
     per_replica_batch,
 )
 from partf.training.lr_schedules import build_schedule
 from partf.training.optimizer import ArchSettings, build_optimizer
-from partf.training.perplexity import Evaluator, perplexity_report
+from partf.training.perplexity import perplexity_report
 from partf.training.plots import make_gif, save_pi_heatmap
 from partf.training.spike_guard import SpikeGuard
 
@@ -594,12 +594,9 @@ class Trainer:
             self.total_steps,
             start_step,
         )
-        if self.strategy is None:
-            self.evaluator = Evaluator(self.model, jit_compile=c.jit_compile)
-        else:
-            self.evaluator = ReplicaEvaluator(
-                self.model, self.strategy, self.train_split.batch_size, c.jit_compile
-            )
+        self.evaluator = make_evaluator(
+            self.model, self.strategy, self.train_split.batch_size, c.jit_compile
+        )
         train_data = self.train_split.dataset.cache()
         train_writer = tf.summary.create_file_writer(str(self.paths.logs / "train"))
         valid_writer = tf.summary.create_file_writer(str(self.paths.logs / "valid"))
