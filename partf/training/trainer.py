@@ -322,13 +322,14 @@ def _config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[
             differences.append(
                 f"{key}: {saved['model'].get(key)!r} -> {current['model'].get(key)!r}"
             )
+    # A setting added to TrainConfig after the checkpoint was written counts as its default.
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for key in sorted(set(saved["training"]) | set(current["training"])):
         if key in RESUMABLE_CHANGES or key == "model":
             continue
-        if saved["training"].get(key) != current["training"].get(key):
-            differences.append(
-                f"{key}: {saved['training'].get(key)!r} -> {current['training'].get(key)!r}"
-            )
+        before = saved["training"].get(key, defaults.get(key))
+        if before != current["training"].get(key):
+            differences.append(f"{key}: {before!r} -> {current['training'].get(key)!r}")
     return differences
 
 
