@@ -1,0 +1,110 @@
+"""The JAX backend trains the same model to the same numbers as TensorFlow.
+
+The backend is fixed when Keras is imported, so the JAX side runs in a fresh process
+(KERAS_BACKEND=jax); the TensorFlow side runs the same script in this process. Both
+start from the same weights (written by the TensorFlow side), with dropout 0 and a fixed
+architecture (no Gumbel noise), train five steps on the same context batches (memory
+carried across them), then score the batches with the evaluation memory (`Evaluator`
+on TensorFlow, `JaxEvaluator` on JAX).
+Skipped when jax is not installed (`pip install "jax[cpu]"`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import runpy
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None, reason="jax is not installed"
+)
+
+BATCH, LENGTH, VOCAB, STEPS = 4, 8, 60, 5
+
+# Runs on either backend: argv = weights.npz (read, or written if absent), output.json.
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    import keras
+    import tensorflow as tf
+    from partf.models.par_transformer_xl import PARTransformerXL
+    from partf.training.distribution import make_evaluator
+
+    B, L, V, STEPS = {B}, {L}, {V}, {STEPS}
+
+
+    def main(weights, out):
+        data = np.random.default_rng(0).integers(1, V, size=(STEPS, B, L + 1)).astype("int32")
+        x = data[:, :, :-1].reshape(-1, L)
+        y = data[:, :, 1:].reshape(-1, L)
+        keras.utils.set_random_seed(0)
+        model = PARTransformerXL(vocab_size=V, d_model=16, num_heads=2, d_ffn=32, num_layers=2,
+                                 mem_len=8, cutoffs=(20,), batch_size=B, dropout_rate=0.0,
+                                 architecture="A D")
+        if os.path.exists(weights):
+            saved = np.load(weights)
+            for i, variable in enumerate(model.weights):
+                variable.assign(saved[f"w{{i}}"])
+        else:
+            np.savez(weights, **{{f"w{{i}}": np.asarray(v.numpy()) for i, v in
+                                  enumerate(model.weights)}})
+        # Plain SGD: Adam's first steps divide by sqrt(v), turning gradients that are zero up
+        # to rounding into full steps, which amplifies the backends' last-bit differences.
+        model.compile(optimizer=keras.optimizers.SGD(0.5),
+                      jit_compile=keras.backend.backend() == "jax")
+        losses = []
+        record = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])))
+        model.fit(x, y, batch_size=B, shuffle=False, epochs=1, callbacks=[record], verbose=0)
+        dataset = tf.data.Dataset.from_tensor_slices((data[:, :, :-1], data[:, :, 1:]))
+        stats = make_evaluator(model, None, B, jit_compile=False).evaluate(dataset)
+        memory = np.asarray(keras.ops.convert_to_numpy(model._state_vars("train")[0].value))
+        with open(out, "w") as f:
+            json.dump({{"backend": keras.backend.backend(), "losses": losses,
+                       "eval_nll": stats.total_nll, "eval_tokens": stats.num_tokens,
+                       "memory": memory.tolist()}}, f)
+
+
+    if __name__ == "__main__":
+        main(sys.argv[1], sys.argv[2])
+    """
+).format(B=BATCH, L=LENGTH, V=VOCAB, STEPS=STEPS)
+
+
+def _run(backend: str, tmp_path) -> dict:
+    """Runs SCRIPT on `backend`: TensorFlow in this process (its backend already), JAX in
+    a fresh one."""
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / f"{backend}.json"
+    weights = tmp_path / "weights.npz"
+    if backend == "tensorflow":
+        runpy.run_path(str(script))["main"](str(weights), str(out))
+    else:
+        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        command = [sys.executable, str(script), str(weights), str(out)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_jax_backend_matches_tensorflow(tmp_path):
+    reference = _run("tensorflow", tmp_path)
+    result = _run("jax", tmp_path)
+    assert (reference["backend"], result["backend"]) == ("tensorflow", "jax")
+    assert len(result["losses"]) == STEPS
+    np.testing.assert_allclose(result["losses"], reference["losses"], rtol=1e-5, atol=1e-5)
+    # training lowered the loss, so equal losses are not equal constants
+    assert reference["losses"][-1] < reference["losses"][0]
+    np.testing.assert_allclose(result["memory"], reference["memory"], rtol=1e-4, atol=1e-5)
+    assert np.abs(np.asarray(reference["memory"])).max() > 1e-3
+    assert result["eval_tokens"] == reference["eval_tokens"] == STEPS * BATCH * LENGTH
+    np.testing.assert_allclose(result["eval_nll"], reference["eval_nll"], rtol=1e-5)
