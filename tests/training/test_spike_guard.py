@@ -6,7 +6,9 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from partf.training.callbacks import RunProgress, SpikeMonitor
 from partf.training.spike_guard import SpikeGuard
 
 BATCH, STEPS, SPIKE, NAN = 8, 12, 6, 9
@@ -21,7 +23,7 @@ def _data():
     return x, y
 
 
-def _fit(batches, guard=None):
+def _fit(batches, guard=None, monitor=False):
     """SGD (constant rate: the step counter does not matter) on the given batch indices,
     4 steps per XLA-compiled execution."""
     x, y = _data()
@@ -34,9 +36,18 @@ def _fit(batches, guard=None):
         jit_compile=True,
         steps_per_execution=4,
     )
+    callbacks = []
     if guard is not None:
         guard.install(model)
-    history = model.fit(x[rows], y[rows], batch_size=BATCH, shuffle=False, verbose=0)
+        if monitor:
+            progress = RunProgress(
+                batches_per_epoch=len(batches), total_steps=len(batches), tokens_per_batch=BATCH
+            )
+            callbacks.append(SpikeMonitor(progress, tf.summary.create_noop_writer(), guard, 4))
+            model.progress = progress
+    history = model.fit(
+        x[rows], y[rows], batch_size=BATCH, shuffle=False, verbose=0, callbacks=callbacks
+    )
     return model, history
 
 
@@ -47,9 +58,12 @@ def clean():
     return [w.numpy() for w in model.weights]
 
 
-def test_skip_drops_exactly_the_spiky_steps(clean):
+def test_skip_drops_exactly_the_spiky_steps(clean, caplog):
     guard = SpikeGuard("skip", factor=3.0, warmup=3)
-    model, history = _fit(range(STEPS), guard)
+    with caplog.at_level("WARNING", logger="partf.training"):
+        model, history = _fit(range(STEPS), guard, monitor=True)
+    assert model.progress.skipped_steps == 2 and model.progress.spike_stop is None
+    assert "loss spike guard: 2 step(s) skipped" in caplog.text  # reported at the epoch end
     for got, want in zip(model.weights, clean, strict=True):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
     assert int(guard.skipped.numpy()) == 2 and int(guard.accepted.numpy()) == STEPS - 2
@@ -58,11 +72,14 @@ def test_skip_drops_exactly_the_spiky_steps(clean):
 
 def test_stop_drops_every_later_step(clean):
     guard = SpikeGuard("stop", factor=3.0, warmup=3)
-    model, _ = _fit(range(STEPS), guard)
+    model, _ = _fit(range(STEPS), guard, monitor=True)
+    assert model.progress.spike_stop is not None  # the host was told to stop
     before, _ = _fit(range(SPIKE))
     for got, want in zip(model.weights, before.weights, strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
-    assert int(guard.skipped.numpy()) == STEPS - SPIKE
+    # The host stops after the execution (4 steps) holding the spike; its later steps
+    # were dropped inside the compiled function.
+    assert int(guard.skipped.numpy()) == 4 - SPIKE % 4
 
 
 def test_without_the_guard_the_spike_is_applied(clean):
@@ -122,6 +139,7 @@ def _argv(records, out, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_trainer_skip_counts_and_logs(records, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
