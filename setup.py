@@ -37,6 +37,8 @@ setup(
             "nbclient>=0.10",
             "nbformat>=5.10",
             "ipykernel",
+            # The JAX-backend test (tests/test_jax_backend.py) skips without it.
+            "jax[cpu]>=0.10,<0.11",
         ],
         "gpu": [f"tensorflow[and-cuda]~={TF_MINOR}.0"],
     },
