@@ -47,9 +47,21 @@ def _model(name: str):
     )
 
 
+# Found by this test: eva's chunk summaries multiply the bfloat16 queries by a float32
+# weight (partf/attention/eva.py, `valid / count`), a TypeError under mixed precision.
+KNOWN_FAILURES = {("eva", "mixed_bfloat16"): "eva mixes float32 and bfloat16 (eva.py)"}
+
+
+def _cases():
+    for name in attention_names():
+        for policy in ("float32", "mixed_bfloat16"):
+            reason = KNOWN_FAILURES.get((name, policy))
+            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            yield pytest.param(name, policy, marks=marks, id=f"{name}-{policy}")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
-@pytest.mark.parametrize("name", attention_names())
+@pytest.mark.parametrize(("name", "policy"), list(_cases()))
 def test_500_steps_stay_finite(batches, name, policy):
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
