@@ -188,6 +188,16 @@ class EVAAttention(Attention):
         window, chunk, mem = self.window_size, self.chunk_size, self.mem_chunks
         heads, dim = self.num_heads, self.head_dim
         per_window = window // chunk
+        # float32 throughout, whatever the compute dtype: the chunk summaries (and the
+        # state they go into) are float32, like linear attentions' running sums. Keras
+        # casts floating call arguments, the state included, to the compute dtype under
+        # mixed precision, so the state is cast back too.
+        dtype = q.dtype
+        q, k, v = (ops.cast(t, "float32") for t in (q, k, v))
+        state = {
+            name: value if name == "offset" else ops.cast(value, "float32")
+            for name, value in state.items()
+        }
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         offset = state["offset"]
         valid = valid_tokens(mask, batch, length)
@@ -255,7 +265,7 @@ class EVAAttention(Attention):
         if mem:
             out = out + ops.einsum("bnhim,bnmhd->bnihd", probs[..., window:], band_v)
         out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
-        return ops.cast(out, q.dtype), new_state
+        return ops.cast(out, dtype), new_state
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -123,8 +123,10 @@ class PrimalAttention(Attention):
         valid = ops.cast(valid_tokens(mask, batch, length), "float32")[:, :, None, None]
         q = ops.cast(self.query_dense(x), "float32") * valid  # [B, T, H, Dh]
         k = ops.cast(self.key_dense(x), "float32") * valid
-        sum_q = ops.cumsum(q, axis=1) + state["sum_q"][:, None]
-        sum_k = ops.cumsum(k, axis=1) + state["sum_k"][:, None]
+        # Keras casts floating call arguments, the state included, to the compute dtype
+        # under mixed precision; the running sums stay float32.
+        sum_q = ops.cumsum(q, axis=1) + ops.cast(state["sum_q"], "float32")[:, None]
+        sum_k = ops.cumsum(k, axis=1) + ops.cast(state["sum_k"], "float32")[:, None]
         # phi(mean) == phi(sum): the running count cancels in the normalisation.
         e = ops.einsum("bthd,hds->bths", l2_normalize(sum_q), ops.cast(self.w_e, "float32"))
         r = ops.einsum("bthd,hds->bths", l2_normalize(sum_k), ops.cast(self.w_r, "float32"))

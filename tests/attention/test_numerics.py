@@ -47,21 +47,10 @@ def _model(name: str):
     )
 
 
-# Found by this test, TypeErrors under mixed precision: eva's chunk summaries multiply the
-# bfloat16 queries by a float32 weight (eva.py, `valid / count`); primal adds a bfloat16
-# term to a float32 one (primal.py, line 126 at the time).
-KNOWN_FAILURES = {
-    ("eva", "mixed_bfloat16"): "eva mixes float32 and bfloat16 (eva.py)",
-    ("primal", "mixed_bfloat16"): "primal mixes float32 and bfloat16 (primal.py)",
-}
-
-
 def _cases():
     for name in attention_names():
         for policy in ("float32", "mixed_bfloat16"):
-            reason = KNOWN_FAILURES.get((name, policy))
-            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-            yield pytest.param(name, policy, marks=marks, id=f"{name}-{policy}")
+            yield pytest.param(name, policy, id=f"{name}-{policy}")
 
 
 @pytest.mark.slow
