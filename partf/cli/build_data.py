@@ -228,15 +228,13 @@ def _main(fv: flags.FlagValues) -> None:
 
 
 def _os_error_message(error: OSError) -> str:
-    import errno
+    from partf.data.errors import os_error_message
 
-    where = error.filename or "while writing the outputs"
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (
-            f"no space left on the device ({where}); nothing was kept: free some space "
-            "and run the same command again"
-        )
-    return f"{error.strerror or error} ({where}); check the path and its permissions"
+    return os_error_message(
+        error,
+        "while writing the outputs",
+        "nothing was kept: free some space and run the same command again",
+    )
 
 
 def _error(message: str) -> None:

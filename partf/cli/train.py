@@ -534,15 +534,14 @@ def _setup_logging(verbose: bool) -> logging.Handler:
 
 def _os_error_message(error: OSError) -> str:
     """One line for a failed write or read, with the fix for the usual causes."""
-    import errno
+    from partf.data.errors import os_error_message
 
-    where = error.filename or "while writing output"
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (
-            f"no space left on the device ({where}); free some space or choose another "
-            "--output_dir, then run the same command again to resume."
-        )
-    return f"{error.strerror or error} ({where}); check the path and its permissions."
+    message = os_error_message(
+        error,
+        "while writing output",
+        "free some space or choose another --output_dir, then run the same command again to resume",
+    )
+    return message + "."
 
 
 def main(argv: Sequence[str] | None = None) -> int:

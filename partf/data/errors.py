@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class DataError(ValueError):
     """A problem with the input data or the environment, found while working.
@@ -16,3 +18,17 @@ class UsageError(DataError):
 
     The command line prints it without a traceback and exits with status 2.
     """
+
+
+def os_error_message(error: OSError, what: str, full_fix: str) -> str:
+    """One line for a failed write or read, with the fix for the usual causes.
+
+    Args:
+        error: the OSError raised.
+        what: what was being done, named when the error carries no file name.
+        full_fix: what to do when the disk (or quota) is full.
+    """
+    where = error.filename or what
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on the device ({where}); {full_fix}"
+    return f"{error.strerror or error} ({where}); check the path and its permissions"
