@@ -67,11 +67,24 @@ SCRIPT = textwrap.dedent(
         dataset = tf.data.Dataset.from_tensor_slices((data[:, :, :-1], data[:, :, 1:]))
         on_jax = keras.backend.backend() == "jax"  # eager JAX is slower than compiling
         stats = make_evaluator(model, None, B, jit_compile=on_jax).evaluate(dataset)
+        # Plain reference: one eager call per batch, the evaluation memory carried by the
+        # model's own variables.
+        model.reset_state("eval")
+        loop_nll = 0.0
+        for inputs, targets in zip(data[:, :, :-1], data[:, :, 1:]):
+            hidden = model(inputs, training=False)
+            loop_nll += float(keras.ops.sum(model.token_nll(hidden, targets)))
+        model.reset_state("eval")
+        pairs_nll = None
+        if on_jax:  # JaxEvaluator also takes plain numpy batches
+            pairs = list(zip(data[:, :, :-1], data[:, :, 1:]))
+            pairs_nll = make_evaluator(model, None, B).evaluate(pairs).total_nll
         memory = np.asarray(keras.ops.convert_to_numpy(model._state_vars("train")[0].value))
         with open(out, "w") as f:
             json.dump({{"backend": keras.backend.backend(), "losses": losses,
                        "eval_nll": stats.total_nll, "eval_tokens": stats.num_tokens,
-                       "memory": memory.tolist()}}, f)
+                       "eval_exp_sum": stats.sum_exp_batch_loss, "loop_nll": loop_nll,
+                       "pairs_nll": pairs_nll, "memory": memory.tolist()}}, f)
 
 
     if __name__ == "__main__":
@@ -109,3 +122,8 @@ def test_jax_backend_matches_tensorflow(tmp_path):
     assert np.abs(np.asarray(reference["memory"])).max() > 1e-3
     assert result["eval_tokens"] == reference["eval_tokens"] == STEPS * BATCH * LENGTH
     np.testing.assert_allclose(result["eval_nll"], reference["eval_nll"], rtol=1e-5)
+    np.testing.assert_allclose(result["eval_exp_sum"], reference["eval_exp_sum"], rtol=1e-5)
+    # each backend's evaluator equals its own batch-by-batch loop
+    for run in (reference, result):
+        np.testing.assert_allclose(run["eval_nll"], run["loop_nll"], rtol=1e-5)
+    np.testing.assert_allclose(result["pairs_nll"], result["eval_nll"], rtol=1e-6)

@@ -7,30 +7,29 @@ The command line is `partf-train` (partf/cli/train.py); see `partf.training.trai
 for what a run writes where.
 """
 
-from partf.training.checkpoint import CheckpointError, CheckpointManager
-from partf.training.config import ConfigError, TrainConfig
-from partf.training.lr_schedules import InverseSqrt, WarmupCosine, build_schedule
-from partf.training.optimizer import ArchSettings, ArchSplitOptimizer, build_optimizer
-from partf.training.perplexity import Evaluator, SplitStats, perplexity_report
-from partf.training.trainer import RunPaths, Trainer, TrainingError, TrainingInterrupted, train
+from partf.lazy import lazy_exports
 
-__all__ = [
-    "ArchSettings",
-    "ArchSplitOptimizer",
-    "CheckpointError",
-    "CheckpointManager",
-    "ConfigError",
-    "Evaluator",
-    "InverseSqrt",
-    "RunPaths",
-    "SplitStats",
-    "TrainConfig",
-    "Trainer",
-    "TrainingError",
-    "TrainingInterrupted",
-    "WarmupCosine",
-    "build_optimizer",
-    "build_schedule",
-    "perplexity_report",
-    "train",
-]
+# Imported on first use, so that what needs no TensorFlow loads without it (partf.lazy).
+_WHERE = {
+    "CheckpointError": "checkpoint",
+    "CheckpointManager": "checkpoint",
+    "ConfigError": "config",
+    "TrainConfig": "config",
+    "InverseSqrt": "lr_schedules",
+    "WarmupCosine": "lr_schedules",
+    "build_schedule": "lr_schedules",
+    "ArchSettings": "optimizer",
+    "ArchSplitOptimizer": "optimizer",
+    "build_optimizer": "optimizer",
+    "Evaluator": "perplexity",
+    "SplitStats": "perplexity",
+    "perplexity_report": "perplexity",
+    "RunPaths": "trainer",
+    "Trainer": "trainer",
+    "TrainingError": "trainer",
+    "TrainingInterrupted": "trainer",
+    "train": "trainer",
+}
+
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

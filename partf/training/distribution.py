@@ -42,6 +42,7 @@ import keras
 import tensorflow as tf
 
 from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
+from partf.training.jax_evaluator import JaxEvaluator
 from partf.training.perplexity import SplitStats
 
 logger = logging.getLogger("partf.training")
@@ -280,64 +281,6 @@ def adapt_model(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
             return {name: tf.reshape(value, (-1,)) for name, value in results.items()}
 
         model.compute_metrics = as_vectors
-
-
-class JaxEvaluator:
-    """`Evaluator` for the JAX backend (`Evaluator` itself runs the model in `tf.function`).
-
-    Each batch is one `jax.jit`-compiled pure function of all the model's variables,
-    run through `keras.StatelessScope`; the evaluation memory it writes is carried to
-    the next batch by hand. Same contract and figures as `Evaluator`.
-
-    Args:
-        model: a partf model on the JAX backend.
-        jit_compile: compile the per-batch function with `jax.jit`.
-    """
-
-    def __init__(self, model: Any, jit_compile: bool = True) -> None:
-        import jax
-        from keras import ops
-
-        self.model = model
-
-        def batch_sums(values, inputs, targets):
-            variables = model.variables
-            with keras.StatelessScope(
-                state_mapping=list(zip(variables, values, strict=True))
-            ) as scope:
-                hidden = model(inputs, training=False)
-                nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
-            new_values = []
-            for variable, value in zip(variables, values, strict=True):
-                current = scope.get_current_value(variable)
-                new_values.append(value if current is None else current)
-            count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
-            return ops.sum(nll), count, new_values
-
-        self._step = jax.jit(batch_sums) if jit_compile else batch_sums
-
-    def evaluate(self, dataset: tf.data.Dataset) -> SplitStats:
-        """One pass over `dataset` ((inputs, targets) int32 [B, T]), memory starting empty."""
-        import math
-
-        self.model.reset_state("eval")
-        values = [variable.value for variable in self.model.variables]
-        total = count = exp_sum = 0.0
-        batches = 0
-        for inputs, targets in dataset.as_numpy_iterator():
-            t, c, values = self._step(values, inputs, targets)
-            t, c = float(t), float(c)
-            total += t
-            count += c
-            exp_sum += math.exp(t / max(c, 1.0))
-            batches += 1
-        self.model.reset_state("eval")
-        return SplitStats(
-            total_nll=total,
-            num_tokens=int(round(count)),
-            num_batches=batches,
-            sum_exp_batch_loss=exp_sum,
-        )
 
 
 def make_evaluator(

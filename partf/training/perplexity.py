@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
 from keras import ops
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +119,8 @@ class Evaluator:
     """
 
     def __init__(self, model: Any, jit_compile: bool = True) -> None:
+        import tensorflow as tf  # here, so SplitStats and the report load without it
+
         self.model = model
 
         def batch_sums(inputs, targets):
