@@ -87,26 +87,29 @@ def flops_per_step(model: dict[str, Any], batch: int, seq_len: int, tail_rows: l
     return 3 * 2 * macs
 
 
-def tail_block_rows(records: str, cutoffs: list[int], positions: int) -> list[int]:
+def typical_block_rows(target_batches: Any, cutoffs: list[int], positions: int) -> list[int]:
     """Rows each tail is scored on in a typical batch: the smallest static block
-    (N/8, N/4, N/2 or N) holding the batch's median count of its targets."""
+    (N/8, N/4, N/2 or N) holding the median count, over `target_batches` (numpy
+    arrays of target ids), of the targets in that tail."""
     import numpy as np
 
-    from partf.data.tfrecords import load_tfrecords
     from partf.layers.adaptive_softmax import _block_sizes
 
     counts: list[list[int]] = [[] for _ in cutoffs]
-    for _, targets in load_tfrecords(records).take(64):
-        t = targets.numpy()
+    for t in target_batches:
         for i, low in enumerate(cutoffs):
             high = cutoffs[i + 1] if i + 1 < len(cutoffs) else np.inf
             counts[i].append(int(((t >= low) & (t < high)).sum()))
     sizes = _block_sizes(positions)
-    rows = []
-    for c in counts:
-        typical = statistics.median(c)
-        rows.append(next(s for s in sizes if s >= typical))
-    return rows
+    return [next(s for s in sizes if s >= statistics.median(c)) for c in counts]
+
+
+def tail_block_rows(records: str, cutoffs: list[int], positions: int) -> list[int]:
+    """`typical_block_rows` over the first 64 batches of `records`."""
+    from partf.data.tfrecords import load_tfrecords
+
+    targets = (t.numpy() for _, t in load_tfrecords(records).take(64))
+    return typical_block_rows(targets, cutoffs, positions)
 
 
 def matmul_rate(repeats: int = 200) -> float:
