@@ -1,4 +1,5 @@
-"""Random draws for XLA: uniform range and seeding, dropout statistics, XLA equals eager."""
+"""Random draws for XLA: uniform range and seeding, dropout statistics, XLA equals eager,
+the hashed random bits against a numpy reference and statistical checks."""
 
 import keras
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from partf.layers.random import Dropout, dropout, uniform
+from partf.layers.random import Dropout, dropout, random_bits, uniform
 from tests.layer_checks import assert_config_round_trip
 
 
@@ -43,8 +44,7 @@ def test_dropout_noise_shape_broadcasts():
 
 
 def test_dropout_under_xla_keeps_fraction_and_follows_seed():
-    # Compiled, the mask has the same statistics and depends only on the seed state
-    # (XLA's Philox stream differs from TensorFlow's kernel, as TensorFlow documents).
+    # Compiled, the mask has the same statistics and depends only on the seed state.
     x = tf.ones((64, 8, 64))
     seeds = keras.random.SeedGenerator(7), keras.random.SeedGenerator(7)
     first = tf.function(lambda x: dropout(x, 0.3, seeds[0]), jit_compile=True)
@@ -66,3 +66,62 @@ def test_layer_is_active_only_in_training_and_round_trips():
     np.testing.assert_array_equal(y, np.broadcast_to(y[:, :1], y.shape))
     clone = assert_config_round_trip(layer)
     assert clone.rate == 0.4 and clone.noise_shape == (None, 1) and clone.seed == 3
+
+
+# --------------------------------------------------------------- random_bits
+def _reference_bits(shape, initial_seed, draw):
+    """The same keyed hash, written out element by element in Python integers."""
+    m = 0xFFFFFFFF
+
+    def mix(x):
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & m
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & m
+        return x ^ (x >> 16)
+
+    key_1 = mix((mix(initial_seed & m) + draw * 0x9E3779B9) & m)
+    key_2 = mix(key_1 ^ 0x9E3779B9)
+    out = [mix(mix((mix(i ^ key_1) + key_2) & m) ^ key_1) for i in range(int(np.prod(shape)))]
+    return np.array(out, dtype=np.uint32).reshape(shape)
+
+
+def test_random_bits_match_reference_eager_and_compiled():
+    seed = keras.random.SeedGenerator(11)
+    first = np.asarray(random_bits((3, 5, 7), seed))
+    second = np.asarray(random_bits((3, 5, 7), seed))
+    np.testing.assert_array_equal(first, _reference_bits((3, 5, 7), 11, 0))
+    np.testing.assert_array_equal(second, _reference_bits((3, 5, 7), 11, 1))
+    compiled = tf.function(lambda: random_bits((3, 5, 7), seed), jit_compile=True)
+    np.testing.assert_array_equal(np.asarray(compiled()), _reference_bits((3, 5, 7), 11, 2))
+
+
+def test_random_bits_take_dynamic_shapes_in_graphs():
+    seed = keras.random.SeedGenerator(4)
+    graph = tf.function(
+        lambda x: random_bits(tuple(ops.shape(x)), seed),
+        input_signature=[tf.TensorSpec([None, 6])],
+    )
+    np.testing.assert_array_equal(np.asarray(graph(tf.ones((5, 6)))), _reference_bits((5, 6), 4, 0))
+
+
+def test_random_bits_look_independent():
+    n = 1 << 16
+    seed = keras.random.SeedGenerator(0)
+    a = np.asarray(random_bits((n,), seed)).astype(np.int64)
+    b = np.asarray(random_bits((n,), seed)).astype(np.int64)  # next draw
+    c = np.asarray(random_bits((n,), keras.random.SeedGenerator(1))).astype(np.int64)
+    # Every bit position is 1 half of the time (standard error 0.002: allow 5).
+    frequencies = ((a[:, None] >> np.arange(32)) & 1).mean(axis=0)
+    assert np.abs(frequencies - 0.5).max() < 0.01
+    # The top byte is uniform: chi-square with 255 degrees of freedom (mean 255, sd 22.6).
+    counts = np.bincount(a >> 24, minlength=256)
+    chi2 = ((counts - n / 256) ** 2 / (n / 256)).sum()
+    assert chi2 < 255 + 6 * 22.6
+    # No correlation between neighbours, successive draws or seeds (se 0.004: allow 5).
+    u = [x / 2.0**32 for x in (a, b, c)]
+    for x, y in ((u[0][:-1], u[0][1:]), (u[0], u[1]), (u[0], u[2]), (u[1], u[2])):
+        assert abs(np.corrcoef(x, y)[0, 1]) < 0.02
+    # Neighbouring indices give unrelated values: about half the bits differ (mean 16).
+    differing = np.unpackbits((a[:-1] ^ a[1:]).astype(">u4").view(np.uint8)).reshape(-1, 32)
+    assert abs(differing.sum(axis=1).mean() - 16) < 0.1
