@@ -18,10 +18,18 @@ def lazy_exports(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """`__getattr__` and `__dir__` for `package`, given {name: submodule it lives in}.
 
+    Names equal to their submodule's name are imported at once (keep such modules
+    free of TensorFlow).
+
     Example (in a package's __init__.py):
         >>> __getattr__, __dir__ = lazy_exports(__name__, {"train": "trainer"})
     """
     namespace = importlib.import_module(package).__dict__
+    for name, module in where.items():
+        # A name shared with its own module (partf.data.download) must be bound now:
+        # importing the submodule later sets the package attribute to the module.
+        if name == module:
+            namespace[name] = getattr(importlib.import_module(f"{package}.{module}"), name)
 
     def __getattr__(name: str) -> Any:
         if name not in where:

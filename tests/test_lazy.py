@@ -4,6 +4,7 @@ TensorFlow is not installed (a JAX-only GPU machine)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -57,5 +58,9 @@ def test_names_resolve_to_their_modules():
     for name in partf.data.__all__ + partf.training.__all__:
         package = partf.data if name in partf.data.__all__ else partf.training
         assert getattr(package, name) is not None
+    # Functions named like their module stay functions once the module is imported.
+    importlib.import_module("partf.data.download")
+    importlib.import_module("partf.data.text_stats")
+    assert callable(partf.data.download) and callable(partf.data.text_stats)
     with pytest.raises(AttributeError, match="no attribute 'missing'"):
         partf.data.missing  # noqa: B018
