@@ -21,7 +21,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from partf.training.perplexity import SplitStats, _safe_exp
+from partf.training.perplexity import SplitStats, stats_of_batches
 
 
 class JaxEvaluator:
@@ -85,14 +85,8 @@ class JaxEvaluator:
             inputs = np.stack([x for x, _ in pairs])  # [N, B, T]
             targets = np.stack([y for _, y in pairs])
             sums, _ = self._run(weights, states, inputs, targets)
-            per_batch = np.asarray(self._device_get(sums), np.float64)  # [N, 2]
+            per_batch = self._device_get(sums)  # [N, 2]
         else:
             per_batch = np.zeros((0, 2))
         self.model.reset_state("eval")
-        total, count = per_batch[:, 0], per_batch[:, 1]
-        return SplitStats(
-            total_nll=float(total.sum()),
-            num_tokens=int(round(float(count.sum()))),
-            num_batches=len(per_batch),
-            sum_exp_batch_loss=sum(_safe_exp(t / max(c, 1.0)) for t, c in per_batch),
-        )
+        return stats_of_batches(per_batch)

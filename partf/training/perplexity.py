@@ -101,6 +101,20 @@ def _safe_exp(x: float) -> float:
     return math.exp(x) if x < 700 else math.inf
 
 
+def stats_of_batches(per_batch: Any) -> SplitStats:
+    """`SplitStats` from per-batch (NLL sum, target tokens) pairs, [N, 2], added in float64."""
+    import numpy as np
+
+    per_batch = np.asarray(per_batch, np.float64).reshape(-1, 2)
+    total, count = per_batch[:, 0], per_batch[:, 1]
+    return SplitStats(
+        total_nll=float(total.sum()),
+        num_tokens=int(round(float(count.sum()))),
+        num_batches=len(per_batch),
+        sum_exp_batch_loss=sum(_safe_exp(t / max(c, 1.0)) for t, c in per_batch),
+    )
+
+
 class Evaluator:
     """Scores splits with a model's evaluation memory, starting empty each time.
 
@@ -183,11 +197,4 @@ class Evaluator:
         else:
             per_batch = np.asarray(self._run(dataset)).reshape(-1, 2)
         self.model.reset_state("eval")
-        per_batch = per_batch.astype(np.float64)
-        total, count = per_batch[:, 0], per_batch[:, 1]
-        return SplitStats(
-            total_nll=float(total.sum()),
-            num_tokens=int(round(float(count.sum()))),
-            num_batches=len(per_batch),
-            sum_exp_batch_loss=sum(_safe_exp(t / max(c, 1.0)) for t, c in per_batch),
-        )
+        return stats_of_batches(per_batch)
