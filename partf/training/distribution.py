@@ -43,7 +43,7 @@ import tensorflow as tf
 
 from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
 from partf.training.jax_evaluator import JaxEvaluator
-from partf.training.perplexity import SplitStats
+from partf.training.perplexity import SplitStats, batch_nll_sums
 
 logger = logging.getLogger("partf.training")
 
@@ -172,10 +172,7 @@ class ReplicaEvaluator:
         self.global_batch = global_batch
 
         def batch_sums(inputs, targets):
-            hidden = model(inputs, training=False)
-            nll = tf.cast(model.token_nll(hidden, targets), tf.float32)  # [b, T]
-            count = tf.reduce_sum(tf.cast(tf.not_equal(targets, 0), tf.float32))
-            return tf.reduce_sum(nll), count
+            return batch_nll_sums(model, inputs, targets)  # this replica's rows
 
         replica_step = tf.function(batch_sums, jit_compile=jit_compile, reduce_retracing=True)
 

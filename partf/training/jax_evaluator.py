@@ -21,7 +21,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from partf.training.perplexity import SplitStats, stats_of_batches
+from partf.training.perplexity import SplitStats, batch_nll_sums, stats_of_batches
 
 
 class JaxEvaluator:
@@ -41,14 +41,12 @@ class JaxEvaluator:
             mapping = list(zip(model.trainable_variables, weights, strict=True))
             mapping += list(zip(model.non_trainable_variables, states, strict=True))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                hidden = model(inputs, training=False)
-                nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
+                total, count = batch_nll_sums(model, inputs, targets)
             new_states = []
             for variable, value in zip(model.non_trainable_variables, states, strict=True):
                 current = scope.get_current_value(variable)
                 new_states.append(value if current is None else current)
-            count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
-            return ops.stack([ops.sum(nll), count]), new_states
+            return ops.stack([total, count]), new_states
 
         def run(weights, states, inputs, targets):
             # The whole split in one call: a scan over its batches carrying the

@@ -101,6 +101,17 @@ def _safe_exp(x: float) -> float:
     return math.exp(x) if x < 700 else math.inf
 
 
+def batch_nll_sums(model: Any, inputs: Any, targets: Any) -> tuple[Any, Any]:
+    """One batch through the model's evaluation memory: float32 (NLL sum, target tokens).
+
+    Calls `model(inputs, training=False)`, which advances the evaluation memory.
+    """
+    hidden = model(inputs, training=False)
+    nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
+    count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
+    return ops.sum(nll), count
+
+
 def stats_of_batches(per_batch: Any) -> SplitStats:
     """`SplitStats` from per-batch (NLL sum, target tokens) pairs, [N, 2], added in float64."""
     import numpy as np
@@ -144,10 +155,7 @@ class Evaluator:
         self.chunk = chunk
 
         def batch_sums(inputs, targets):
-            hidden = model(inputs, training=False)
-            nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
-            count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
-            return ops.sum(nll), count
+            return batch_nll_sums(model, inputs, targets)
 
         def run_chunk(inputs, targets):
             # inputs, targets: [N, B, T]; returns float32 [N, 2] (NLL sum, tokens).
