@@ -32,7 +32,6 @@ base_model.sh's 20 epochs of WikiText-2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -90,10 +89,7 @@ def build(config: str, vocab_size: int, batch: int, total_steps: int, spe: int) 
     from partf.models.config import ModelConfig
     from partf.models.par_transformer_xl import PARTransformerXL
     from partf.training.config import TrainConfig
-    from partf.training.lr_schedules import build_schedule
-    from partf.training.optimizer import ArchSettings, build_optimizer
 
-    t = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     model_config = ModelConfig(
         vocab_size=vocab_size,
         batch_size=batch,
@@ -102,16 +98,9 @@ def build(config: str, vocab_size: int, batch: int, total_steps: int, spe: int) 
         **COMMON,
     )
     model = PARTransformerXL(model_config, name="par_transformer_xl")
-    schedule = build_schedule(
-        t["lr_schedule"], t["max_lr"], min(t["warmup_steps"], total_steps // 2), total_steps
-    )
-    optimizer = build_optimizer(
-        t["opt_name"],
-        schedule,
-        clipvalue=t["clipvalue"],
-        weight_decay=t["weight_decay"],
-        arch=ArchSettings(t["arch_lr"], t["arch_weight_decay"], t["arch_freeze_steps"]),
-    )
+    # partf-train's defaults, the warm-up at most half of a short run.
+    warmup = min(TrainConfig.warmup_steps, total_steps // 2)
+    _, optimizer = TrainConfig(warmup_steps=warmup).schedule_and_optimizer(total_steps)
     model.compile(optimizer=optimizer, jit_compile=True, steps_per_execution=spe)
     return model
 

@@ -150,6 +150,22 @@ class TrainConfig:
                     f"model field {name!r} comes from the data and the run's length; do not set it."
                 )
 
+    def schedule_and_optimizer(self, total_steps: int) -> tuple[Any, Any]:
+        """The learning-rate schedule and the optimizer these settings describe, for a
+        run of `total_steps` updates (what `partf-train` compiles its model with)."""
+        from partf.training.lr_schedules import build_schedule
+        from partf.training.optimizer import ArchSettings, build_optimizer
+
+        schedule = build_schedule(self.lr_schedule, self.max_lr, self.warmup_steps, total_steps)
+        optimizer = build_optimizer(
+            self.opt_name,
+            schedule,
+            clipvalue=self.clipvalue,
+            weight_decay=self.weight_decay,
+            arch=ArchSettings(self.arch_lr, self.arch_weight_decay, self.arch_freeze_steps),
+        )
+        return schedule, optimizer
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe copy."""
         return dataclasses.asdict(self)

@@ -78,8 +78,6 @@ from partf.training.distribution import (
     make_evaluator,
     per_replica_batch,
 )
-from partf.training.lr_schedules import build_schedule
-from partf.training.optimizer import ArchSettings, build_optimizer
 from partf.training.perplexity import perplexity_report
 from partf.training.plots import make_gif, save_pi_heatmap
 from partf.training.spike_guard import SpikeGuard
@@ -415,14 +413,7 @@ class Trainer:
             self.model = PARTransformerXL(self.model_config, name="par_transformer_xl")
         except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
             raise ConfigError(str(e).rstrip(".") + ".") from None
-        self.schedule = build_schedule(c.lr_schedule, c.max_lr, c.warmup_steps, self.total_steps)
-        optimizer = build_optimizer(
-            c.opt_name,
-            self.schedule,
-            clipvalue=c.clipvalue,
-            weight_decay=c.weight_decay,
-            arch=ArchSettings(c.arch_lr, c.arch_weight_decay, c.arch_freeze_steps),
-        )
+        self.schedule, optimizer = c.schedule_and_optimizer(self.total_steps)
         steps_per_execution = c.steps_per_execution
         if self.strategy is not None and steps_per_execution > 1:
             # Keras 3.15's multi-step loop fails on distributed iterators ("You must feed a
