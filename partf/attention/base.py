@@ -26,6 +26,7 @@ which caches the layer input as Transformer-XL does) overrides `call`.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, ClassVar
 
@@ -100,6 +101,23 @@ class Projection(keras.layers.EinsumDense):
         return y
 
 
+def constructor_default(cls: type, name: str) -> Any:
+    """The default of constructor argument `name` of `cls`, from the first class in its
+    method resolution order whose own `__init__` declares it.
+
+    Raises:
+        TypeError: no `__init__` of `cls` declares `name` with a default.
+    """
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameter = inspect.signature(init).parameters.get(name)
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+    raise TypeError(f"{cls.__name__} lists option {name!r} but no constructor declares it.")
+
+
 class Attention(keras.layers.Layer):
     """Base class for causal (and non-causal) multi-head attentions.
 
@@ -117,12 +135,22 @@ class Attention(keras.layers.Layer):
 
     #: Whether the mechanism supports `causal=True`.
     supports_causal: ClassVar[bool] = True
-    #: Mechanism options exposed on the command line as `--attn_<name>`:
-    #: constructor argument name -> (default, one-line help).
+    #: Mechanism options exposed on the command line as `--attn_<name>`: constructor
+    #: argument name -> one-line help. Each subclass declares its own.
+    option_help: ClassVar[dict[str, str]] = {}
+    #: option -> (default, help), built when the class is defined: the default is read
+    #: from the constructor's signature, so it is written in one place only.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
     #: Whether the mechanism reads values; False builds no value projection
     #: (such a mechanism overrides `call`).
     uses_values: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options = {
+            name: (constructor_default(cls, name), help_text)
+            for name, help_text in cls.option_help.items()
+        }
 
     def __init__(
         self,

@@ -36,9 +36,7 @@ from typing import Any
 
 from keras import ops
 
-# Log-scale standing for "no key": far below any real one, but finite so that
-# differences of two such values stay 0 instead of NaN.
-NEG_LOG = -1e30
+from partf.attention.masking import MASKED, valid_tokens
 
 #: The `chunk_size` option's help, shared by every mechanism that has one.
 CHUNK_SIZE_HELP = "tokens per chunk (linear attentions: speed only; eva: tokens per summary)"
@@ -73,18 +71,12 @@ def causal_mask(length: Any) -> Any:
     return positions[:, None] >= positions[None, :]
 
 
-def _valid(mask: Any | None, batch: Any, length: Any) -> Any:
-    if mask is None:
-        return ops.ones((batch, length), dtype="float32")
-    return ops.cast(mask, "float32")
-
-
 def _initial_log_scale(state: dict[str, Any], prefix: str) -> Any:
     # A state whose z is all zero holds no key yet: its m means nothing, and
     # must not act as a floor under the running maximum.
     z = state[prefix + "z"]
     empty = ops.sum(ops.abs(z), axis=-1) <= 0.0
-    return ops.where(empty, NEG_LOG, ops.cast(state[prefix + "m"], "float32"))
+    return ops.where(empty, MASKED, ops.cast(state[prefix + "m"], "float32"))
 
 
 def _shift_right(x: Any, shift: Any, fill: float) -> Any:
@@ -127,7 +119,7 @@ def _doubling_scan(combine: Any, elements: tuple, identities: tuple) -> tuple:
 
 def _running_max(x: Any) -> Any:
     """Inclusive running maximum along axis 2."""
-    return _doubling_scan(lambda a, b: (ops.maximum(a[0], b[0]),), (x,), (NEG_LOG,))[0]
+    return _doubling_scan(lambda a, b: (ops.maximum(a[0], b[0]),), (x,), (MASKED,))[0]
 
 
 def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
@@ -229,7 +221,7 @@ def causal_linear_attention(
     v = ops.cast(v, "float32")
     batch, length, heads, feat = ops.shape(f)
     value_dim = ops.shape(v)[-1]
-    valid = _valid(mask, batch, length)  # [B, T]
+    valid = valid_tokens(mask, batch, length, "float32")  # [B, T]
     g = g * valid[:, :, None, None]
     v = v * valid[:, :, None, None]
     s0 = ops.cast(state[prefix + "s"], "float32")  # [B, H, F, Dv]
@@ -257,15 +249,15 @@ def causal_linear_attention(
     scores = ops.matmul(fc, ops.swapaxes(gc, -1, -2))
     if log_scaled:
         m0 = _initial_log_scale(state, prefix)  # [B, H]
-        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, "float32"), NEG_LOG)
-        ac = chunks(a, NEG_LOG)  # [B, H, n, C]
+        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, "float32"), MASKED)
+        ac = chunks(a, MASKED)  # [B, H, n, C]
         # m_i: running maximum of the log-scales up to and including i. It is
         # only a reference point (outputs do not depend on it), hence no gradient.
         m = _running_max(ops.reshape(ac, (batch, heads, num_chunks * chunk_size)))
         m = ops.maximum(m, m0[:, :, None])
         mc = ops.stop_gradient(ops.reshape(m, ops.shape(ac)))  # [B, H, n, C]
         rel = ac[:, :, :, None, :] - mc[:, :, :, :, None]  # a_j - m_i
-        scores = scores * ops.exp(ops.where(causal, rel, NEG_LOG))
+        scores = scores * ops.exp(ops.where(causal, rel, MASKED))
         chunk_end = mc[..., -1]  # M_c: scale of the state after chunk c [B, H, n]
         chunk_start = ops.concatenate([m0[:, :, None], chunk_end[..., :-1]], axis=2)
         # Weight of key j inside its chunk's summary, relative to M_c.
@@ -329,12 +321,12 @@ def causal_linear_attention_reference(
     g = ops.cast(k_feat, dtype)
     v = ops.cast(v, dtype)
     batch, length = ops.shape(f)[:2]
-    valid = ops.cast(_valid(mask, batch, length), dtype)
+    valid = ops.cast(valid_tokens(mask, batch, length, "float32"), dtype)
     s0 = ops.cast(state[prefix + "s"], dtype)
     z0 = ops.cast(state[prefix + "z"], dtype) if (normalize or k_log_scale is not None) else None
     if k_log_scale is not None:
         m0 = ops.cast(_initial_log_scale(state, prefix), dtype)  # [B, H]
-        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, dtype), NEG_LOG)
+        a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, dtype), MASKED)
         m_end = ops.stop_gradient(ops.maximum(ops.max(a, axis=1), m0))  # [B, H]
         # Work relative to the final maximum: identical maths, finite numbers.
         g = g * ops.exp(a - m_end[:, None, :])[..., None]

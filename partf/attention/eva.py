@@ -39,6 +39,7 @@ from keras import ops
 
 from partf.attention.base import Attention, State
 from partf.attention.chunked import CHUNK_SIZE_HELP
+from partf.attention.masking import masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
 from partf.attention.windowed import (
     WINDOW_SIZE_HELP,
@@ -46,10 +47,8 @@ from partf.attention.windowed import (
     from_grid,
     grid_buffer,
     grid_valid,
-    masked_softmax,
     next_offset,
     to_grid,
-    valid_tokens,
 )
 
 
@@ -107,10 +106,10 @@ class EVAAttention(Attention):
     ICLR 2023.
     """
 
-    options = {
-        "window_size": (128, WINDOW_SIZE_HELP),
-        "chunk_size": (8, CHUNK_SIZE_HELP),
-        "mem_chunks": (64, "eva: chunk summaries before its window each query sees"),
+    option_help = {
+        "window_size": WINDOW_SIZE_HELP,
+        "chunk_size": CHUNK_SIZE_HELP,
+        "mem_chunks": "eva: chunk summaries before its window each query sees",
     }
 
     def __init__(

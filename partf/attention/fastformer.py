@@ -73,8 +73,8 @@ class FastformerAttention(Attention):
     Need", 2021; causal form from mtanghu, "Additive Attention Is All You Need?".
     """
 
-    options = {
-        "chunk_size": (64, CHUNK_SIZE_HELP),
+    option_help = {
+        "chunk_size": CHUNK_SIZE_HELP,
     }
 
     def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, **kwargs: Any):

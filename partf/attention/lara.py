@@ -30,8 +30,8 @@ from keras import ops
 
 from partf.attention.base import Attention, State
 from partf.attention.eva import ProjectionNet
+from partf.attention.masking import MASKED, masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
-from partf.attention.windowed import MASKED, masked_softmax, valid_tokens
 
 
 def _logsumexp(x: Any, valid: Any, axis: int) -> Any:
@@ -70,9 +70,9 @@ class LaraAttention(Attention):
     """
 
     supports_causal = False
-    options = {
-        "num_landmarks": (16, "lara: landmarks (segments, one proposal each)"),
-        "alpha_coeff": (1.0, "lara: weight of the query-dependent mixing weights"),
+    option_help = {
+        "num_landmarks": "lara: landmarks (segments, one proposal each)",
+        "alpha_coeff": "lara: weight of the query-dependent mixing weights",
     }
 
     def __init__(

@@ -117,8 +117,8 @@ class LinearAttention(FeatureMapAttention):
     Autoregressive Transformers with Linear Attention", ICML 2020.
     """
 
-    options = {
-        "chunk_size": (64, CHUNK_SIZE_HELP),
+    option_help = {
+        "chunk_size": CHUNK_SIZE_HELP,
     }
 
     def features(self, q, k, state, training):

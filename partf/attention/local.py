@@ -14,13 +14,12 @@ from typing import Any
 from keras import ops
 
 from partf.attention.base import Attention, State
+from partf.attention.masking import masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
 from partf.attention.windowed import (
     WINDOW_SIZE_HELP,
-    masked_softmax,
     sliding_windows,
     split_blocks,
-    valid_tokens,
 )
 
 
@@ -45,8 +44,8 @@ class LocalAttention(Attention):
     the causal local baseline of Zheng et al., EVA, ICLR 2023.
     """
 
-    options = {
-        "window_size": (128, WINDOW_SIZE_HELP),
+    option_help = {
+        "window_size": WINDOW_SIZE_HELP,
     }
 
     def __init__(self, d_model: int, num_heads: int, window_size: int = 128, **kwargs: Any):

@@ -95,10 +95,10 @@ class PerformerAttention(FeatureMapAttention):
     """
 
     log_scaled = True
-    options = {
-        "num_features": (128, "random features per head (performer)"),
-        "redraw": (False, "performer: draw new random features for each new stream in training"),
-        "chunk_size": (64, CHUNK_SIZE_HELP),
+    option_help = {
+        "num_features": "random features per head (performer)",
+        "redraw": "performer: draw new random features for each new stream in training",
+        "chunk_size": CHUNK_SIZE_HELP,
     }
 
     def __init__(

@@ -28,8 +28,8 @@ import keras
 from keras import ops
 
 from partf.attention.base import Attention, State
+from partf.attention.masking import valid_tokens
 from partf.attention.registry import register_attention
-from partf.attention.windowed import valid_tokens
 
 
 def _orthogonal_per_head(seed: Any):
@@ -70,9 +70,9 @@ class PrimalAttention(Attention):
     """
 
     uses_values = False
-    options = {
-        "low_rank": (30, "primal: rank s of the KSVD projections"),
-        "eta": (0.1, "primal: weight of the KSVD regulariser in the loss"),
+    option_help = {
+        "low_rank": "primal: rank s of the KSVD projections",
+        "eta": "primal: weight of the KSVD regulariser in the loss",
     }
 
     def __init__(

@@ -32,12 +32,9 @@ import keras  # noqa: F401 (used by the docstring examples)
 from keras import ops
 
 from partf.attention.base import Attention, Projection, State
+from partf.attention.masking import MASKED
 from partf.attention.registry import register_attention
 from partf.layers.random import Dropout
-
-# Added to the scores of keys a query may not see. Finite, so a row with no
-# visible key (a pad query with no context) gives a uniform row, not NaN.
-_MASKED = -1e9
 
 
 def sinusoidal_encoding(distances: Any, dim: int, dtype: str = "float32") -> Any:
@@ -140,10 +137,10 @@ class RelativeAttention(Attention):
     Reference: Dai et al. 2019, https://arxiv.org/abs/1901.02860
     """
 
-    options = {
-        "mem_len": (0, "memory length; the model sets it from --mem_len"),
-        "clamp_len": (None, "largest relative distance encoded (None: no clamp)"),
-        "attention_dropout_rate": (0.0, "dropout on the attention weights (dropatt)"),
+    option_help = {
+        "mem_len": "memory length; the model sets it from --mem_len",
+        "clamp_len": "largest relative distance encoded (None: no clamp)",
+        "attention_dropout_rate": "dropout on the attention weights (dropatt)",
     }
 
     def __init__(
@@ -281,7 +278,7 @@ class RelativeAttention(Attention):
         scale = 1.0 / math.sqrt(self.head_dim)
         scores = ops.cast(content + position, "float32") * scale
         # The lone query is the last position: every valid key is visible.
-        scores = ops.where(key_mask[:, None, None, :], scores, _MASKED)
+        scores = ops.where(key_mask[:, None, None, :], scores, MASKED)
         weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         if self.attention_dropout_rate > 0:
             weights = self.attention_dropout(weights, training=training)
@@ -347,7 +344,7 @@ class RelativeAttention(Attention):
             key_pos = ops.arange(key_len)[None, :]
             query_pos = ops.arange(query_len)[:, None] + mem_len
             visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
-        scores = ops.where(visible, scores, _MASKED)
+        scores = ops.where(visible, scores, MASKED)
         weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         if self.attention_dropout_rate > 0:
             weights = self.attention_dropout(weights, training=training)
@@ -451,7 +448,7 @@ def reference_relative_attention(
             allowed = key_valid[:, j][:, None]
             if layer.causal and j > mem_len + i:
                 allowed = ops.zeros_like(allowed)
-            scores.append(ops.where(allowed, score, _MASKED))
+            scores.append(ops.where(allowed, score, MASKED))
         weights = ops.softmax(ops.stack(scores, axis=-1), axis=-1)  # [B, H, K]
         out_rows.append(ops.einsum("bhs,bshk->bhk", weights, val))
     out = ops.stack(out_rows, axis=1)  # [B, T, H, Dh]

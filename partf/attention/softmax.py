@@ -14,8 +14,8 @@ from typing import Any
 from keras import ops
 
 from partf.attention.base import Attention, State
+from partf.attention.masking import masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
-from partf.attention.windowed import masked_softmax, valid_tokens
 
 
 @register_attention("softmax")
@@ -39,8 +39,8 @@ class SoftmaxAttention(Attention):
     Dai et al., "Transformer-XL", ACL 2019 (the memory).
     """
 
-    options = {
-        "mem_len": (0, "previous tokens whose keys and values are kept as memory (0: none)"),
+    option_help = {
+        "mem_len": "previous tokens whose keys and values are kept as memory (0: none)",
     }
 
     def __init__(self, d_model: int, num_heads: int, mem_len: int = 0, **kwargs: Any) -> None:

@@ -29,16 +29,15 @@ from keras import ops
 from partf.attention.base import Attention, State
 from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.linear import FeatureMapAttention
+from partf.attention.masking import masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
 from partf.attention.windowed import (
     WINDOW_SIZE_HELP,
     from_grid,
     grid_buffer,
     grid_valid,
-    masked_softmax,
     next_offset,
     to_grid,
-    valid_tokens,
 )
 
 NORM_TYPES = ("simple_rms", "layer", "none")
@@ -95,10 +94,10 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     """
 
     normalize = False
-    options = {
-        "chunk_size": (64, CHUNK_SIZE_HELP),
-        "feature_map": ("elu", "norm: feature map of queries and keys (elu, elu+1, relu)"),
-        "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
+    option_help = {
+        "chunk_size": CHUNK_SIZE_HELP,
+        "feature_map": "norm: feature map of queries and keys (elu, elu+1, relu)",
+        "norm_type": "norm/diag: output normalisation (simple_rms, layer, none)",
     }
 
     def __init__(
@@ -163,10 +162,10 @@ class DiagAttention(_NormalizedOutput, Attention):
     Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
     """
 
-    options = {
-        "window_size": (64, WINDOW_SIZE_HELP),
-        "diag_activation": ("softmax", "diag: score activation within a block (softmax, relu)"),
-        "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
+    option_help = {
+        "window_size": WINDOW_SIZE_HELP,
+        "diag_activation": "diag: score activation within a block (softmax, relu)",
+        "norm_type": "norm/diag: output normalisation (simple_rms, layer, none)",
     }
 
     def __init__(

@@ -20,36 +20,8 @@ from typing import Any
 
 from keras import ops
 
-# Logit of a masked key: exp() of it underflows to 0 in float32.
-MASKED = -1e30
-
 #: The `window_size` option's help, shared by local, diag and eva.
 WINDOW_SIZE_HELP = "local: previous tokens each query sees; diag, eva: tokens per window"
-
-
-def masked_softmax(logits: Any, valid: Any, axis: int = -1) -> Any:
-    """Softmax over `axis` where only `valid` entries count.
-
-    A row without any valid entry gives all zeros (not NaN). Computed in
-    float32.
-
-    Args:
-        logits: scores, any shape.
-        valid: bool, broadcastable to `logits`.
-    """
-    valid = ops.broadcast_to(valid, ops.shape(logits))
-    if logits.shape[axis] == 1:  # one entry: weight 1 if it counts (and no Keras warning)
-        return ops.cast(valid, "float32")
-    probs = ops.softmax(ops.where(valid, ops.cast(logits, "float32"), MASKED), axis=axis)
-    # A row of masked logits only would come out uniform: zero it instead.
-    return probs * ops.cast(ops.any(valid, axis=axis, keepdims=True), "float32")
-
-
-def valid_tokens(mask: Any | None, batch: Any, length: Any) -> Any:
-    """bool [B, T]: True for real tokens (all True when `mask` is None)."""
-    if mask is None:
-        return ops.ones((batch, length), dtype="bool")
-    return ops.cast(mask, "bool")
 
 
 def batch_gather(x: Any, index: Any) -> Any:

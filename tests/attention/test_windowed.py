@@ -3,11 +3,11 @@
 import numpy as np
 from keras import ops
 
+from partf.attention.masking import masked_softmax
 from partf.attention.windowed import (
     from_grid,
     grid_buffer,
     grid_valid,
-    masked_softmax,
     next_offset,
     to_grid,
 )
