@@ -1,4 +1,4 @@
-"""Text generation from a PARTransformerXL: sampling, carried state, and the recompute baseline.
+"""The Generator: carried-state decoding, the recompute baseline, one compiled loop.
 
 Two ways to get the next-token distribution:
 
@@ -18,9 +18,8 @@ distributions up to rounding. With a shorter memory the carried mode is
 Transformer-XL's evaluation scheme: each block sees `mem_len` earlier hidden
 states, which themselves saw further back.
 
-Sampling (`filter_log_probs`): temperature, then top-k, then top-p (nucleus)
-over the renormalised top-k distribution; temperature 0 is greedy decoding.
-Random draws come from a `keras.random.SeedGenerator` reset to the given
+Tokens are drawn as `partf.generation.sampling` says (temperature, top-k,
+top-p). Random draws come from a `keras.random.SeedGenerator` reset to the given
 seed at the start of each `generate`, so a seed always gives the same text.
 The padding id 0 is never sampled: fed back, it would be read as padding.
 
@@ -46,15 +45,13 @@ Example:
     >>> result.tokens.shape
     (1, 10)
 
-References:
-    Holtzman et al., "The Curious Case of Neural Text Degeneration" (top-p), ICLR 2020.
+Reference:
     Dai et al., "Transformer-XL", ACL 2019 (evaluation with a long memory).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,247 +59,17 @@ import keras
 import numpy as np
 from keras import ops
 
-from partf.attention.base import Attention
 from partf.data.tokenizer import PAD_ID
+from partf.generation.model_helpers import (
+    argmax_choices,
+    forward_choosing,
+    stateless_attentions,
+    with_inference_caches,
+)
+from partf.generation.sampling import Sampling, sample_tokens
 from partf.models.par_transformer_xl import PARTransformerXL
 
 MODES = ("carried", "recompute")
-
-
-# ------------------------------------------------------------------ sampling
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """How the next token is drawn from the model's distribution.
-
-    Attributes:
-        temperature: divides the log-probabilities; 0 picks the most likely
-            token (greedy), 1 samples the model's distribution.
-        top_k: keep only the k most likely tokens (0: no limit).
-        top_p: keep the smallest set of most likely tokens whose probability
-            reaches top_p (1.0: no limit), after top-k.
-
-    Raises:
-        ValueError: temperature < 0, top_k < 0, or top_p outside (0, 1].
-    """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
-            raise ValueError(
-                f"temperature must be a finite number >= 0, got {self.temperature}; "
-                "use 0 for greedy decoding, 1 for the model's distribution."
-            )
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0: no limit), got {self.top_k}.")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (1: no limit), got {self.top_p}.")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-def filter_log_probs(log_probs: Any, sampling: Sampling) -> Any:
-    """The distribution that `sampling` draws from, as normalised log-probabilities.
-
-    Temperature first, then top-k, then top-p on the renormalised top-k
-    distribution. Tokens tied with the last one kept are kept too. Removed
-    tokens get -inf.
-
-    Args:
-        log_probs: float [B, V] log-probabilities (or logits).
-        sampling: the settings.
-
-    Returns:
-        float32 [B, V]: log-probabilities summing to one per row. Greedy
-        (temperature 0) gives 0 at the most likely token, -inf elsewhere.
-
-    Example:
-        >>> lp = keras.ops.log(keras.ops.convert_to_tensor([[0.5, 0.3, 0.2]]))
-        >>> keras.ops.exp(filter_log_probs(lp, Sampling(top_k=2)))  # [[0.625, 0.375, 0.]]
-    """
-    logits = ops.cast(log_probs, "float32")
-    vocab = logits.shape[-1]
-    if sampling.greedy:
-        best = ops.one_hot(ops.argmax(logits, axis=-1), vocab, dtype="bool")
-        return ops.where(best, 0.0, -np.inf)
-    logits = logits / sampling.temperature
-    top_k = sampling.top_k if 0 < sampling.top_k < vocab else 0
-    if top_k or sampling.top_p < 1.0:
-        # The candidates, largest first: the top k ([B, k], far cheaper than a
-        # full sort), or the whole sorted vocabulary when only top-p is set.
-        if top_k:
-            ranked = ops.top_k(logits, top_k, sorted=True)[0]
-        else:
-            ranked = ops.flip(ops.sort(logits, axis=-1), axis=-1)
-        threshold = ranked[:, -1:]  # [B, 1]: the smallest logit kept so far
-        if sampling.top_p < 1.0:
-            probs = ops.softmax(ranked, axis=-1)
-            mass_before = ops.cumsum(probs, axis=-1) - probs  # mass of strictly better tokens
-            # The nucleus is a prefix of the ranking: tokens whose better tokens
-            # have not yet reached top_p. The first token is always in it.
-            count = ops.sum(ops.cast(mass_before < sampling.top_p, "int32"), axis=-1)
-            count = ops.maximum(count, 1)
-            threshold = ops.take_along_axis(ranked, count[:, None] - 1, axis=-1)
-        logits = ops.where(logits >= threshold, logits, -np.inf)
-    return logits - ops.logsumexp(logits, axis=-1, keepdims=True)
-
-
-def sample_tokens(log_probs: Any, sampling: Sampling, seed: Any = None) -> Any:
-    """Draws one token per row from `filter_log_probs(log_probs, sampling)`.
-
-    Inverse-CDF sampling: one uniform number per row, located in the
-    cumulative distribution. It needs one random draw instead of one per
-    vocabulary entry, which matters under XLA on CPU, where a categorical
-    draw over 12,000 entries costs more than the model's whole step.
-
-    Args:
-        log_probs: float [B, V] model log-probabilities.
-        sampling: the settings.
-        seed: an int or `keras.random.SeedGenerator` (ignored when greedy).
-
-    Returns:
-        int32 [B] token ids.
-    """
-    filtered = filter_log_probs(log_probs, sampling)
-    if sampling.greedy:
-        return ops.cast(ops.argmax(filtered, axis=-1), "int32")
-    probs = ops.exp(filtered)  # [B, V], 0 where filtered out
-    cdf = ops.cumsum(probs, axis=-1)
-    u = keras.random.uniform((ops.shape(probs)[0], 1), seed=seed) * cdf[:, -1:]
-    # The first token whose cumulative probability exceeds u. A removed token
-    # repeats its predecessor's cdf, so it is never the first to exceed u.
-    token = ops.sum(ops.cast(cdf <= u, "int32"), axis=-1)
-    # Rounding could put u at the very top: fall back to the last allowed token.
-    vocab = ops.shape(probs)[-1]
-    last = vocab - 1 - ops.argmax(ops.flip(probs > 0.0, axis=-1), axis=-1)
-    return ops.cast(ops.minimum(token, ops.cast(last, "int32")), "int32")
-
-
-# -------------------------------------------------------------------- model
-def reconfigure(model: PARTransformerXL, **changes: Any) -> PARTransformerXL:
-    """A copy of `model` with config fields changed that leave the weights alone.
-
-    Useful for generation: a longer `mem_len` (each new token then sees more
-    context), another `eval_mode`, or `batch_size=1` to keep the stateful
-    memory variables small. The memory variables start empty; every other
-    variable (weights, step counter) is copied.
-
-    Args:
-        model: a built model.
-        **changes: `ModelConfig` fields, e.g. mem_len=512.
-
-    Returns:
-        A new `PARTransformerXL`.
-
-    Raises:
-        ValueError: a change alters the weights' shapes (e.g. d_model).
-
-    Example:
-        >>> long_memory = reconfigure(model, mem_len=512, batch_size=1)
-    """
-    config = model.config.replace(**changes)
-    copy = PARTransformerXL(config, name=model.name, dtype=model.dtype_policy)
-    old_state = {id(v) for v in model.state_variables}
-    new_state = {id(v) for v in copy.state_variables}
-    old = [v for v in model.variables if id(v) not in old_state]
-    new = [v for v in copy.variables if id(v) not in new_state]
-    if len(old) != len(new) or any(
-        tuple(a.shape) != tuple(b.shape) for a, b in zip(old, new, strict=True)
-    ):
-        raise ValueError(
-            f"reconfigure({', '.join(f'{k}={v!r}' for k, v in changes.items())}) changes the "
-            "model's weights; change only fields such as mem_len, clamp_len, eval_mode, "
-            "batch_size."
-        )
-    for source, target in zip(old, new, strict=True):
-        target.assign(source)
-    return copy
-
-
-def stateless_attentions(model: PARTransformerXL) -> list[str]:
-    """Paths of the model's attention layers that carry no state between calls.
-
-    Carried-state generation with such a layer would let each new token see
-    only itself there (e.g. relative or softmax attention with mem_len=0).
-    """
-    return [
-        layer.path
-        for block in model.blocks
-        for layer in block.sublayers
-        if isinstance(layer, Attention) and not layer.state_spec(1)
-    ]
-
-
-def argmax_choices(model: PARTransformerXL) -> tuple[int | None, ...]:
-    """Per block, the index of the only candidate whose evaluation weight is non-zero.
-
-    With `eval_mode="argmax"` a stochastic block's output at evaluation is
-    exactly its most likely candidate's. None where every candidate counts
-    (other eval modes) or the block is fixed already.
-    """
-    if model.config.eval_mode != "argmax":
-        return tuple(None for _ in model.blocks)
-    return tuple(
-        None
-        if block.arch_logits is None
-        else int(np.argmax(ops.convert_to_numpy(block.arch_logits)))
-        for block in model.blocks
-    )
-
-
-def with_inference_caches(model: PARTransformerXL, states: Any) -> Any:
-    """`states` with each attention's inference cache added, where it has one
-    (`inference_state`, e.g. relative attention), for one-token steps."""
-    cached = []
-    for block, block_states in zip(model.blocks, states, strict=True):
-        new_block, slot = [], 0
-        for (kind, _), state in zip(block.kinds, block_states, strict=True):
-            layer = block.sublayers[slot] if kind != "identity" else None
-            slot += kind != "identity"
-            if kind == "attention" and state and hasattr(layer, "inference_state"):
-                state = layer.inference_state(state)
-            new_block.append(state)
-        cached.append(new_block)
-    return cached
-
-
-def _run_candidate(block: Any, index: int, x: Any, states: list, mask: Any) -> tuple[Any, list]:
-    """Block `block` with only candidate `index` (the one argmax eval weights pick)."""
-    kind, _ = block.kinds[index]
-    if kind == "identity":
-        return x, states
-    slot = sum(k != "identity" for k, _ in block.kinds[:index])
-    layer, norm = block.sublayers[slot], block.norms[slot]
-    if kind == "dense":
-        return norm(x + layer(x, training=False)), states
-    y, state = layer(x, state=states[index] or None, mask=mask, training=False)
-    states = list(states)
-    states[index] = state
-    return norm(x + y), states
-
-
-def forward_choosing(
-    model: PARTransformerXL, inputs: Any, states: Any, choices: Sequence[int | None]
-) -> tuple[Any, Any]:
-    """`model.forward(inputs, states, training=False)`, running in each block only
-    the candidate `choices` names (None: the whole block)."""
-    inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
-    mask = ops.not_equal(inputs, 0)
-    x = model.embedding(inputs)
-    x = x * ops.cast(math.sqrt(model.config.d_model), x.dtype)  # no dropout at inference
-    tau = model.tau() if any(choice is None for choice in choices) else None
-    new_states = []
-    for block, block_states, choice in zip(model.blocks, states, choices, strict=True):
-        if choice is None:
-            x, block_states = block(x, states=block_states, tau=tau, mask=mask, training=False)
-        else:
-            x, block_states = _run_candidate(block, choice, x, block_states, mask)
-        new_states.append(block_states)
-    return x, new_states
 
 
 def _compile(fn: Callable, compiled: bool, jit_compile: bool) -> Callable:
@@ -455,11 +222,7 @@ class Generator:
 
             def step(log_probs: Any, state: Any) -> tuple[Any, Any, Any]:
                 token = self._draw(log_probs, sampling)
-                if self.mode == "recompute":
-                    window = ops.concatenate([state[:, 1:], token[:, None]], axis=1)
-                    return token, self._last_log_probs_of_window(window), window
-                next_log_probs, state = self._last_log_probs(token[:, None], state)
-                return token, next_log_probs, state
+                return (token, *self._feed(token, state))
 
             self._steps[key] = _compile(step, self.compiled, self.jit_compile)
         return self._steps[key]
