@@ -6,7 +6,7 @@ Modules:
     generator: `Generator` (carried-state decoding or the recompute baseline,
         as one compiled loop), `GenerationResult` and the one-call `generate`.
     model_helpers: `reconfigure` (a copy with, e.g., a longer memory) and what
-        the generator asks of the model (`argmax_choices`, `forward_choosing`,
+        the generator asks of the model (`argmax_choices`,
         `stateless_attentions`, `with_inference_caches`).
 
 Example:
@@ -20,7 +20,6 @@ Example:
 from partf.generation.generator import MODES, GenerationResult, Generator, generate
 from partf.generation.model_helpers import (
     argmax_choices,
-    forward_choosing,
     reconfigure,
     stateless_attentions,
     with_inference_caches,
@@ -34,7 +33,6 @@ __all__ = [
     "Sampling",
     "argmax_choices",
     "filter_log_probs",
-    "forward_choosing",
     "generate",
     "reconfigure",
     "sample_tokens",

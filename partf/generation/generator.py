@@ -30,8 +30,9 @@ between tokens. Other backends run it eagerly. In carried mode each step
 also skips the work that cannot change its result:
 
 * with `eval_mode="argmax"` a block's output is its chosen candidate's, so
-  only that candidate runs (the others' states are carried unchanged, and
-  are never read while the weights stay fixed);
+  only that candidate runs (`model.forward(..., choices=...)`; the others'
+  states are carried unchanged, and are never read while the weights stay
+  fixed);
 * relative attention keeps an inference cache next to its memory (the
   memory's projected keys and values and the position terms, see
   `RelativeAttention.inference_state`), so a token projects only itself.
@@ -62,7 +63,6 @@ from keras import ops
 from partf.data.tokenizer import PAD_ID
 from partf.generation.model_helpers import (
     argmax_choices,
-    forward_choosing,
     stateless_attentions,
     with_inference_caches,
 )
@@ -157,7 +157,7 @@ class Generator:
 
     # ---------------------------------------------------- next distributions
     def _last_log_probs(self, tokens: Any, states: Any) -> tuple[Any, Any]:
-        hidden, states = forward_choosing(self.model, tokens, states, self._choices)
+        hidden, states = self.model.forward(tokens, states, choices=self._choices)
         return self.model.log_probs(hidden[:, -1, :]), states  # [B, V]
 
     def _window_log_probs(self, window: Any) -> Any:

@@ -3,20 +3,17 @@
 A copy with settings that leave the weights alone (`reconfigure`), the
 attentions that carry no state (`stateless_attentions`, which carried-state
 generation refuses), the candidate each block's argmax weights pick
-(`argmax_choices`, run alone by `forward_choosing`), and the
+(`argmax_choices`, run alone by `model.forward(..., choices=...)`), and the
 attention inference caches added to a state (`with_inference_caches`).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from keras import ops
 
-from partf.attention.base import Attention
 from partf.models.par_transformer_xl import PARTransformerXL
 
 
@@ -69,8 +66,8 @@ def stateless_attentions(model: PARTransformerXL) -> list[str]:
     return [
         layer.path
         for block in model.blocks
-        for layer in block.sublayers
-        if isinstance(layer, Attention) and not layer.state_spec(1)
+        for _, layer in block.attentions()
+        if not layer.state_spec(1)
     ]
 
 
@@ -92,51 +89,10 @@ def argmax_choices(model: PARTransformerXL) -> tuple[int | None, ...]:
 
 
 def with_inference_caches(model: PARTransformerXL, states: Any) -> Any:
-    """`states` with each attention's inference cache added, where it has one
-    (`inference_state`, e.g. relative attention), for one-token steps."""
-    cached = []
-    for block, block_states in zip(model.blocks, states, strict=True):
-        new_block, slot = [], 0
-        for (kind, _), state in zip(block.kinds, block_states, strict=True):
-            layer = block.sublayers[slot] if kind != "identity" else None
-            slot += kind != "identity"
-            if kind == "attention" and state and hasattr(layer, "inference_state"):
-                state = layer.inference_state(state)
-            new_block.append(state)
-        cached.append(new_block)
-    return cached
-
-
-def _run_candidate(block: Any, index: int, x: Any, states: list, mask: Any) -> tuple[Any, list]:
-    """Block `block` with only candidate `index` (the one argmax eval weights pick)."""
-    kind, _ = block.kinds[index]
-    if kind == "identity":
-        return x, states
-    slot = sum(k != "identity" for k, _ in block.kinds[:index])
-    layer, norm = block.sublayers[slot], block.norms[slot]
-    if kind == "dense":
-        return norm(x + layer(x, training=False)), states
-    y, state = layer(x, state=states[index] or None, mask=mask, training=False)
-    states = list(states)
-    states[index] = state
-    return norm(x + y), states
-
-
-def forward_choosing(
-    model: PARTransformerXL, inputs: Any, states: Any, choices: Sequence[int | None]
-) -> tuple[Any, Any]:
-    """`model.forward(inputs, states, training=False)`, running in each block only
-    the candidate `choices` names (None: the whole block)."""
-    inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
-    mask = ops.not_equal(inputs, 0)
-    x = model.embedding(inputs)
-    x = x * ops.cast(math.sqrt(model.config.d_model), x.dtype)  # no dropout at inference
-    tau = model.tau() if any(choice is None for choice in choices) else None
-    new_states = []
-    for block, block_states, choice in zip(model.blocks, states, choices, strict=True):
-        if choice is None:
-            x, block_states = block(x, states=block_states, tau=tau, mask=mask, training=False)
-        else:
-            x, block_states = _run_candidate(block, choice, x, block_states, mask)
-        new_states.append(block_states)
-    return x, new_states
+    """`states` (per block, per candidate) with each attention's inference cache
+    added, where it has one (`inference_state`, e.g. relative attention), for
+    one-token steps."""
+    return [
+        block.inference_states(block_states)
+        for block, block_states in zip(model.blocks, states, strict=True)
+    ]

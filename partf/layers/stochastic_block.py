@@ -27,7 +27,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention import attention_names, create_attention
+from partf.attention import Attention, attention_names, create_attention
 from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_softmax
 from partf.serialization import register
@@ -93,6 +93,13 @@ class StochasticBlock(keras.layers.Layer):
     Returns:
         (y [B, T, D], new_states list).
 
+    Attributes:
+        kinds: per candidate, ("attention", registry name), ("dense", None) or
+            ("identity", None).
+        sublayers: per candidate, its attention or feed-forward layer (None for
+            the identity); `attentions()` lists the attention ones.
+        norms: per candidate, its LayerNormalization (None for the identity).
+
     Example:
         >>> block = StochasticBlock(16, 2, 32, mem_len=4)
         >>> y, states = block(keras.ops.ones((2, 5, 16)), tau=1.0, training=True)
@@ -141,10 +148,17 @@ class StochasticBlock(keras.layers.Layer):
         self.supports_masking = True
 
         self.kinds = [candidate_kind(name, attention) for name in self.candidates]
-        # One sublayer and one LayerNorm per non-identity candidate, in order.
-        self.sublayers, self.norms = [], []
+        # One entry per candidate in both lists: its sublayer (an attention or the
+        # feed-forward network) and its LayerNorm, None for the identity. The names
+        # `sublayers` and `norms` are where `.keras` files store these weights, and
+        # appending each sublayer before its norm, candidate by candidate, keeps the
+        # order of `variables` that checkpoints are restored by: change neither.
+        self.sublayers: list[keras.layers.Layer | None] = []
+        self.norms: list[keras.layers.LayerNormalization | None] = []
         for index, (kind, mechanism) in enumerate(self.kinds):
             if kind == "identity":
+                self.sublayers.append(None)
+                self.norms.append(None)
                 continue
             if kind == "dense":
                 layer = FeedForward(
@@ -184,20 +198,59 @@ class StochasticBlock(keras.layers.Layer):
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         for layer, norm in zip(self.sublayers, self.norms, strict=True):
-            layer.build(input_shape)
-            norm.build(input_shape)
+            if layer is not None:
+                layer.build(input_shape)
+                norm.build(input_shape)
         self.built = True
+
+    # ----------------------------------------------------------- candidates
+    def attentions(self) -> list[tuple[int, Attention]]:
+        """(candidate index, attention layer) of every attention candidate, in order."""
+        return [
+            (index, self.sublayers[index])
+            for index, (kind, _) in enumerate(self.kinds)
+            if kind == "attention"
+        ]
+
+    def run_candidate(
+        self,
+        index: int,
+        x: Any,
+        state: dict[str, Any] | None = None,
+        mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Runs candidate `index` alone, with its residual and LayerNorm.
+
+        `call` mixes these outputs; run alone, a candidate gives the block's output
+        exactly when its weight is one (argmax evaluation weights).
+
+        Args:
+            index: the candidate, 0 <= index < num_candidates.
+            x: [B, T, D] block input.
+            state: the candidate's state dict ({} or None: empty; stateless
+                candidates ignore it).
+            mask: optional bool [B, T], True for real tokens.
+            training: dropout.
+
+        Returns:
+            (y [B, T, D], the candidate's new state: {} if it keeps none).
+        """
+        kind, _ = self.kinds[index]
+        if kind == "identity":
+            return x, {}
+        layer, norm = self.sublayers[index], self.norms[index]
+        if kind == "dense":
+            return norm(x + layer(x, training=training)), {}
+        y, new_state = layer(x, state=state or None, mask=mask, training=training)
+        return norm(x + y), new_state
 
     # ---------------------------------------------------------------- state
     def state_spec(self, batch_size: int) -> list[dict[str, tuple[tuple[int, ...], str]]]:
         """Per candidate: name -> (shape, dtype) of its state ({} if none)."""
-        specs, slot = [], 0
-        for kind, _ in self.kinds:
-            if kind == "attention":
-                specs.append(self.sublayers[slot].state_spec(batch_size))
-            else:
-                specs.append({})
-            slot += kind != "identity"
+        specs: list[dict[str, tuple[tuple[int, ...], str]]] = [{} for _ in self.candidates]
+        for index, layer in self.attentions():
+            specs[index] = layer.state_spec(batch_size)
         return specs
 
     def get_initial_state(self, batch_size: int) -> list[dict[str, Any]]:
@@ -206,6 +259,22 @@ class StochasticBlock(keras.layers.Layer):
             {name: ops.zeros(shape, dtype) for name, (shape, dtype) in spec.items()}
             for spec in self.state_spec(batch_size)
         ]
+
+    def inference_states(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`states` with each attention's inference cache added where it keeps one
+        (`inference_state`, e.g. relative attention), so one-token steps skip work.
+
+        Args:
+            states: one state dict per candidate, as `call` returns them.
+
+        Returns:
+            A new list; the cached states are read by the same attentions later.
+        """
+        states = list(states)
+        for index, layer in self.attentions():
+            if states[index] and hasattr(layer, "inference_state"):
+                states[index] = layer.inference_state(states[index])
+        return states
 
     # -------------------------------------------------------------- weights
     def pi(self) -> Any:
@@ -240,21 +309,12 @@ class StochasticBlock(keras.layers.Layer):
     ) -> tuple[Any, list[dict[str, Any]]]:
         if states is None:
             states = [{} for _ in self.candidates]
-        outputs, new_states, slot = [], [], 0
-        for index, (kind, _) in enumerate(self.kinds):
-            if kind == "identity":
-                outputs.append(x)
-                new_states.append({})
-                continue
-            layer, norm = self.sublayers[slot], self.norms[slot]
-            slot += 1
-            if kind == "dense":
-                outputs.append(norm(x + layer(x, training=training)))
-                new_states.append({})
-            else:
-                y, state = layer(x, state=states[index] or None, mask=mask, training=training)
-                outputs.append(norm(x + y))
-                new_states.append(state)
+        outputs, new_states = [], []
+        # Every candidate runs, whatever its weight, so each one's memory stays current.
+        for index in range(self.num_candidates):
+            y, new_state = self.run_candidate(index, x, states[index], mask, training)
+            outputs.append(y)
+            new_states.append(new_state)
         if self.num_candidates == 1:
             return outputs[0], new_states
 

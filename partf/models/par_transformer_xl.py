@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -224,28 +225,71 @@ class PARTransformerXL(keras.Model):
         """Current Gumbel-softmax temperature (float32 scalar)."""
         return self.temperature(ops.convert_to_tensor(self.step))
 
-    def forward(self, inputs: Any, states: States, training: bool = False) -> tuple[Any, States]:
+    def forward(
+        self,
+        inputs: Any,
+        states: States,
+        training: bool = False,
+        choices: Sequence[int | None] | None = None,
+    ) -> tuple[Any, States]:
         """Pure forward pass: writes no variable.
 
         Args:
             inputs: int [B, T] token ids, 0 = padding.
             states: from `initial_state(B)` or a previous `forward`.
             training: dropout and sampled block weights.
+            choices: optional, one entry per block: the index of the candidate to
+                run alone in that block, or None to run the whole block (every
+                candidate, mixed by its weights). A block run alone returns its
+                candidate's output and carries its other candidates' states
+                unchanged. With each block's argmax candidate (`eval_mode="argmax"`)
+                the hidden states equal those of the full pass; generation uses
+                this to skip the candidates that weigh zero.
 
         Returns:
             (hidden [B, T, d_model], new_states).
+
+        Raises:
+            ValueError: `choices` does not give one entry per block, or names a
+                candidate a block does not have.
         """
+        if choices is None:
+            choices = [None] * len(self.blocks)
+        self._check_choices(choices)
         inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
         mask = ops.not_equal(inputs, 0)  # [B, T]
         x = self.embedding(inputs)  # [B, T, D]
         x = x * ops.cast(math.sqrt(self.config.d_model), x.dtype)
         x = self.input_dropout(x, training=training)
-        tau = self.tau()
+        # Only mixed blocks read the temperature.
+        tau = self.tau() if None in choices else None
         new_states = []
-        for block, block_states in zip(self.blocks, states, strict=True):
-            x, block_states = block(x, states=block_states, tau=tau, mask=mask, training=training)
+        for block, block_states, choice in zip(self.blocks, states, choices, strict=True):
+            if choice is None:
+                x, block_states = block(
+                    x, states=block_states, tau=tau, mask=mask, training=training
+                )
+            else:
+                x, state = block.run_candidate(
+                    choice, x, block_states[choice], mask=mask, training=training
+                )
+                block_states = [*block_states[:choice], state, *block_states[choice + 1 :]]
             new_states.append(block_states)
         return x, new_states
+
+    def _check_choices(self, choices: Sequence[int | None]) -> None:
+        if len(choices) != len(self.blocks):
+            raise ValueError(
+                f"choices has {len(choices)} entries but the model {len(self.blocks)} blocks; "
+                "give one per block (None runs the whole block)."
+            )
+        for b, (block, choice) in enumerate(zip(self.blocks, choices, strict=True)):
+            if choice is not None and not 0 <= choice < block.num_candidates:
+                raise ValueError(
+                    f"choices[{b}] = {choice} but block {b} has {block.num_candidates} "
+                    f"candidates ({', '.join(block.candidates)}); use 0 to "
+                    f"{block.num_candidates - 1}, or None."
+                )
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         training = bool(training)

@@ -36,8 +36,9 @@ def x():
 
 def branch_outputs(block, x):
     """Each candidate's output computed by hand (evaluation, empty memory)."""
-    attention, dense = block.sublayers
-    attn_norm, dense_norm = block.norms
+    attention, dense, identity = block.sublayers  # one entry per candidate
+    attn_norm, dense_norm, identity_norm = block.norms
+    assert identity is None and identity_norm is None
     y, _ = attention(x, training=False)
     return [attn_norm(x + y), dense_norm(x + dense(x, training=False)), x]
 
@@ -108,6 +109,43 @@ def test_memory_updates_whatever_the_weight(block, x):
     assert_close(memory[:, -T:], x)  # memory = block input
     np.testing.assert_array_equal(np.asarray(new_states[0]["memory_mask"])[:, -T:], 1)
     assert new_states[1] == {} and new_states[2] == {}
+
+
+def test_each_candidate_runs_alone(block, x):
+    # run_candidate(i) is candidate i's output in the mix, and its state update.
+    states = block.get_initial_state(B)
+    outputs = branch_outputs(block, x)
+    for index, expected in enumerate(outputs):
+        y, state = block.run_candidate(index, x, states[index], training=False)
+        assert_close(y, expected, atol=1e-6)
+        assert sorted(state) == (["memory", "memory_mask"] if index == 0 else [])
+    set_logits(block, [-50.0, 50.0, -50.0])  # dense weighs one under argmax
+    mixed, _ = block(x, states=states, training=False)
+    alone, _ = block.run_candidate(1, x, states[1], training=False)
+    assert_close(mixed, alone, atol=1e-6)
+
+
+def test_candidate_accessors(x):
+    layer = StochasticBlock(
+        D, 2, 16, candidates=("identity", "dense", "relative", "linear"), mem_len=M
+    )
+    layer.build((B, T, D))
+    assert [type(s).__name__ if s else None for s in layer.sublayers] == [
+        None,
+        "FeedForward",
+        "RelativeAttention",
+        "LinearAttention",
+    ]
+    assert [index for index, _ in layer.attentions()] == [2, 3]
+    assert [attention.registry_name for _, attention in layer.attentions()] == [
+        "relative",
+        "linear",
+    ]
+    _, states = layer(x, tau=1.0, training=False)
+    cached = layer.inference_states(states)
+    # Relative attention adds its cache of projected memory keys; the others are kept.
+    assert "keys" in cached[2] and "keys" not in states[2]
+    assert cached[0] == {} and cached[1] == {} and cached[3] is states[3]
 
 
 def test_mixing_attention_types_from_the_registry(x):

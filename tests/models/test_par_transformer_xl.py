@@ -1,5 +1,10 @@
 """PARTransformerXL: causality, memory, state variables, architecture, training, saving."""
 
+import io
+import re
+import zipfile
+
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -162,6 +167,124 @@ def test_architecture_api_and_fixed_model(model):
             block.eval_mode = "expected"
     got, _ = fixed.forward(x, fixed.initial_state(B))
     assert_close(got, expected, atol=1e-5)
+
+
+def test_forward_with_fixed_choices(model):
+    states = model.initial_state(B)
+    _, states = model.forward(tokens(3, seed=8), states)  # some memory to read
+    x = tokens(5, seed=9)
+    argmax = (0, 1)  # the fixture's logits: attention in block 0, dense in block 1
+
+    def full_pass(eval_modes):
+        for block, mode in zip(model.blocks, eval_modes, strict=True):
+            block.eval_mode = mode
+        try:
+            return model.forward(x, states)
+        finally:
+            for block in model.blocks:
+                block.eval_mode = "expected"
+
+    expected, expected_states = full_pass(["argmax", "argmax"])
+    got, new_states = model.forward(x, states, choices=argmax)
+    assert_close(got, expected, atol=1e-6)
+    # The chosen attention's memory moves on; the skipped one's is carried unchanged.
+    assert_close(new_states[0][0]["memory"], expected_states[0][0]["memory"], atol=1e-6)
+    assert new_states[1][0] is states[1][0]
+    # None runs the whole mixed block.
+    expected, _ = full_pass(["expected", "argmax"])
+    got, _ = model.forward(x, states, choices=(None, 1))
+    assert_close(got, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="one per block"):
+        model.forward(x, states, choices=(0,))
+    with pytest.raises(ValueError, match="block 1 has 3 candidates"):
+        model.forward(x, states, choices=(0, 3))
+
+
+def test_variables_keep_the_order_and_paths_of_saved_files(tmp_path):
+    # Checkpoints restore `variables` by order, and .keras files store weights under
+    # attribute paths: both must stay as earlier versions wrote them (recorded then),
+    # here with an identity candidate before the others.
+    net = PARTransformerXL(
+        vocab_size=30,
+        d_model=8,
+        num_heads=2,
+        d_ffn=16,
+        num_layers=1,
+        mem_len=2,
+        cutoffs=(),
+        batch_size=1,
+        candidates=("identity", "relative", "dense"),
+        name="pin",
+    )
+    seed = "seed_generator/seed_generator_state"
+    relative, dense = "pin/block_0/relative_1", "pin/block_0/dense_2"
+    expected = [
+        ("pin/step", ()),
+        ("pin/train_state_0_1_memory", (1, 2, 8)),
+        ("pin/train_state_0_1_memory_mask", (1, 2)),
+        ("pin/eval_state_0_1_memory", (1, 2, 8)),
+        ("pin/eval_state_0_1_memory_mask", (1, 2)),
+        ("pin/embedding/embeddings", (30, 8)),
+        (seed, (2,)),
+        ("block_0/arch_logits", (3,)),
+        (seed, (2,)),
+        (f"{relative}/content_bias", (2, 4)),
+        (f"{relative}/position_bias", (2, 4)),
+        (f"{relative}/query/kernel", (8, 2, 4)),
+        (f"{relative}/key/kernel", (8, 2, 4)),
+        (f"{relative}/value/kernel", (8, 2, 4)),
+        (f"{relative}/output/kernel", (2, 4, 8)),
+        (f"{relative}/{seed}", (2,)),
+        (f"{relative}/position/kernel", (8, 2, 4)),
+        ("pin/block_0/norm_1/gamma", (8,)),
+        ("pin/block_0/norm_1/beta", (8,)),
+        (f"{dense}/inner/kernel", (8, 16)),
+        (f"{dense}/inner/bias", (16,)),
+        (f"{dense}/outer/kernel", (16, 8)),
+        (f"{dense}/outer/bias", (8,)),
+        (seed, (2,)),
+        ("pin/block_0/norm_2/gamma", (8,)),
+        ("pin/block_0/norm_2/beta", (8,)),
+        ("pin/adaptive_softmax/head/kernel", (8, 30)),
+        ("pin/adaptive_softmax/head/bias", (30,)),
+    ]
+    got = [
+        (re.sub(r"seed_generator_\d+", "seed_generator", v.path), tuple(v.shape))
+        for v in net.variables
+    ]
+    assert got == expected
+
+    net.save(tmp_path / "pin.keras")
+    with zipfile.ZipFile(tmp_path / "pin.keras") as archive:
+        weights = h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r")
+        stored = []
+        weights.visititems(
+            lambda name, item: stored.append(name) if isinstance(item, h5py.Dataset) else None
+        )
+    block = "blocks/stochastic_block"
+    attention = f"{block}/sublayers/relative_attention"
+    assert stored == [
+        f"{block}/norms/layer_normalization/vars/0",
+        f"{block}/norms/layer_normalization/vars/1",
+        f"{block}/norms/layer_normalization_1/vars/0",
+        f"{block}/norms/layer_normalization_1/vars/1",
+        *(
+            f"{block}/sublayers/feed_forward/{name}/vars/{i}"
+            for name in ("inner", "outer")
+            for i in (0, 1)
+        ),
+        *(
+            f"{attention}/{name}_dense/vars/0"
+            for name in ("key", "output", "position", "query", "value")
+        ),
+        f"{attention}/vars/0",
+        f"{attention}/vars/1",
+        f"{block}/vars/0",
+        "embedding/vars/0",
+        "layers/adaptive_softmax/head/vars/0",
+        "layers/adaptive_softmax/head/vars/1",
+        *(f"vars/{i}" for i in range(5)),
+    ]
 
 
 def test_config_round_trip_non_default():
