@@ -26,15 +26,26 @@ model). Errors print one line; --verbose adds the traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+# Loading lives in its own module; its names stay importable from here.
+from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
+
+__all__ = [
+    "RuntimeExit",
+    "UsageExit",
+    "build_parser",
+    "decode",
+    "find_sp_model",
+    "load_model",
+    "run",
+]
 
 PROG = "partf-generate"
 logger = logging.getLogger("partf.cli.generate")
@@ -47,14 +58,6 @@ EAGER_BELOW = 16
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
-
-
-class UsageExit(Exception):
-    """A command-line mistake: printed on one line, exit status 2."""
-
-
-class RuntimeExit(Exception):
-    """A failure while running: printed on one line, exit status 1."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -154,135 +157,6 @@ def _check_values(args: argparse.Namespace) -> None:
         raise UsageExit(f"--context_len must be >= 1, got {args.context_len}")
     if args.mem_len is not None and args.mem_len < 0:
         raise UsageExit(f"--mem_len must be >= 0, got {args.mem_len}")
-
-
-# --------------------------------------------------------------------- model
-def _read_run_config(run_dir: Path) -> dict[str, Any] | None:
-    """The run's config.json ({"model": ..., "training": ...}), or None if absent."""
-    path = run_dir / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RuntimeExit(f"cannot read {path} ({e}); pass --sp_model and a .keras file") from None
-    return config if isinstance(config, dict) else None
-
-
-def _load_keras(path: Path) -> Any:
-    import zipfile
-
-    import keras
-
-    import partf.models  # noqa: F401  (registers the classes the file names)
-    from partf.models import PARTransformerXL
-
-    if not zipfile.is_zipfile(path):
-        # Keras answers "File not found" for a damaged archive; say what is wrong instead.
-        raise RuntimeExit(
-            f"cannot load {path}: not a readable .keras file (truncated or corrupt); pass another "
-            "--model, or the run's checkpoints/<model_name> folder to use its newest checkpoint"
-        )
-    try:
-        model = keras.saving.load_model(path, compile=False)
-    except Exception as e:  # a damaged member, another Keras version, a foreign file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RuntimeExit(f"cannot load {path}: {first}") from e
-    if not isinstance(model, PARTransformerXL):
-        raise UsageExit(f"{path} holds a {type(model).__name__}, not a partf PARTransformerXL")
-    return model
-
-
-def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
-    from partf.models import ModelConfig, PARTransformerXL
-    from partf.training.checkpoint import CheckpointError, CheckpointManager, restore_variables
-
-    found = CheckpointManager(run_dir).load_latest()
-    if found is None:
-        raise UsageExit(
-            f"{run_dir} holds no .keras file and no checkpoint; pass a .keras file or a "
-            "run's checkpoints/<model_name> folder"
-        )
-    groups, meta, path = found
-    model_fields = (run_config or {}).get("model") or meta.get("config", {}).get("model")
-    if not model_fields:
-        raise RuntimeExit(f"{path} has no model configuration and {run_dir} no config.json")
-    model = PARTransformerXL(ModelConfig.from_dict(model_fields), name=run_dir.name)
-    try:
-        restore_variables(model.variables, groups["model"], "model")
-    except (CheckpointError, KeyError) as e:
-        raise RuntimeExit(f"cannot restore {path}: {e}") from e
-    logger.info("loaded checkpoint %s (step %s)", path, meta.get("step"))
-    return model
-
-
-def load_model(path: str | os.PathLike) -> tuple[Any, Path]:
-    """Loads a `.keras` file or a run folder.
-
-    Args:
-        path: a `.keras` file, or checkpoints/<model_name>: its
-            <model_name>.keras (or its only .keras file), else its newest
-            checkpoint rebuilt from config.json.
-
-    Returns:
-        (the PARTransformerXL, the folder where the run's config.json would be).
-
-    Raises:
-        UsageExit: the path does not exist or holds no model.
-        RuntimeExit: the model file cannot be read.
-    """
-    path = Path(path)
-    if path.is_file():
-        return _load_keras(path), path.parent
-    if not path.is_dir():
-        raise UsageExit(
-            f"--model {path} does not exist; pass a .keras file or a run's "
-            "checkpoints/<model_name> folder"
-        )
-    preferred = path / f"{path.name}.keras"
-    candidates = [preferred] if preferred.is_file() else sorted(path.glob("*.keras"))
-    if len(candidates) > 1:
-        names = ", ".join(p.name for p in candidates)
-        raise UsageExit(f"{path} holds several .keras files ({names}); pass one of them")
-    if candidates:
-        return _load_keras(candidates[0]), path
-    return _load_checkpoint(path, _read_run_config(path)), path
-
-
-def find_sp_model(explicit: str | None, run_dir: Path) -> Path:
-    """The SentencePiece model: --sp_model, or the one the run's config.json names.
-
-    A relative path from config.json is tried from the current folder, then
-    from the run folder and each folder above it (training may have run
-    anywhere above its output).
-    """
-    from partf.data import model_path
-
-    if explicit:
-        path = model_path(explicit)
-        if not path.is_file():
-            raise UsageExit(f"--sp_model {path} does not exist; check the path")
-        return path
-    config = _read_run_config(run_dir)
-    prefix = ((config or {}).get("training") or {}).get("sp_model_prefix")
-    if not prefix:
-        raise UsageExit(
-            f"no tokenizer given and no config.json naming one beside the model in {run_dir}; "
-            "pass --sp_model path/to/tokenizer.model"
-        )
-    relative = model_path(prefix)
-    tried = (
-        [relative]
-        if relative.is_absolute()
-        else [relative, *(d / relative for d in (run_dir.resolve(), *run_dir.resolve().parents))]
-    )
-    for candidate in tried:
-        if candidate.is_file():
-            return candidate
-    raise UsageExit(
-        f"the run's tokenizer {relative} was not found from here or above {run_dir}; "
-        "pass --sp_model path/to/tokenizer.model"
-    )
 
 
 # ---------------------------------------------------------------------- text

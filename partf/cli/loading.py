@@ -1,0 +1,159 @@
+"""Finding a trained model and its tokenizer for partf-generate.
+
+`--model` names a `.keras` file or a run's checkpoint folder
+(checkpoints/<model_name>): its <model_name>.keras, or else its newest
+checkpoint rebuilt from the run's config.json. The tokenizer is `--sp_model`
+or the one that config.json names, looked for from the current folder and
+then from each folder above the run's.
+
+Failures raise `UsageExit` (a path or file the user must change, exit
+status 2) or `RuntimeExit` (a file that cannot be read, exit status 1).
+Keras and the model are imported only when a model is loaded, so `--help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class UsageExit(Exception):
+    """A command-line mistake: printed on one line, exit status 2."""
+
+
+class RuntimeExit(Exception):
+    """A failure while running: printed on one line, exit status 1."""
+
+
+def _read_run_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's config.json ({"model": ..., "training": ...}), or None if absent."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RuntimeExit(f"cannot read {path} ({e}); pass --sp_model and a .keras file") from None
+    return config if isinstance(config, dict) else None
+
+
+def _load_keras(path: Path) -> Any:
+    import zipfile
+
+    import keras
+
+    import partf.models  # noqa: F401  (registers the classes the file names)
+    from partf.models import PARTransformerXL
+
+    if not zipfile.is_zipfile(path):
+        # Keras answers "File not found" for a damaged archive; say what is wrong instead.
+        raise RuntimeExit(
+            f"cannot load {path}: not a readable .keras file (truncated or corrupt); pass another "
+            "--model, or the run's checkpoints/<model_name> folder to use its newest checkpoint"
+        )
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as e:  # a damaged member, another Keras version, a foreign file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RuntimeExit(f"cannot load {path}: {first}") from e
+    if not isinstance(model, PARTransformerXL):
+        raise UsageExit(f"{path} holds a {type(model).__name__}, not a partf PARTransformerXL")
+    return model
+
+
+def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
+    from partf.models import ModelConfig, PARTransformerXL
+    from partf.training.checkpoint import CheckpointError, CheckpointManager, restore_variables
+
+    found = CheckpointManager(run_dir).load_latest()
+    if found is None:
+        raise UsageExit(
+            f"{run_dir} holds no .keras file and no checkpoint; pass a .keras file or a "
+            "run's checkpoints/<model_name> folder"
+        )
+    groups, meta, path = found
+    model_fields = (run_config or {}).get("model") or meta.get("config", {}).get("model")
+    if not model_fields:
+        raise RuntimeExit(f"{path} has no model configuration and {run_dir} no config.json")
+    model = PARTransformerXL(ModelConfig.from_dict(model_fields), name=run_dir.name)
+    try:
+        restore_variables(model.variables, groups["model"], "model")
+    except (CheckpointError, KeyError) as e:
+        raise RuntimeExit(f"cannot restore {path}: {e}") from e
+    logger.info("loaded checkpoint %s (step %s)", path, meta.get("step"))
+    return model
+
+
+def load_model(path: str | os.PathLike) -> tuple[Any, Path]:
+    """Loads a `.keras` file or a run folder.
+
+    Args:
+        path: a `.keras` file, or checkpoints/<model_name>: its
+            <model_name>.keras (or its only .keras file), else its newest
+            checkpoint rebuilt from config.json.
+
+    Returns:
+        (the PARTransformerXL, the folder where the run's config.json would be).
+
+    Raises:
+        UsageExit: the path does not exist or holds no model.
+        RuntimeExit: the model file cannot be read.
+    """
+    path = Path(path)
+    if path.is_file():
+        return _load_keras(path), path.parent
+    if not path.is_dir():
+        raise UsageExit(
+            f"--model {path} does not exist; pass a .keras file or a run's "
+            "checkpoints/<model_name> folder"
+        )
+    preferred = path / f"{path.name}.keras"
+    candidates = [preferred] if preferred.is_file() else sorted(path.glob("*.keras"))
+    if len(candidates) > 1:
+        names = ", ".join(p.name for p in candidates)
+        raise UsageExit(f"{path} holds several .keras files ({names}); pass one of them")
+    if candidates:
+        return _load_keras(candidates[0]), path
+    return _load_checkpoint(path, _read_run_config(path)), path
+
+
+def find_sp_model(explicit: str | None, run_dir: Path) -> Path:
+    """The SentencePiece model: --sp_model, or the one the run's config.json names.
+
+    A relative path from config.json is tried from the current folder, then
+    from the run folder and each folder above it (training may have run
+    anywhere above its output).
+    """
+    from partf.data import model_path
+
+    if explicit:
+        path = model_path(explicit)
+        if not path.is_file():
+            raise UsageExit(f"--sp_model {path} does not exist; check the path")
+        return path
+    config = _read_run_config(run_dir)
+    prefix = ((config or {}).get("training") or {}).get("sp_model_prefix")
+    if not prefix:
+        raise UsageExit(
+            f"no tokenizer given and no config.json naming one beside the model in {run_dir}; "
+            "pass --sp_model path/to/tokenizer.model"
+        )
+    relative = model_path(prefix)
+    tried = (
+        [relative]
+        if relative.is_absolute()
+        else [relative, *(d / relative for d in (run_dir.resolve(), *run_dir.resolve().parents))]
+    )
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate
+    raise UsageExit(
+        f"the run's tokenizer {relative} was not found from here or above {run_dir}; "
+        "pass --sp_model path/to/tokenizer.model"
+    )
