@@ -73,12 +73,12 @@ def main() -> int:
     import sentencepiece as spm
     import tensorflow as tf
 
-    from partf.cli.train import searched_architecture
     from partf.data import load_tfrecords
     from partf.models import PARTransformerXL
     from partf.training.lr_schedules import WarmupCosine
     from partf.training.optimizer import build_optimizer
     from partf.training.perplexity import Evaluator
+    from partf.training.search import searched_architecture
 
     par = args.par
     if args.from_search:

@@ -426,71 +426,6 @@ def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
             action.default = default
 
 
-def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[str]) -> str:
-    """The discrete architecture of a search: the most likely candidate per block,
-    identity blocks dropped (they compute nothing), e.g. "A A D D D".
-
-    Raises:
-        ConfigError: every block chose the identity.
-    """
-    import numpy as np
-
-    from partf.models.config import architecture_token
-
-    names = [candidates[int(i)] for i in np.argmax(np.asarray(pi, np.float64), axis=1)]
-    kept = [architecture_token(name) for name in names if name != "identity"]
-    if not kept:
-        from partf.training.config import ConfigError
-
-        raise ConfigError("the search chose the identity in every block; nothing to train.")
-    return " ".join(kept)
-
-
-def config_from_search(args: argparse.Namespace, explicit: set[str]):
-    """TrainConfig for `--from_search DIR`: that run's settings and derived architecture,
-    with the flags given on this command line taking precedence.
-
-    Raises:
-        ConfigError: DIR holds no finished search (no readable results.json with pi).
-    """
-    import json
-    from pathlib import Path
-
-    from partf.training.config import DERIVED_MODEL_FIELDS, ConfigError, TrainConfig
-
-    folder = Path(args.from_search)
-    results_file = folder / "results.json"
-    try:
-        results = json.loads(results_file.read_text())
-        pi, candidates = results["pi"], results["candidates"]
-        model_fields, training = results["config"]["model"], results["config"]["training"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(
-            f"--from_search {folder}: no finished search there (needs the results.json that a "
-            "completed partf-train run writes in checkpoints/NAME)."
-        ) from None
-    if model_fields.get("architecture") is not None:
-        raise ConfigError(
-            f"--from_search {folder}: that run trained the fixed architecture "
-            f"{model_fields['architecture']!r}, not a search; use --architecture instead."
-        )
-    architecture = searched_architecture(pi, candidates)
-    model = {k: v for k, v in model_fields.items() if k not in DERIVED_MODEL_FIELDS}
-    model.update(architecture=architecture, num_layers=len(architecture.split()))
-    given = configs_from_args(args)
-    model.update(given.model)  # model flags given here win
-    values = {}
-    for name, value in given.to_dict().items():
-        if name != "model":
-            values[name] = value if name in explicit else training.get(name, value)
-    if "model_name" not in explicit:
-        values["model_name"] = f"{results.get('model_name', folder.name)}-fixed"
-    if "overwrite" not in explicit:
-        values["overwrite"] = False
-    values["model"] = {k: tuple(v) if isinstance(v, list) else v for k, v in model.items()}
-    return TrainConfig(**values)
-
-
 def parse_args(argv: Sequence[str] | None = None):
     """Parses `argv` into a `TrainConfig` and the --verbose flag.
 
@@ -501,9 +436,12 @@ def parse_args(argv: Sequence[str] | None = None):
     """
     parser = build_parser(attention_options())
     args = parser.parse_args(argv)
+    config = configs_from_args(args)
     if args.from_search:
-        return config_from_search(args, _explicit_flags(parser, argv)), bool(args.verbose)
-    return configs_from_args(args), bool(args.verbose)
+        from partf.training.search import config_from_search
+
+        config = config_from_search(args.from_search, config, _explicit_flags(parser, argv))
+    return config, bool(args.verbose)
 
 
 def _check_model_fields(config) -> None:

@@ -197,8 +197,8 @@ def test_module_entry_point():
 
 # ------------------------------------------------------------------ --from_search
 def test_searched_architecture_is_argmax_without_identity():
-    from partf.cli.train import searched_architecture
     from partf.training.config import ConfigError
+    from partf.training.search import searched_architecture
 
     pi = [[0.5, 0.3, 0.2], [0.1, 0.2, 0.7], [0.2, 0.6, 0.2], [0.4, 0.1, 0.5]]
     assert searched_architecture(pi, ["attention", "dense", "identity"]) == "A D"

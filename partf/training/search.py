@@ -1,0 +1,130 @@
+"""The second stage of the PAR method: from a finished search to a fixed architecture.
+
+A search run ends with pi, the probability of each candidate in each block, in its
+`results.json`. `searched_architecture` turns pi into the discrete architecture (the
+most likely candidate per block, identity blocks dropped), and `config_from_search`
+makes the `TrainConfig` that trains it as a fixed model with the search's settings
+(`partf-train --from_search checkpoints/NAME`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from partf.training.config import DERIVED_MODEL_FIELDS, ConfigError, TrainConfig
+
+
+def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[str]) -> str:
+    """The discrete architecture of a search: the most likely candidate per block,
+    identity blocks dropped (they compute nothing), e.g. "A A D D D".
+
+    Args:
+        pi: one row of candidate probabilities per block.
+        candidates: the candidate names, in the order of pi's columns.
+
+    Returns:
+        The architecture in the tokens of `--architecture`.
+
+    Raises:
+        ConfigError: every block chose the identity.
+    """
+    import numpy as np
+
+    from partf.models.config import architecture_token
+
+    names = [candidates[int(i)] for i in np.argmax(np.asarray(pi, np.float64), axis=1)]
+    kept = [architecture_token(name) for name in names if name != "identity"]
+    if not kept:
+        raise ConfigError("the search chose the identity in every block; nothing to train.")
+    return " ".join(kept)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishedSearch:
+    """What `config_from_search` needs from a search run's results.json."""
+
+    name: str  # the search run's model_name
+    pi: list[list[float]]  # candidate probabilities, one row per block
+    candidates: list[str]  # candidate names, in the order of pi's columns
+    model: dict[str, Any]  # the run's ModelConfig, as a dict
+    training: dict[str, Any]  # the run's TrainConfig without the model, as a dict
+
+
+def read_search(folder: str | Path) -> FinishedSearch:
+    """The results of the search run whose checkpoints are in `folder`.
+
+    Args:
+        folder: the run's checkpoint folder (checkpoints/NAME).
+
+    Returns:
+        The search's name, pi, candidates and configuration.
+
+    Raises:
+        ConfigError: `folder` holds no finished search (no readable results.json with pi,
+            candidates and the configuration), or that run trained a fixed architecture.
+    """
+    folder = Path(folder)
+    try:
+        results = json.loads((folder / "results.json").read_text())
+        found = FinishedSearch(
+            name=results.get("model_name", folder.name),
+            pi=results["pi"],
+            candidates=results["candidates"],
+            model=results["config"]["model"],
+            training=results["config"]["training"],
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(
+            f"--from_search {folder}: no finished search there (needs the results.json that a "
+            "completed partf-train run writes in checkpoints/NAME)."
+        ) from None
+    if found.model.get("architecture") is not None:
+        raise ConfigError(
+            f"--from_search {folder}: that run trained the fixed architecture "
+            f"{found.model['architecture']!r}, not a search; use --architecture instead."
+        )
+    return found
+
+
+def config_from_search(
+    folder: str | Path, given: TrainConfig, explicit: Collection[str]
+) -> TrainConfig:
+    """The configuration that trains the architecture a search found as a fixed model.
+
+    The search run's settings apply, except those given on the command line.
+
+    Args:
+        folder: the search run's checkpoint folder (checkpoints/NAME).
+        given: the configuration the command line describes; its model fields are the
+            model flags given there.
+        explicit: names of the training settings given on the command line (they win
+            over the search's).
+
+    Returns:
+        The search's settings and derived architecture, named "<search name>-fixed"
+        unless `explicit` holds model_name, and resuming unless it holds overwrite.
+
+    Raises:
+        ConfigError: `folder` holds no finished search, or the settings do not go
+            together.
+    """
+    found = read_search(folder)
+    architecture = searched_architecture(found.pi, found.candidates)
+    model = {k: v for k, v in found.model.items() if k not in DERIVED_MODEL_FIELDS}
+    model.update(architecture=architecture, num_layers=len(architecture.split()))
+    model.update(given.model)  # model flags given on the command line win
+    values = {}
+    for name, value in given.to_dict().items():
+        if name != "model":
+            values[name] = value if name in explicit else found.training.get(name, value)
+    if "model_name" not in explicit:
+        values["model_name"] = f"{found.name}-fixed"
+    if "overwrite" not in explicit:
+        # The search may have been started with --overwrite; its fixed run resumes.
+        values["overwrite"] = False
+    values["model"] = {k: tuple(v) if isinstance(v, list) else v for k, v in model.items()}
+    return TrainConfig(**values)
