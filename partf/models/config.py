@@ -14,6 +14,7 @@ from partf.attention import attention_names
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.stochastic_block import BUILTIN_CANDIDATES, EVAL_MODES
 from partf.layers.temperature import validate_temperature
+from partf.settings import setting
 
 #: Single-letter architecture tokens.
 ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
@@ -56,30 +57,44 @@ class ModelConfig:
         True
     """
 
-    vocab_size: int  # number of token ids (0 is padding)
-    d_model: int = 128  # width of embeddings and hidden states
-    num_heads: int = 4  # attention heads
-    d_ffn: int = 512  # inner width of the dense (feed-forward) candidate
-    num_layers: int = 6  # stochastic blocks
-    mem_len: int = 16  # XL memory length per block; 0 disables memory
-    dropout_rate: float = 0.1  # dropout on embeddings, attention and dense outputs
-    cutoffs: tuple[int, ...] = (250, 2500)  # adaptive softmax clusters; () is plain softmax
-    proj_factor: int = 4  # tail cluster i projects to d_model // proj_factor**i
-    proj_dims: tuple[int, ...] | None = None  # explicit tail projection widths
-    tie_embeddings: bool = False  # plain softmax only: output matrix = input embedding
-    straight_through: bool = False  # one-hot block weights forward, soft gradients
-    clamp_len: int | None = None  # largest relative distance encoded; None: no clamp
-    attention: str = "relative"  # registry name of the "attention" candidate
+    # Fields declared with `setting` are also partf-train flags (partf/cli/flags.py): the
+    # help text lives here, and the flag's default in --help is the field's default.
+    vocab_size: int  # number of token ids (0 is padding); from the data
+    d_model: int = setting(128, "embedding and hidden width")
+    num_heads: int = setting(4, "attention heads")
+    d_ffn: int = setting(512, "feed-forward inner width")
+    num_layers: int = setting(6, "stochastic blocks")
+    mem_len: int = setting(16, "XL memory length per block (0: no memory)")
+    dropout_rate: float = setting(0.1, "dropout rate (embeddings, attention, dense outputs)")
+    cutoffs: tuple[int, ...] = setting(
+        (250, 2500),
+        "adaptive softmax cutoffs without the vocabulary size, repeatable or comma-separated "
+        "(--cutoffs= for a plain softmax)",
+    )
+    proj_factor: int = setting(4, "tail cluster i projects to d_model/proj_factor**i")
+    proj_dims: tuple[int, ...] | None = setting(
+        None, "explicit tail projection widths, one per cluster (repeatable)"
+    )
+    tie_embeddings: bool = setting(False, "tie output and input embeddings (plain softmax)")
+    straight_through: bool = setting(
+        False, "straight-through Gumbel-softmax (one-hot block weights forward, soft gradients)"
+    )
+    clamp_len: int | None = setting(None, "largest relative distance encoded (unset: no clamp)")
+    attention: str = setting("relative", "attention mechanism of the 'attention' candidate")
     attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
-    candidates: tuple[str, ...] = ("attention", "dense", "identity")  # per-block choices
-    architecture: str | None = None  # e.g. "A A D D D I": a fixed, non-stochastic model
-    eval_mode: str = "argmax"  # evaluation weights: argmax, expected or sample
-    sample_per_example: bool = False  # one Gumbel sample per example, not per step
-    tau_start: float = 1.0  # Gumbel-softmax temperature at step 0
-    tau_end: float = 0.1  # temperature after tau_steps
-    tau_schedule: str = "exponential"  # exponential, linear, cosine or constant
+    candidates: tuple[str, ...] = setting(
+        ("attention", "dense", "identity"), "per-block choices, comma-separated or repeated"
+    )
+    architecture: str | None = setting(None, "fixed architecture such as 'A A D D D I' (no search)")
+    eval_mode: str = setting("argmax", "block weights at evaluation: argmax, expected or sample")
+    sample_per_example: bool = setting(False, "one Gumbel sample per example, not per step")
+    tau_start: float = setting(1.0, "initial Gumbel temperature")
+    tau_end: float = setting(0.1, "final Gumbel temperature (after tau_steps)")
+    tau_schedule: str = setting(
+        "exponential", "tau annealing: exponential, linear, cosine or constant"
+    )
     tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
-    tau_is_trainable: bool = False  # learn tau instead of following the schedule
+    tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
     batch_size: int = 32  # rows of the context batch; sizes the memory state
 
     def __post_init__(self) -> None:

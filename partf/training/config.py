@@ -12,11 +12,21 @@ import dataclasses
 from typing import Any
 
 from partf.data.errors import UsageError
+from partf.settings import setting
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS
 
 #: Values of `TrainConfig.distribution_strategy` (see partf.training.distribution).
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+#: Values of `TrainConfig.spike_guard` (see partf.training.spike_guard).
+SPIKE_GUARDS = ("off", "skip", "stop")
+
+#: The --help sections of the training flags (`group` of each setting).
+DATA, OPTIMIZATION, RUN = "data", "optimization", "run"
+
+#: Folder prefix of the default records (WikiText-2, batches of 32 x 32 tokens).
+_RECORDS = "data/wikitext2_bsz32_seqlen32_tfrecords"
 
 #: ModelConfig fields the trainer sets itself, from the data and the run's length.
 DERIVED_MODEL_FIELDS = ("vocab_size", "batch_size", "tau_steps")
@@ -51,44 +61,92 @@ class TrainConfig:
     Paths are strings so the configuration stays JSON-safe.
     """
 
+    # Each field declared with `setting` is also a partf-train flag (partf/cli/flags.py),
+    # shown in the --help section its `group` names.
     # Data
-    train_directory: str = "data/wikitext2_bsz32_seqlen32_tfrecords_train"  # training records
-    valid_directory: str = "data/wikitext2_bsz32_seqlen32_tfrecords_valid"  # "" skips validation
-    test_directory: str = "data/wikitext2_bsz32_seqlen32_tfrecords_test"  # "" skips the test
-    sp_model_prefix: str = "data/tokenizer/wiki2_12k"  # tokenizer, for the vocabulary size
-    # Where results go: <output_dir>/{logs,checkpoints,plots}/<model_name>
-    model_name: str = "partf"  # run name (the command line defaults to the current time)
-    output_dir: str = "."  # root of logs/, checkpoints/ and plots/
+    train_directory: str = setting(f"{_RECORDS}_train", "folder of training .tfrecords", group=DATA)
+    valid_directory: str = setting(
+        f"{_RECORDS}_valid", "folder of validation .tfrecords ('' to skip validation)", group=DATA
+    )
+    test_directory: str = setting(
+        f"{_RECORDS}_test", "folder of test .tfrecords ('' to skip the test)", group=DATA
+    )
+    sp_model_prefix: str = setting(
+        "data/tokenizer/wiki2_12k",
+        "SentencePiece model prefix; gives the vocabulary size when the records carry no "
+        "metadata.json",
+        group=DATA,
+    )
+    # Where results go: <output_dir>/{logs,checkpoints,plots}/<model_name>; partf-train
+    # names a run after the current time unless --model_name is given.
+    model_name: str = setting("partf", "name of the run's logs, checkpoints and plots", group=RUN)
+    output_dir: str = setting(".", "root of logs/, checkpoints/, plots/", group=RUN)
     # Length of the run
-    epochs: int = 20  # passes over the training records
-    max_steps: int | None = None  # stop after this many updates (None: all epochs)
+    epochs: int = setting(20, "passes over the training data", group=OPTIMIZATION)
+    max_steps: int | None = setting(
+        None, "stop after this many steps (default: all)", group=OPTIMIZATION
+    )
     # Optimization
-    max_lr: float = 1e-4  # peak learning rate
-    warmup_steps: int = 4000  # linear warm-up length
-    lr_schedule: str = "cosine"  # cosine (to zero at the end), inverse_sqrt or constant
-    opt_name: str = "adam"  # a Keras optimizer name
-    clipvalue: float = 0.0  # clip gradient elements to +-clipvalue (0: no clipping)
-    weight_decay: float | None = None  # decoupled weight decay (None: optimizer default)
-    arch_lr: float | None = None  # own rate for the architecture logits (None: shared)
-    arch_weight_decay: float | None = None  # own weight decay for them (None: shared)
-    arch_freeze_steps: int = 0  # updates before the architecture logits start learning
+    max_lr: float = setting(1e-4, "peak learning rate", group=OPTIMIZATION)
+    warmup_steps: int = setting(4000, "linear warm-up steps", group=OPTIMIZATION)
+    lr_schedule: str = setting(
+        "cosine",
+        "cosine (warm-up then cosine to zero), inverse_sqrt or constant",
+        group=OPTIMIZATION,
+    )
+    opt_name: str = setting("adam", "Keras optimizer name", group=OPTIMIZATION)
+    clipvalue: float = setting(
+        0.0, "clip gradient elements to +-clipvalue (0: none)", group=OPTIMIZATION
+    )
+    weight_decay: float | None = setting(
+        None, "decoupled weight decay (default: the optimizer's)", group=OPTIMIZATION
+    )
+    arch_lr: float | None = setting(
+        None,
+        "own learning rate of the architecture logits (PAR paper: 1e-2; default: shared)",
+        group=OPTIMIZATION,
+    )
+    arch_weight_decay: float | None = setting(
+        None,
+        "own weight decay of the architecture logits (PAR paper: 5e-4; default: shared)",
+        group=OPTIMIZATION,
+    )
+    arch_freeze_steps: int = setting(
+        0, "steps before the architecture logits learn (PAR paper: 10000)", group=OPTIMIZATION
+    )
     # Execution
-    steps_per_execution: int = 32  # training steps per compiled call
-    jit_compile: bool = True  # compile the train step with XLA
-    mixed_precision: bool = False  # float16 (GPU) or bfloat16 (CPU) compute
-    seed: int = 0  # seeds weights, dropout and Gumbel noise
-    distribution_strategy: str = "default"  # default, mirrored, multi_worker or tpu
+    steps_per_execution: int = setting(32, "train steps per compiled call", group=RUN)
+    jit_compile: bool = setting(True, "compile the train step with XLA", group=RUN)
+    mixed_precision: bool = setting(False, "float16 (GPU) / bfloat16 (CPU) compute", group=RUN)
+    seed: int = setting(0, "random seed (weights, dropout and Gumbel noise)", group=RUN)
+    distribution_strategy: str = setting(
+        "default",
+        "tf.distribute strategy: mirrored (local devices), multi_worker (TF_CONFIG), tpu; each "
+        "replica keeps its own rows and memory (docs/scaling.md)",
+        group=RUN,
+        choices=DISTRIBUTION_STRATEGIES,
+    )
     # Monitoring and checkpoints
-    log_every: int = 100  # steps between logged losses and TensorBoard scalars
-    eval_every: int = 0  # steps between validations (0: at each epoch end only)
-    ckpt_every: int = 0  # steps between checkpoints (0: at each epoch end only)
-    plot_every: int = 1000  # steps between pi heatmaps
-    keep_checkpoints: int = 5  # newest checkpoints kept
-    overwrite: bool = False  # discard this model_name's checkpoints instead of resuming
-    # Loss-spike guard (partf.training.spike_guard): off, skip or stop
-    spike_guard: str = "off"  # what to do with a step whose loss is a spike
-    spike_factor: float = 2.0  # a spike: loss > spike_factor x running mean (or NaN/Inf)
-    spike_warmup: int = 100  # accepted steps before losses are judged
+    log_every: int = setting(100, "steps between logged losses and TensorBoard scalars", group=RUN)
+    eval_every: int = setting(0, "steps between validations (0: each epoch)", group=RUN)
+    ckpt_every: int = setting(0, "steps between checkpoints (0: each epoch)", group=RUN)
+    plot_every: int = setting(1000, "steps between pi heatmaps", group=RUN)
+    keep_checkpoints: int = setting(5, "how many newest checkpoints to keep", group=RUN)
+    overwrite: bool = setting(
+        False,
+        "discard this model_name's logs, checkpoints and plots instead of resuming",
+        group=RUN,
+    )
+    # Loss-spike guard (partf.training.spike_guard)
+    spike_guard: str = setting(
+        "off",
+        "a step whose loss is a spike (> --spike_factor x running mean, or NaN): skip it, or "
+        "stop the run; counted in training.log and TensorBoard",
+        group=RUN,
+        choices=SPIKE_GUARDS,
+    )
+    spike_factor: float = setting(2.0, "loss spike threshold over the mean", group=RUN)
+    spike_warmup: int = setting(100, "steps before the spike guard judges", group=RUN)
     # The model's settings chosen by the user (ModelConfig field -> value)
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -114,9 +172,9 @@ class TrainConfig:
         for name, value in non_negative.items():
             if value < 0:
                 raise ConfigError(f"--{name} must be >= 0, got {value}.")
-        if self.spike_guard not in ("off", "skip", "stop"):
+        if self.spike_guard not in SPIKE_GUARDS:
             raise ConfigError(
-                f"unknown --spike_guard {self.spike_guard!r}; valid: off, skip, stop."
+                f"unknown --spike_guard {self.spike_guard!r}; valid: {', '.join(SPIKE_GUARDS)}."
             )
         if not self.spike_factor > 0 or self.spike_warmup < 0:
             raise ConfigError(

@@ -1,0 +1,207 @@
+"""Command-line flags generated from configuration dataclasses.
+
+Every field declared with `partf.settings.setting` (field metadata with a help text)
+becomes a flag of the same name. Its spelling follows the field's type, in the absl style
+of the original project:
+
+- `bool`: `--x`, `--x=VALUE` (true/false, 1/0, yes/no, on/off, any case) and `--nox`.
+- `tuple[int, ...]`, `tuple[str, ...]`: repeatable, each occurrence one or several
+  comma-separated values (`--cutoffs=250 --cutoffs=2500`, `--candidates a,b,c`); an
+  empty value clears the list (`--cutoffs=`).
+- `int`, `float`, `str`, or any of them `| None`: one value.
+
+`add_flags` adds a dataclass's flags to a parser and `flag_values` reads them back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from partf.settings import CHOICES, GROUP, HELP, METAVAR
+
+_TRUE = {"1", "true", "t", "yes", "y", "on"}
+_FALSE = {"0", "false", "f", "no", "n", "off"}
+
+
+def parse_bool(text: str) -> bool:
+    """absl-style booleans: true/false, 1/0, yes/no, on/off (any case)."""
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def int_list(text: str) -> list[int]:
+    """'250' or '250,2500' -> ints; '' -> [] (used to clear a list)."""
+    parts = [part for part in text.replace(",", " ").split() if part]
+    try:
+        return [int(part) for part in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from None
+
+
+def name_list(text: str) -> list[str]:
+    """'a,b' or 'a b' -> ['a', 'b']; '' -> [] (used to clear a list)."""
+    return [part for part in text.replace(",", " ").split() if part]
+
+
+class ExtendAction(argparse.Action):
+    """Repeatable list flag; each occurrence may hold one or several comma-separated values.
+
+    The first occurrence replaces the default, as absl's multi-flags do, and later ones
+    add to it. An empty value (`--cutoffs=`) clears the list, so `--cutoffs=` alone means
+    "none".
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        if current is None or current is self.default:
+            current = []
+        setattr(namespace, self.dest, [*current, *values] if values else [])
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" only where the flag has a default of its own; flags that stay
+    unset unless given name their dataclass default in brackets instead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def add_bool_flag(container: Any, name: str, help: str, default: bool | None = None) -> None:
+    """Adds `--name`, `--name=VALUE` and `--noname`, as absl accepts them.
+
+    Args:
+        container: an `argparse.ArgumentParser` or one of its argument groups.
+        name: the flag and destination name.
+        help: the help text (`--noname` stays out of `--help`).
+        default: the value when neither form is given.
+    """
+    container.add_argument(
+        f"--{name}",
+        nargs="?",
+        const=True,
+        default=default,
+        type=parse_bool,
+        metavar="BOOL",
+        help=help,
+    )
+    container.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
+
+
+def flag_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of dataclass `cls` that are flags (declared with `setting`), in order."""
+    return [field for field in dataclasses.fields(cls) if HELP in field.metadata]
+
+
+def show_default(value: Any) -> str:
+    """A default as `--help` shows it: false, 250,2500, relative."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple | list):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def _value_type(annotation: Any) -> tuple[str, Callable[[str], Any] | None]:
+    """('bool' | 'list' | 'value', converter) for a field's type; str needs no converter."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        # `X | None`: None only means "unset", which the flag expresses by being absent.
+        inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(inner) == 1:
+            annotation = inner[0]
+    if annotation is bool:
+        return "bool", parse_bool
+    if typing.get_origin(annotation) is tuple:
+        element = typing.get_args(annotation)[0]
+        if element in (int, str):
+            return "list", int_list if element is int else name_list
+    if annotation in (int, float):
+        return "value", annotation
+    if annotation is str:
+        return "value", None
+    raise TypeError(f"no flag spelling for a setting of type {annotation!r}")
+
+
+def add_flags(
+    container: Any,
+    cls: type,
+    *,
+    group: str | None = None,
+    unset: bool = False,
+    defaults: Mapping[str, tuple[Any, str]] | None = None,
+) -> list[str]:
+    """Adds a flag for each setting of dataclass `cls`.
+
+    Args:
+        container: an `argparse.ArgumentParser` or one of its argument groups.
+        cls: a dataclass whose flag fields are declared with `partf.settings.setting`.
+        group: add only the settings of this `group` (None: all of them).
+        unset: leave the flags at None unless given, so that `cls`'s own default applies
+            later; the help shows that default in brackets. Otherwise the flag's default
+            is the field's, shown as "(default: X)".
+        defaults: field name -> (flag default, how `--help` describes it), where the
+            command line's default differs from the field's.
+
+    Returns:
+        The names of the fields that became flags.
+    """
+    hints = typing.get_type_hints(cls)
+    defaults = defaults or {}
+    added = []
+    for field in flag_fields(cls):
+        if group is not None and field.metadata.get(GROUP) != group:
+            continue
+        # argparse formats help with %-style placeholders; a literal % must be doubled.
+        help_text = field.metadata[HELP].replace("%", "%%")
+        default = field.default
+        if field.name in defaults:
+            default, description = defaults[field.name]
+            help_text += f" (default: {description})"
+        elif unset:
+            if default is not None:
+                help_text += f" [{show_default(default)}]"
+            default = None
+        kind, convert = _value_type(hints[field.name])
+        if kind == "bool":
+            add_bool_flag(container, field.name, help_text, default)
+        else:
+            extra: dict[str, Any] = {"action": ExtendAction} if kind == "list" else {}
+            if CHOICES in field.metadata:
+                extra["choices"] = field.metadata[CHOICES]
+            if METAVAR in field.metadata:
+                extra["metavar"] = field.metadata[METAVAR]
+            container.add_argument(
+                f"--{field.name}", type=convert, default=default, help=help_text, **extra
+            )
+        added.append(field.name)
+    return added
+
+
+def flag_values(args: argparse.Namespace, cls: type, *, unset: bool = False) -> dict[str, Any]:
+    """The settings of dataclass `cls` as parsed into `args` (lists become tuples).
+
+    Args:
+        args: what the parser returned.
+        cls: the dataclass whose flags `add_flags` added.
+        unset: leave out the flags that were not given (their value is None).
+
+    Returns:
+        Field name -> value, ready for `cls(**values)`.
+    """
+    values = {}
+    for field in flag_fields(cls):
+        value = getattr(args, field.name)
+        if unset and value is None:
+            continue
+        values[field.name] = tuple(value) if isinstance(value, list) else value
+    return values

@@ -1,0 +1,49 @@
+"""`setting`: a dataclass field that carries its own command-line help.
+
+The configuration dataclasses (`partf.models.config.ModelConfig` and
+`partf.training.config.TrainConfig`) declare each setting once, with its default and its
+help text, and `partf.cli.flags` turns every such field into a flag of the same name:
+
+    d_model: int = setting(128, "embedding and hidden width")
+
+This module imports nothing from partf, so every package may use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+#: Keys of a setting's field metadata (read by `partf.cli.flags`).
+HELP, GROUP, CHOICES, METAVAR = "help", "group", "choices", "metavar"
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    group: str | None = None,
+    choices: Sequence[str] | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """A dataclass field with a default and the metadata of its command-line flag.
+
+    Args:
+        default: the field's default (immutable: a tuple, not a list).
+        help: what the setting does, for `--help`; the default is added to it.
+        group: the `--help` section the flag appears in (the command line names them).
+        choices: the only values the flag accepts, checked while parsing.
+        metavar: the value's name in `--help` (default: the field name in capitals).
+
+    Returns:
+        A `dataclasses.field`, to be assigned to the field in the class body.
+    """
+    metadata: dict[str, Any] = {HELP: help}
+    if group is not None:
+        metadata[GROUP] = group
+    if choices is not None:
+        metadata[CHOICES] = tuple(choices)
+    if metavar is not None:
+        metadata[METAVAR] = metavar
+    return dataclasses.field(default=default, metadata=metadata)
