@@ -244,6 +244,23 @@ class Attention(keras.layers.Layer):
             for name, (shape, dtype) in self.state_spec(batch_size).items()
         }
 
+    # ------------------------------------------------------------------ cost
+    def flops_per_token(self, seq_len: int, batch_size: int = 1) -> float:
+        """Forward FLOPs per token (2 per multiply-add, matrix products only) when the
+        layer reads segments of `seq_len` tokens, `batch_size` rows at a time.
+
+        The query, key, value and output projections plus `mechanism_flops`; what the
+        cost-aware PAR search charges for choosing this layer (partf.models.cost).
+        """
+        projections = 3 + int(self.uses_values)
+        width = self.num_heads * self.head_dim
+        return 2.0 * projections * self.d_model * width + self.mechanism_flops(seq_len, batch_size)
+
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        """Forward FLOPs per token of the attention itself, beyond the projections, as
+        the layer computes it (masked entries included)."""
+        raise NotImplementedError(f"{type(self).__name__} does not count its FLOPs.")
+
     # ------------------------------------------------------------------ call
     def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(x, keras.KerasTensor):

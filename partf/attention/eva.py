@@ -266,6 +266,12 @@ class EVAAttention(Attention):
         out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
         return ops.cast(out, dtype), new_state
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Exact softmax within the window (W keys) plus the `mem_chunks` chunk
+        # summaries each query sees; summarising costs about 4 H Dh per token.
+        width = self.num_heads * self.head_dim
+        return 4.0 * (self.window_size + self.mem_chunks) * width + 4.0 * width
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(

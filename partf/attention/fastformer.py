@@ -127,6 +127,14 @@ class FastformerAttention(Attention):
         out = self.transform(weighted) + q
         return out, {**q_state, **k_state}
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Two additive poolings (one feature each, chunk-wise like linear attention),
+        # their pooling logits, and the transform W u, a D x D map.
+        chunk = min(self.chunk_size, seq_len)
+        width = self.num_heads * self.head_dim
+        pooling = 2 * (2.0 * chunk * (1 + self.head_dim) + 4.0 * self.head_dim) * self.num_heads
+        return pooling + 2 * 2.0 * width + 2.0 * width * width
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(chunk_size=self.chunk_size)

@@ -157,6 +157,11 @@ class LaraAttention(Attention):
         out = ops.einsum("bchn,bchd->bnhd", weights, kv)
         return ops.cast(out, q.dtype), {}
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Per landmark: key and query log-features, the landmark values, the
+        # query-dependent weights and the output mix, each about 2 H Dh per token.
+        return 10.0 * self.num_landmarks * self.num_heads * self.head_dim
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(

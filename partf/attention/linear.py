@@ -87,6 +87,19 @@ class FeatureMapAttention(Attention):
         """Hook on the float32 output [B, T, H, Dv] before it is cast back."""
         return out
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Chunk-wise: within a chunk of C tokens, scores and values as in softmax
+        # attention; between chunks, phi(q) S (F x Dv) and the chunk's phi(k)^T v
+        # added to S.
+        chunk = min(self.chunk_size, seq_len)
+        features, values = self.feature_dim, self.head_dim
+        per_head = 2.0 * chunk * (features + values) + 4.0 * features * values
+        return self.num_heads * (per_head + self.feature_map_flops())
+
+    def feature_map_flops(self) -> float:
+        """FLOPs per token and head of computing phi(q) and phi(k) (0: element-wise)."""
+        return 0.0
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(chunk_size=self.chunk_size)

@@ -86,6 +86,12 @@ class LocalAttention(Attention):
         }
         return ops.cast(out, q.dtype), new_state
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Blocks of W queries (the segment padded to whole blocks) each score 2W keys.
+        window = self.window_size
+        padded = -(-seq_len // window) * window
+        return 4.0 * 2 * window * self.num_heads * self.head_dim * padded / seq_len
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(window_size=self.window_size)

@@ -153,6 +153,12 @@ class PrimalAttention(Attention):
         trace = trace / self.num_heads
         return ops.mean(ops.square(energy(e) + energy(r) - trace))
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Running sums of queries and keys projected onto the s-dimensional e and r,
+        # then [e, r] (2s) combined back to Dh per head.
+        rank, heads = self.low_rank, self.num_heads
+        return heads * (2 * 2.0 * self.head_dim * rank + 2.0 * 2 * rank * self.head_dim)
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(low_rank=self.low_rank, eta=self.eta, seed=self.seed)

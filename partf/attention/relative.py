@@ -365,6 +365,17 @@ class RelativeAttention(Attention):
             )
         return y, new_state
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Keys and values of the memory are projected again at every segment; the
+        # relative positions (memory + segment + 1) are projected once per call, shared by
+        # the rows; content scores, position scores and the weighted values each cost
+        # 2 (T + M) H Dh per query.
+        width = self.num_heads * self.head_dim
+        keys = seq_len + self.mem_len
+        memory = 4.0 * self.d_model * width * self.mem_len / seq_len
+        positions = 2.0 * self.d_model * width * (keys + 1) / (seq_len * batch_size)
+        return memory + positions + 6.0 * keys * width
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(

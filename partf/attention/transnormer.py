@@ -235,6 +235,10 @@ class DiagAttention(_NormalizedOutput, Attention):
         }
         return ops.cast(self._normalize(out), q.dtype), new_state
 
+    def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
+        # Softmax (or ReLU) attention within each window of W tokens.
+        return 4.0 * self.window_size * self.num_heads * self.head_dim
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(

@@ -66,6 +66,10 @@ class FeedForward(keras.layers.Layer):
     def call(self, x: Any, training: bool | None = None) -> Any:
         return self.dropout(self.outer(self.inner(x)), training=training)
 
+    def flops_per_token(self, seq_len: int = 1, batch_size: int = 1) -> float:
+        """Forward FLOPs per token (2 per multiply-add): the two dense layers."""
+        return 4.0 * self.d_model * self.d_ffn
+
     def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple:
         return (*input_shape[:-1], self.d_model)
 
