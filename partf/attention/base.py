@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import keras
 from keras import ops
 
+from partf.random import Dropout
 from partf.serialization import register
 
 State = dict[str, Any]
@@ -212,10 +213,6 @@ class Attention(keras.layers.Layer):
             name="output",
         )
         self.output_dense.build((None, None, self.num_heads, self.head_dim))
-        # Imported here: partf.layers imports partf.attention. partf's Dropout draws its
-        # mask with a generator that stays fast under XLA on CPU (see its module).
-        from partf.layers.random import Dropout
-
         self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.built = True
 

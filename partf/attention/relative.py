@@ -34,7 +34,7 @@ from keras import ops
 from partf.attention.base import Attention, Projection, State
 from partf.attention.masking import MASKED
 from partf.attention.registry import register_attention
-from partf.layers.random import Dropout
+from partf.random import Dropout
 
 
 def sinusoidal_encoding(distances: Any, dim: int, dtype: str = "float32") -> Any:

@@ -6,7 +6,7 @@ from typing import Any
 
 import keras
 
-from partf.layers.random import Dropout
+from partf.random import Dropout
 from partf.serialization import register
 
 

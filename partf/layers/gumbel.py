@@ -17,7 +17,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.layers.random import uniform as uniform_draws
+from partf.random import uniform as uniform_draws
 
 # Smallest uniform draw: keeps -log(-log(u)) finite (about -3.1 at worst).
 _TINY = 1e-10

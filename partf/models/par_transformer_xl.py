@@ -32,10 +32,10 @@ import numpy as np
 from keras import ops
 
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
-from partf.layers.random import Dropout
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
 from partf.models.config import ModelConfig, architecture_token, parse_architecture
+from partf.random import Dropout
 from partf.serialization import register
 
 STATE_SETS = ("train", "eval")

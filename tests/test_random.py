@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from partf.layers.random import Dropout, dropout, random_bits, uniform
+from partf.random import Dropout, dropout, random_bits, uniform
 from tests.layer_checks import assert_config_round_trip
 
 
