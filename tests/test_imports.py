@@ -1,0 +1,120 @@
+"""The package map of README "Development", enforced: which partf package may import which.
+
+Every `import partf...` and `from partf... import` in partf/ (at module level or inside a
+function) is read from the source. A package may import itself, the foundation modules,
+and the packages listed for it; anything else is an upward import or the start of a
+cycle, and fails here with the file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "partf"
+
+#: Modules with no partf dependencies but each other: anything may import them.
+FOUNDATION = {"errors", "settings", "serialization", "random", "lazy"}
+
+#: package -> the packages (besides itself and the foundation) it may import.
+ALLOWED = {
+    "errors": set(),
+    "settings": set(),
+    "serialization": set(),
+    "lazy": set(),
+    "random": set(),
+    "data": set(),
+    "attention": set(),
+    "cutoffs": set(),
+    "layers": {"attention"},
+    "models": {"attention", "layers"},
+    "generation": {"attention", "layers", "models", "data"},
+    "training": {"attention", "layers", "models", "data"},
+    "cli": {"attention", "layers", "models", "data", "training", "generation", "cutoffs"},
+    "train": {"cli"},
+    "__init__": set(),
+}
+
+
+def _unit(path: Path) -> str:
+    """The package (or top-level module) a file of partf/ belongs to."""
+    parts = path.relative_to(PACKAGE_ROOT).parts
+    return parts[0] if len(parts) > 1 else Path(parts[0]).stem
+
+
+def _imported_units(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, partf package) of every import of a partf module in `tree`."""
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+            if node.module == "partf":  # `from partf import models`
+                names = [f"partf.{alias.name}" for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "partf" and len(parts) > 1:
+                found.append((node.lineno, parts[1]))
+    return found
+
+
+def _all_imports() -> list[tuple[str, int, str, str]]:
+    rows = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        unit = _unit(path)
+        for line, target in _imported_units(tree):
+            rows.append((str(path.relative_to(PACKAGE_ROOT.parent)), line, unit, target))
+    return rows
+
+
+def test_every_package_is_in_the_map():
+    units = {_unit(path) for path in PACKAGE_ROOT.rglob("*.py")}
+    assert units <= set(ALLOWED), f"add {sorted(units - set(ALLOWED))} to ALLOWED and the README"
+
+
+def test_no_upward_import():
+    bad = [
+        f"{file}:{line}: {unit} imports partf.{target}"
+        for file, line, unit, target in _all_imports()
+        if target != unit and target not in FOUNDATION and target not in ALLOWED[unit]
+    ]
+    assert not bad, "imports against the package map:\n" + "\n".join(bad)
+
+
+def test_foundation_modules_import_only_each_other():
+    bad = [
+        f"{file}:{line}: {unit} imports partf.{target}"
+        for file, line, unit, target in _all_imports()
+        if unit in FOUNDATION and target not in FOUNDATION
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_map_has_no_cycle():
+    """The allowed graph itself is acyclic, so obeying it rules out package cycles."""
+    graph = {unit: ALLOWED[unit] | (FOUNDATION - {unit}) for unit in ALLOWED}
+    graph.update({unit: set() for unit in FOUNDATION})  # foundation imports stay flat
+    state: dict[str, int] = {}
+
+    def visit(unit: str, trail: list[str]) -> None:
+        if state.get(unit) == 1:
+            pytest.fail("cycle: " + " -> ".join([*trail, unit]))
+        if state.get(unit) == 2:
+            return
+        state[unit] = 1
+        for target in sorted(graph.get(unit, ())):
+            visit(target, [*trail, unit])
+        state[unit] = 2
+
+    for unit in sorted(graph):
+        visit(unit, [])
+
+
+def test_the_checker_sees_imports_inside_functions():
+    tree = ast.parse("def f():\n    from partf.cli.train import main\nimport partf.models.config\n")
+    assert sorted(_imported_units(tree)) == [(2, "cli"), (3, "models")]
