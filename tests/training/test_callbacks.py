@@ -1,4 +1,5 @@
-"""Callbacks on their own: host-side step counting, memory resets, NaN stop, checkpoints."""
+"""Callbacks on their own: host-side step counting, memory resets, every-N-steps, NaN
+stop, signals, checkpoints, and the outcomes they hand back."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import tensorflow as tf
 
 from partf.training.callbacks import (
     Checkpointer,
+    EveryNSteps,
     MemoryReset,
     MetricsLogger,
     ProgressTracker,
     RunProgress,
     Segment,
+    SignalWatch,
+    StopReason,
+    first_stop,
 )
 
 
@@ -80,19 +85,28 @@ def test_steps_are_counted_on_the_host_and_memory_resets_at_epoch_starts():
     assert seen == [18, 20, 24, 28, 30] and model.resets == ["train"]
 
 
+def _saver(saved):
+    """A Checkpointer `save` that records the steps it was asked to write."""
+    return lambda step, loss: saved.append(step) or f"ckpt-{step:08d}.npz"
+
+
 def test_non_finite_loss_stops_and_no_checkpoint_is_written(tmp_path):
     model = FakeModel()
     progress = RunProgress(batches_per_epoch=8, total_steps=8, tokens_per_batch=4)
     saved = []
     writer = tf.summary.create_file_writer(str(tmp_path))
+    metrics = MetricsLogger(progress, writer, lambda step: 1e-3, log_every=4)
+    checkpointer = Checkpointer(progress, _saver(saved), 2)
     callbacks = [
         _attach(ProgressTracker(progress), model),
-        _attach(MetricsLogger(progress, writer, lambda step: 1e-3, log_every=4), model),
-        _attach(Checkpointer(progress, lambda step: saved.append(step) or f"c{step}", 2), model),
+        _attach(metrics, model),
+        _attach(checkpointer, model),
     ]
     _fit(callbacks, Segment(0, 1, 0, 8), progress, 2, losses={0: 2.0, 2: math.nan})
-    assert progress.non_finite and model.stop_training
+    assert metrics.outcome == StopReason("non_finite", 4) and model.stop_training
+    assert first_stop(callbacks) == StopReason("non_finite", 4)
     assert saved == [2]  # the step-4 checkpoint (loss NaN) was refused
+    assert checkpointer.last_checkpoint == "ckpt-00000002.npz"
     assert progress.global_step == 4
 
 
@@ -100,21 +114,22 @@ def test_signal_saves_once_and_stops():
     model = FakeModel()
     progress = RunProgress(batches_per_epoch=8, total_steps=8, tokens_per_batch=4)
     saved = []
+    signals = SignalWatch()
 
     class Interrupt(ProgressTracker):
         def on_train_batch_end(self, batch, logs=None):
             super().on_train_batch_end(batch, logs)
             if progress.global_step == 2:
-                progress.interrupt = 15
+                signals.received = 15
 
     callbacks = [
         _attach(Interrupt(progress), model),
-        _attach(
-            Checkpointer(progress, lambda step: saved.append(step) or f"ckpt-{step:08d}.npz"), model
-        ),
+        _attach(Checkpointer(progress, _saver(saved), signals=signals), model),
     ]
     _fit(callbacks, Segment(0, 1, 0, 8), progress, 2)
     assert saved == [2] and model.stop_training
+    assert first_stop(callbacks) is None  # a signal is the watch's to report
+    assert signals.stop_reason(progress.global_step) == StopReason("signal", 2, signum=15)
 
 
 @pytest.mark.parametrize(("every", "expected"), [(0, [8]), (3, [4, 6, 8]), (8, [8])])
@@ -124,9 +139,34 @@ def test_checkpoints_every_n_steps_and_at_epoch_end(every, expected):
     saved = []
     callbacks = [
         _attach(ProgressTracker(progress), model),
-        _attach(
-            Checkpointer(progress, lambda s: saved.append(s) or f"ckpt-{s:08d}.npz", every), model
-        ),
+        _attach(Checkpointer(progress, _saver(saved), every), model),
     ]
     _fit(callbacks, Segment(0, 1, 0, 8), progress, 2)
     assert saved == expected
+
+
+def test_every_n_steps_fires_at_the_first_execution_end_past_each_multiple():
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=10, total_steps=30, tokens_per_batch=4)
+    seen = []
+
+    class Every5(EveryNSteps):
+        def on_interval(self, step, logs):
+            seen.append(step)
+
+    callbacks = [_attach(ProgressTracker(progress), model), _attach(Every5(progress, 5), model)]
+    # Resumed at step 14 with 4 steps per execution: ends at 18, 20, then 24, 28, 30.
+    _fit(callbacks, Segment(1, 2, 4, 10), progress, steps_per_execution=4)
+    _fit(callbacks, Segment(2, 3, 0, 10), progress, steps_per_execution=4)
+    assert seen == [18, 20, 28, 30]
+
+
+def test_the_highest_ranked_stop_reason_is_reported():
+    class Stopped:
+        def __init__(self, outcome):
+            self.outcome = outcome
+
+    nan, spike = StopReason("non_finite", 6), StopReason("spike", 8)
+    assert first_stop([Stopped(None), Stopped(nan), Stopped(spike)]) == spike
+    assert first_stop([Stopped(nan), object()]) == nan
+    assert first_stop([Stopped(None)]) is None

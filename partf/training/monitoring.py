@@ -1,0 +1,303 @@
+"""The callbacks that report on a run: figures, the spike guard's count, pi, validation.
+
+Each acts every N steps through `partf.training.progress.EveryNSteps`; those that can end
+the run (a NaN loss, a loss spike) keep why in their `outcome` (`RunStopper`). See
+`partf.training.callbacks` for the whole set and its order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from partf.training.perplexity import Evaluator, perplexity_report
+from partf.training.plots import save_pi_heatmap
+from partf.training.progress import EveryNSteps, RunProgress, RunStopper, StopReason, read_loss
+
+logger = logging.getLogger("partf.training")
+
+
+class MetricsLogger(EveryNSteps, RunStopper):
+    """Every `log_every` steps: loss, perplexity, lr, tau, tokens/s and pi, to TensorBoard
+    and `training.log`. A NaN or Inf loss stops the run (`outcome` "non_finite").
+
+    Args:
+        progress: the run's position.
+        writer: the `tf.summary` writer of logs/<model_name>/train.
+        lr_value: step -> learning rate (host arithmetic, no device read).
+        log_every: steps between records.
+    """
+
+    def __init__(
+        self,
+        progress: RunProgress,
+        writer: Any,
+        lr_value: Callable[[int], float],
+        log_every: int,
+    ) -> None:
+        super().__init__(progress, log_every)
+        self.writer = writer
+        self.lr_value = lr_value
+        self._last_time = 0.0
+        self._timed_from: int | None = None  # the step tokens/s is measured from
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        super().on_train_begin(logs)
+        self._timed_from = None
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._timed_from is None:
+            # The first execution includes compilation: time from its end.
+            self._timed_from = self.progress.global_step
+            self._last_time = time.perf_counter()
+        super().on_train_batch_end(batch, logs)
+
+    def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
+        """Reads the device once and writes one record at `step`."""
+        loss = read_loss(logs)
+        if loss is None:
+            return
+        now = time.perf_counter()
+        tokens_per_second = None
+        if self._timed_from is not None and step > self._timed_from and now > self._last_time:
+            steps = step - self._timed_from
+            tokens_per_second = steps * self.progress.tokens_per_batch / (now - self._last_time)
+        self._timed_from, self._last_time = step, now
+        tau = float(keras.ops.convert_to_numpy(self.model.tau()))
+        lr = self.lr_value(max(step - 1, 0))  # the rate of the update that made `step`
+        pi = np.asarray(self.model.pi())
+        names = list(self.model.candidate_names)
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("loss", loss)
+            if math.isfinite(loss):
+                tf.summary.scalar("perplexity", math.exp(min(loss, 700.0)))
+            tf.summary.scalar("lr", lr)
+            tf.summary.scalar("tau", tau)
+            if tokens_per_second is not None:
+                tf.summary.scalar("tokens_per_second", tokens_per_second)
+            for block in range(pi.shape[0]):
+                for k, name in enumerate(names):
+                    tf.summary.scalar(f"pi/block_{block}/{name}", pi[block, k])
+        speed = f" {tokens_per_second:,.0f} tok/s" if tokens_per_second else ""
+        logger.info(
+            "step %d/%d epoch %d: loss %.4f, lr %.3g, tau %.3f%s",
+            step,
+            self.progress.total_steps,
+            self.progress.epoch + 1,
+            loss,
+            lr,
+            tau,
+            speed,
+        )
+        if not math.isfinite(loss):
+            self.stop_run(StopReason("non_finite", step))
+            logger.error("loss is %s at step %d: stopping.", loss, step)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        loss = read_loss(logs)
+        if loss is not None and not self.model.stop_training:
+            logger.info(
+                "epoch %d done at step %d: mean loss %.4f",
+                epoch + 1,
+                self.progress.global_step,
+                loss,
+            )
+            if not math.isfinite(loss):
+                self.stop_run(StopReason("non_finite", self.progress.global_step))
+        self.writer.flush()
+
+
+class SpikeMonitor(EveryNSteps, RunStopper):
+    """Reports the loss-spike guard's skipped steps; stops the run in "stop" mode.
+
+    In "skip" mode the count is read every `log_every` steps (with the other figures) and
+    at epoch ends: TensorBoard scalar `skipped_steps`, and a warning in `training.log`
+    when it grew. In "stop" mode it is read after every execution (one scalar), and a
+    spike stops training (`outcome` "spike"); the trainer then exits with a message
+    (status 1). "skip" mode also stops, as a spike, after `MAX_STREAK` skips in a row.
+
+    Args:
+        progress: the run's position.
+        writer: the `tf.summary` writer of logs/<model_name>/train.
+        guard: the installed `partf.training.spike_guard.SpikeGuard`.
+        log_every: steps between reads in "skip" mode.
+
+    Attributes:
+        skipped: the guard's count of skipped steps, as last read.
+    """
+
+    #: Skips in a row after which "skip" mode gives up (the loss never comes back).
+    MAX_STREAK = 50
+
+    def __init__(self, progress: RunProgress, writer: Any, guard: Any, log_every: int) -> None:
+        super().__init__(progress, log_every)
+        self.writer = writer
+        self.guard = guard
+        self.skipped = 0
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        super().on_train_begin(logs)
+        self._set_skipped(int(self.guard.skipped.numpy()))
+
+    def due(self, previous: int, step: int) -> bool:
+        # "stop" must see a spike at the execution that holds it, to stop right there.
+        return self.guard.mode == "stop" or super().due(previous, step)
+
+    def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
+        self.check(step)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.check(self.progress.global_step)
+
+    def check(self, step: int) -> None:
+        """Reads the count (a device read) and reports or stops."""
+        skipped = int(self.guard.skipped.numpy())
+        if skipped == self.skipped:
+            return
+        new = skipped - self.skipped
+        self._set_skipped(skipped)
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("skipped_steps", skipped)
+        if self.guard.mode == "stop":
+            self._stop(step)
+            logger.error(
+                "loss spike (above %g x the running mean %.4f, or NaN) by step %d: stopping.",
+                self.guard.factor,
+                float(self.guard.mean.numpy()),
+                step,
+            )
+            return
+        logger.warning(
+            "loss spike guard: %d step(s) skipped by step %d (%d in all; a spike is a loss "
+            "above %g x the running mean %.4f, or NaN).",
+            new,
+            step,
+            skipped,
+            self.guard.factor,
+            float(self.guard.mean.numpy()),
+        )
+        if int(self.guard.streak.numpy()) >= self.MAX_STREAK:
+            self._stop(step)
+            logger.error("the last %d steps were all skipped: stopping.", self.MAX_STREAK)
+
+    def _set_skipped(self, skipped: int) -> None:
+        self.skipped = self.progress.skipped_steps = skipped
+
+    def _stop(self, step: int) -> None:
+        self.stop_run(StopReason("spike", step))
+        self.progress.spike_stop = self.outcome.step
+
+
+class PiPlotter(EveryNSteps):
+    """Every `plot_every` steps: plots/<model_name>/step<N>.png and a TensorBoard image.
+
+    N is the step at which the picture was taken: the first execution end at or after
+    each multiple of `plot_every`.
+
+    Args:
+        progress: the run's position.
+        writer: the `tf.summary` writer of logs/<model_name>/train.
+        folder: where the pictures go.
+        plot_every: steps between pictures.
+    """
+
+    def __init__(self, progress: RunProgress, writer: Any, folder: Path, plot_every: int):
+        super().__init__(progress, plot_every)
+        self.writer = writer
+        self.folder = Path(folder)
+
+    def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
+        """Writes the heatmap of the current pi for `step`."""
+        png = save_pi_heatmap(
+            self.model.pi(),
+            self.model.candidate_names,
+            self.folder / f"step{step}.png",
+            title=f"Iteration {step}",
+        )
+        with self.writer.as_default(step=step):
+            tf.summary.image("pi", tf.io.decode_png(png, channels=3)[None])
+
+
+class ValidationCallback(EveryNSteps):
+    """Scores the validation split at each epoch end and every `eval_every` steps.
+
+    Evaluation uses the model's evaluation memory, starting empty, so the training memory
+    is untouched. Figures go to TensorBoard (logs/<model_name>/valid), `training.log` and
+    the epoch's logs (`val_loss`, `val_perplexity`, shown by the progress bar).
+
+    Args:
+        progress: the run's position.
+        writer: the `tf.summary` writer of logs/<model_name>/valid.
+        evaluator: an `Evaluator` for the model.
+        dataset: the validation split.
+        eval_every: steps between validations (0: epoch ends only).
+        text_counts: keyword arguments of `perplexity_report` (word and character counts).
+
+    Attributes:
+        report: the newest figures (`perplexity_report`), or None before the first.
+        report_step: the step they were computed at.
+    """
+
+    def __init__(
+        self,
+        progress: RunProgress,
+        writer: Any,
+        evaluator: Evaluator,
+        dataset: tf.data.Dataset,
+        eval_every: int = 0,
+        text_counts: dict[str, int | None] | None = None,
+    ) -> None:
+        super().__init__(progress, eval_every)
+        self.writer = writer
+        self.evaluator = evaluator
+        self.dataset = dataset
+        self.text_counts = text_counts or {}
+        self.report: dict[str, Any] | None = None
+        self.report_step: int | None = None
+
+    def due(self, previous: int, step: int) -> bool:
+        # The epoch end validates anyway: not twice at the same step.
+        return super().due(previous, step) and step < self._epoch_end()
+
+    def _epoch_end(self) -> int:
+        return self.progress.epoch * self.progress.batches_per_epoch + self.progress.segment.limit
+
+    def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
+        self.validate(step)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.model.stop_training:
+            return  # stopped by a NaN or a signal: leave quickly
+        report = self.validate(self.progress.global_step)
+        if logs is not None:
+            logs["val_loss"] = report["loss"]
+            logs["val_perplexity"] = report["perplexity"]
+
+    def validate(self, step: int) -> dict[str, Any]:
+        """Scores the split now and records the figures at `step`."""
+        start = time.perf_counter()
+        report = perplexity_report(self.evaluator.evaluate(self.dataset), **self.text_counts)
+        self.report, self.report_step = report, step
+        with self.writer.as_default(step=step):
+            for name, value in report.items():
+                if name.startswith("num_") or value is None or not math.isfinite(value):
+                    continue
+                tf.summary.scalar(name, value)
+        self.writer.flush()
+        logger.info(
+            "validation at step %d: loss %.4f, perplexity %.2f (original's figure %.2f) in %.1fs",
+            step,
+            report["loss"],
+            report["perplexity"],
+            report["perplexity_original"],
+            time.perf_counter() - start,
+        )
+        return report

@@ -1,0 +1,200 @@
+"""Where a run is, and the pieces every partf callback is built from.
+
+- `RunProgress`: the run's position (epoch, step in the epoch, the `fit` call under way),
+  counted on the host by `ProgressTracker` from `fit`'s batch indices, so no callback
+  reads the device to know where it is. It holds nothing else: what a callback finds out
+  stays in that callback.
+- `EveryNSteps`: the base of the callbacks that act every N steps. `fit` reports only
+  execution ends (`steps_per_execution` steps each), so "every N steps" means "at the
+  first execution end at or past each multiple of N"; the base does that bookkeeping and
+  calls `on_interval(step, logs)`.
+- `StopReason` and `RunStopper`: a callback that ends the run (a NaN loss, a loss spike)
+  keeps why in its own `outcome`; once `fit` returns, the trainer asks the callbacks
+  (`first_stop`) instead of reading flags the callbacks wrote somewhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import keras
+
+
+@dataclasses.dataclass
+class Segment:
+    """One `fit` call: epochs [initial_epoch, epochs), each covering batches [skip, limit)."""
+
+    initial_epoch: int
+    epochs: int
+    skip: int
+    limit: int
+
+
+@dataclasses.dataclass
+class RunProgress:
+    """The run's position, kept current on the host by `ProgressTracker`.
+
+    Attributes:
+        batches_per_epoch: B, batches in one pass over the training records.
+        total_steps: updates the whole run makes.
+        tokens_per_batch: target tokens per batch (batch size x sequence length).
+        epoch: the current epoch (0-based).
+        step_in_epoch: batches of `epoch` done so far.
+        segment: the `fit` call under way.
+        skipped_steps, spike_stop: copies of `SpikeMonitor.skipped` and of the step of its
+            `outcome`, kept for callers that look for them here; the trainer asks the
+            monitor itself.
+    """
+
+    batches_per_epoch: int
+    total_steps: int
+    tokens_per_batch: int
+    epoch: int = 0
+    step_in_epoch: int = 0
+    segment: Segment | None = None
+    skipped_steps: int = 0
+    spike_stop: int | None = None
+
+    @property
+    def global_step(self) -> int:
+        """Updates done since the start of the run."""
+        return self.epoch * self.batches_per_epoch + self.step_in_epoch
+
+    def move_to(self, step: int) -> None:
+        """Places the run at `step` (updates done), e.g. the step a resume starts from."""
+        self.epoch, self.step_in_epoch = divmod(step, self.batches_per_epoch)
+
+    def begin(self, segment: Segment) -> None:
+        """Enters `segment`: the position is its first epoch, after its skipped batches."""
+        self.segment = segment
+        self.epoch, self.step_in_epoch = segment.initial_epoch, segment.skip
+
+
+@dataclasses.dataclass(frozen=True)
+class StopReason:
+    """Why a callback ended the run early.
+
+    Attributes:
+        kind: "spike" (the loss-spike guard), "non_finite" (a NaN or Inf loss) or
+            "signal" (SIGINT or SIGTERM).
+        step: the step the run stopped at.
+        signum: the signal's number, for "signal".
+    """
+
+    kind: Literal["spike", "non_finite", "signal"]
+    step: int
+    signum: int | None = None
+
+
+#: When several callbacks stopped the run, the reason reported is the first kind here:
+#: the guard's spike step is the most precise, and a NaN loss outranks a signal that
+#: happened to arrive too.
+_STOP_ORDER = ("spike", "non_finite", "signal")
+
+
+def first_stop(callbacks: Iterable[Any]) -> StopReason | None:
+    """Why the run stopped, asked of the callbacks once `fit` has returned.
+
+    Args:
+        callbacks: the run's callbacks; those with a `StopReason` as `outcome` count.
+
+    Returns:
+        The reason of the highest rank ("spike", then "non_finite", then "signal"), or
+        None when no callback stopped the run.
+    """
+    found = [c.outcome for c in callbacks if isinstance(getattr(c, "outcome", None), StopReason)]
+    return min(found, key=lambda r: _STOP_ORDER.index(r.kind), default=None)
+
+
+class RunStopper:
+    """Mixin for a Keras callback that may end the run: it keeps why in `outcome`.
+
+    The first reason is kept (a later one in the same run adds nothing the trainer
+    reports). `fit` ends after the current execution (`model.stop_training`).
+    """
+
+    outcome: StopReason | None = None
+
+    def stop_run(self, reason: StopReason) -> None:
+        """Records `reason` (if none yet) and asks `fit` to stop."""
+        if self.outcome is None:
+            self.outcome = reason
+        self.model.stop_training = True
+
+
+def read_loss(logs: dict[str, Any] | None) -> float | None:
+    """The running loss in `logs` as a float (a device sync), or None."""
+    if not logs or "loss" not in logs:
+        return None
+    return float(keras.ops.convert_to_numpy(logs["loss"]))
+
+
+class EveryNSteps(keras.callbacks.Callback):
+    """Calls `on_interval(step, logs)` at the first execution end at or past each multiple
+    of `every` steps (`every` 0: never).
+
+    Subclasses implement `on_interval`, and may widen `due` (e.g. "also on a signal").
+    A subclass overriding `on_train_begin` calls this one's.
+
+    Args:
+        progress: the run's position.
+        every: steps between calls.
+    """
+
+    def __init__(self, progress: RunProgress, every: int) -> None:
+        super().__init__()
+        self.progress = progress
+        self.every = every
+        self._last_step = 0  # the step of the previous execution end
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        # A `fit` call may start mid-run (a resume, the next segment).
+        self._last_step = self.progress.global_step
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        step = self.progress.global_step
+        if self.due(self._last_step, step):
+            self.on_interval(step, logs)
+        self._last_step = step
+
+    def due(self, previous: int, step: int) -> bool:
+        """Whether a multiple of `every` lies in (previous, step]."""
+        return self.every > 0 and step // self.every > previous // self.every
+
+    def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
+        """Does the callback's work at `step` (an execution end)."""
+        raise NotImplementedError
+
+
+class ProgressTracker(keras.callbacks.Callback):
+    """Keeps `RunProgress.epoch` / `step_in_epoch` current; restores a resumed epoch's
+    running loss.
+
+    Args:
+        progress: the run's position (this callback is its only writer during `fit`).
+        resumed_metrics: (variable, value) pairs: the metric sums of a checkpoint written
+            in the middle of an epoch, reassigned when that epoch resumes (`fit` zeroes
+            them at each epoch start). Used once.
+    """
+
+    def __init__(
+        self, progress: RunProgress, resumed_metrics: Iterable[tuple[Any, Any]] = ()
+    ) -> None:
+        super().__init__()
+        self.progress = progress
+        self.resumed_metrics = list(resumed_metrics)
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.progress.epoch = epoch
+        self.progress.step_in_epoch = self.progress.segment.skip
+        if self.progress.step_in_epoch and self.resumed_metrics:
+            for variable, value in self.resumed_metrics:
+                variable.assign(value)
+        self.resumed_metrics = []
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        segment = self.progress.segment
+        # `batch` is the last index of the execution; the last one of an epoch may be short.
+        self.progress.step_in_epoch = min(segment.skip + batch + 1, segment.limit)

@@ -1,0 +1,150 @@
+"""The end of a run: the final scores, results.json, the pi animation and the model.
+
+`finish(...)` scores the validation and test splits (each with its own memory, starting
+empty; the validation of the last step is reused), then writes everything a finished
+run leaves and returns the results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from partf.training.checkpoint import atomic_write_text
+from partf.training.config import TrainConfig
+from partf.training.paths import RunPaths
+from partf.training.perplexity import perplexity_report
+from partf.training.plots import make_gif, save_pi_heatmap
+from partf.training.splits import RunData
+from partf.training.state import Built, Clock
+
+logger = logging.getLogger("partf.training")
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """Where the `fit` calls left the run.
+
+    Attributes:
+        step: updates done.
+        train_loss: the last epoch's mean loss; without a `fit` call (a run resumed at
+            its end), the checkpoint's.
+        valid_report: the newest validation figures, or None.
+        valid_report_step: the step they were computed at.
+    """
+
+    step: int
+    train_loss: float | None
+    valid_report: dict[str, Any] | None = None
+    valid_report_step: int | None = None
+
+
+def finish(
+    config: TrainConfig,
+    paths: RunPaths,
+    built: Built,
+    data: RunData,
+    evaluator: Any,
+    trained: Trained,
+    valid_writer: Any,
+    clock: Clock,
+) -> dict[str, Any]:
+    """Scores the splits, saves the model and writes results.json.
+
+    Args:
+        config: the run's settings.
+        paths: where to write.
+        built: the trained model and the full configuration.
+        data: the validation and test splits.
+        evaluator: scores a split (its own memory, starting empty).
+        trained: where training ended.
+        valid_writer: the TensorBoard writer of logs/<model_name>/valid.
+        clock: the run's wall time.
+
+    Returns:
+        The results, as written to results.json.
+    """
+    model, step = built.model, trained.step
+    pi = np.asarray(model.pi())
+    save_pi_heatmap(pi, model.candidate_names, paths.plots / f"step{step}.png", f"Iteration {step}")
+    frames = make_gif(paths.plots, paths.plots / "pi.gif")
+    logger.info("pi animation: %s (%d frames)", paths.plots / "pi.gif", frames)
+    scores = {}
+    for name, split in (("valid", data.valid), ("test", data.test)):
+        if split is None:
+            continue
+        if name == "valid" and trained.valid_report_step == step:
+            report = trained.valid_report  # scored at this very step already
+        else:
+            report = perplexity_report(evaluator.evaluate(split.dataset), **split.text_counts)
+        scores[name] = report
+        logger.info(
+            "%s: loss %.4f, perplexity %.2f, original's figure %.2f, word perplexity %s, "
+            "bits per character %s",
+            name,
+            report["loss"],
+            report["perplexity"],
+            report["perplexity_original"],
+            _fmt(report["word_perplexity"]),
+            _fmt(report["bits_per_character"]),
+        )
+    if "valid" in scores:
+        with valid_writer.as_default(step=step):
+            tf.summary.scalar("final_perplexity", scores["valid"]["perplexity"])
+        valid_writer.flush()
+    train_loss = trained.train_loss
+    results = {
+        "model_name": config.model_name,
+        "steps": step,
+        "epochs": config.epochs,
+        "wall_time_seconds": clock.seconds(),
+        "train": {
+            "loss": train_loss,
+            "perplexity": math.exp(train_loss) if train_loss is not None else None,
+        },
+        "valid": scores.get("valid"),
+        "test": scores.get("test"),
+        "tau": float(keras.ops.convert_to_numpy(model.tau())),
+        "pi": pi.tolist(),
+        "candidates": list(model.candidate_names),
+        "architecture": model.architecture_string(),
+        "config": built.full_config,
+    }
+    save_model(model, paths.model_file)
+    atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
+    logger.info(
+        "done: %d steps in %.0fs; architecture %s; results in %s",
+        step,
+        results["wall_time_seconds"],
+        results["architecture"],
+        paths.results,
+    )
+    return results
+
+
+def save_model(model: keras.Model, final: Path) -> None:
+    """Saves the model as .keras (atomically: written aside, then renamed)."""
+    tmp = final.with_name(f".tmp-{os.getpid()}-{final.name}")
+    try:
+        model.save(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    logger.info("model saved to %s", final)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

@@ -1,0 +1,181 @@
+"""A run's records: the training, validation and test splits, and what they tell.
+
+`load_data(config)` reads the folders named by a `TrainConfig` and returns `RunData`:
+the splits as datasets of (inputs, targets), and the numbers the rest of the run is
+built from (vocabulary size, batches per epoch, steps in all). Everything here can
+reject the inputs, and nothing here writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import tensorflow as tf
+
+from partf.data.errors import DataError
+from partf.training.config import ConfigError, TrainConfig
+
+logger = logging.getLogger("partf.training")
+
+
+@dataclasses.dataclass
+class Split:
+    """One split's dataset and what is known about it."""
+
+    dataset: tf.data.Dataset
+    num_batches: int
+    batch_size: int
+    seq_len: int
+    vocab_size: int | None
+    text_counts: dict[str, int | None]
+
+
+def load_split(directory: str, what: str, sp_model_prefix: str | None = None) -> Split:
+    """Reads a folder of records as a dataset of (inputs, targets) int32 [B, L].
+
+    Args:
+        directory: records written by partf-build-data or by the original project.
+        what: "train", "valid" or "test", for messages.
+        sp_model_prefix: the tokenizer; when its file exists it is checked against the
+            records' metadata.
+
+    Returns:
+        A `Split` whose dataset has a known length (so the progress bar has an ETA).
+    """
+    from partf.data import load_tfrecords, model_path, read_metadata, verify_records
+
+    path = Path(directory)
+    if not path.exists():
+        raise ConfigError(
+            f"{what} records {path} do not exist; build them with ./create_tfrecords.sh "
+            f"or point --{what}_directory at a folder of .tfrecords files."
+        )
+    metadata = read_metadata(path)
+    sp_model = None
+    if sp_model_prefix and metadata.tokenizer_sha256:
+        # partf records name their tokenizer: check it against the one given, if present
+        # (the records carry the vocabulary size, so the tokenizer itself is optional).
+        sp_model = model_path(sp_model_prefix)
+        if not sp_model.is_file():
+            logger.warning(
+                "tokenizer %s not found: not checked against the %s records", sp_model, what
+            )
+            sp_model = None
+    dataset = load_tfrecords(path, sp_model, prefetch=False)
+    if not metadata.num_batches:
+        raise DataError(f"{what} records {path} hold no batches; rebuild them.")
+    # A truncated or corrupt shard is found now, not when training reaches it.
+    verify_records(path)
+    text_counts: dict[str, int | None] = {}
+    if metadata.num_words is not None and metadata.num_lines is not None:
+        text_counts["num_words"] = metadata.num_words + metadata.num_lines
+    if metadata.num_chars is not None:
+        text_counts["num_chars"] = metadata.num_chars
+    if metadata.num_tokens:
+        text_counts["text_tokens"] = metadata.num_tokens - 1  # every (t, t+1) pair
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(metadata.num_batches))
+    return Split(
+        dataset,
+        int(metadata.num_batches),
+        int(metadata.batch_size),
+        int(metadata.seq_len),
+        metadata.vocab_size,
+        text_counts,
+    )
+
+
+def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
+    """The vocabulary size from the records' metadata, else from the tokenizer.
+
+    Args:
+        splits: the run's splits, in order of preference.
+        sp_model_prefix: the tokenizer, asked only when no split knows the size.
+
+    Returns:
+        The vocabulary size.
+    """
+    from partf.data import model_path
+    from partf.data import vocab_size_of as tokenizer_size
+
+    for split in splits:
+        if split.vocab_size:
+            return int(split.vocab_size)
+    model_file = model_path(sp_model_prefix)
+    if not model_file.is_file():
+        raise ConfigError(
+            f"cannot tell the vocabulary size: the records have no metadata.json and the "
+            f"tokenizer {model_file} does not exist; pass --sp_model_prefix."
+        )
+    return int(tokenizer_size(model_file))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """The run's splits and the sizes that follow from them.
+
+    Attributes:
+        train: the training split.
+        valid: the validation split, or None (--valid_directory=).
+        test: the test split, or None.
+        vocab_size: from the records' metadata, else the tokenizer.
+        total_steps: updates the run makes: epochs x batches per epoch, capped by max_steps.
+    """
+
+    train: Split
+    valid: Split | None
+    test: Split | None
+    vocab_size: int
+    total_steps: int
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """B, batches in one pass over the training records."""
+        return self.train.num_batches
+
+    @property
+    def tokens_per_batch(self) -> int:
+        """Target tokens per training batch (batch size x sequence length)."""
+        return self.train.batch_size * self.train.seq_len
+
+
+def load_data(config: TrainConfig) -> RunData:
+    """Reads the splits `config` names and checks that they fit together.
+
+    Args:
+        config: the run's settings (directories, tokenizer, epochs, max_steps).
+
+    Returns:
+        The `RunData`.
+
+    Raises:
+        ConfigError: a missing folder, splits of different batch shapes, no way to tell
+            the vocabulary size.
+        DataError: empty or damaged records.
+    """
+    sp = config.sp_model_prefix
+    train = load_split(config.train_directory, "train", sp)
+    valid = load_split(config.valid_directory, "valid", sp) if config.valid_directory else None
+    test = load_split(config.test_directory, "test", sp) if config.test_directory else None
+    shape = (train.batch_size, train.seq_len)
+    for split, what in ((valid, "valid"), (test, "test")):
+        if split is not None and (split.batch_size, split.seq_len) != shape:
+            raise ConfigError(
+                f"{what} records have batches of {split.batch_size}x{split.seq_len} but the "
+                f"training records {shape[0]}x{shape[1]}; build all splits with the same "
+                "--batch_size and --seq_len."
+            )
+    vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
+    total_steps = config.epochs * train.num_batches
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    if config.lr_schedule != "constant" and config.warmup_steps >= total_steps:
+        logger.warning(
+            "the warm-up (%d steps) is not shorter than the run (%d steps): the learning "
+            "rate never reaches --max_lr; lower --warmup_steps for short runs.",
+            config.warmup_steps,
+            total_steps,
+        )
+    return RunData(train, valid, test, vocab_size, total_steps)

@@ -1,0 +1,304 @@
+"""The model a run trains, and its state on disk: build, restore, save.
+
+- `build_model(config, data, strategy) -> Built`: the compiled model, its schedule and
+  loss-spike guard, and the full configuration (the user's fields and those the data
+  gives) that checkpoints and results carry.
+- `restore(folder, keep, built, batches_per_epoch) -> Resumed`: the newest checkpoint
+  loaded into the built model, and where the run picks up.
+- `CheckpointWriter`: the `save` the `Checkpointer` callback calls.
+
+A checkpoint holds the groups of `Built.state_groups()`, in that order: "model" (every
+model variable, per-replica memory as all local replicas' rows), "optimizer", "metrics"
+(the running loss's sums) and, with --spike_guard, "guard".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from partf.training.callbacks import SavedCheckpoint
+from partf.training.checkpoint import CheckpointError, CheckpointManager, restore_variables
+from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
+from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
+from partf.training.spike_guard import SpikeGuard
+from partf.training.splits import RunData
+
+logger = logging.getLogger("partf.training")
+
+
+# --------------------------------------------------------------------- build
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """The compiled model of a run and what came with it.
+
+    Attributes:
+        model: the `PARTransformerXL`, compiled, its optimizer built.
+        model_config: its `ModelConfig`.
+        schedule: the learning-rate schedule (`value_at(step)` for the logs).
+        guard: the installed loss-spike guard, or None (--spike_guard=off).
+        full_config: {"model": ..., "training": ...}, as config.json, checkpoints and
+            results.json carry it.
+    """
+
+    model: Any
+    model_config: Any
+    schedule: Any
+    guard: SpikeGuard | None
+    full_config: dict[str, Any]
+
+    def state_groups(self) -> dict[str, list[Any]]:
+        """The variables a checkpoint holds, by group, in their saved order."""
+        groups = {
+            # Per-replica memory is saved as all local replicas' rows, in order.
+            "model": checkpoint_view(list(self.model.variables)),
+            "optimizer": list(self.model.optimizer.variables),
+            "metrics": list(self.model.metrics_variables),
+        }
+        if self.guard is not None:
+            groups["guard"] = self.guard.variables
+        return groups
+
+
+def _model_config(config: TrainConfig, vocab_size: int, batch_size: int, total_steps: int):
+    from partf.models.config import ModelConfig
+
+    try:
+        return ModelConfig(
+            vocab_size=vocab_size,
+            batch_size=batch_size,
+            tau_steps=total_steps,
+            **config.model,
+        )
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e).rstrip(".") + ".") from None
+
+
+def build_model(
+    config: TrainConfig, data: RunData, strategy: tf.distribute.Strategy | None
+) -> Built:
+    """Seeds the random generators, sets the precision policy and builds the model.
+
+    Args:
+        config: the run's settings.
+        data: the run's records (vocabulary size, batch shape, steps in all).
+        strategy: the `tf.distribute` strategy, or None for one device.
+
+    Returns:
+        The `Built` model, compiled, with the optimizer's and metrics' variables created
+        (so a checkpoint can be restored into them before the first step).
+
+    Raises:
+        ConfigError: settings the model refuses, or --spike_guard under a strategy.
+    """
+    keras.utils.set_random_seed(config.seed)
+    if config.mixed_precision:
+        policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        keras.mixed_precision.set_global_policy(policy)
+    else:
+        keras.mixed_precision.set_global_policy("float32")
+    # Under a strategy the model's batch_size (its memory rows) is one replica's share.
+    rows = data.train.batch_size
+    if strategy is not None:
+        rows = per_replica_batch(strategy, rows)
+    model_config = _model_config(config, data.vocab_size, rows, data.total_steps)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model, schedule, guard = _compiled_model(config, model_config, data.total_steps, strategy)
+    full_config = {"model": model_config.to_dict(), "training": config.to_dict()}
+    return Built(model, model_config, schedule, guard, full_config)
+
+
+def _compiled_model(
+    config: TrainConfig,
+    model_config: Any,
+    total_steps: int,
+    strategy: tf.distribute.Strategy | None,
+) -> tuple[Any, Any, SpikeGuard | None]:
+    """The model, compiled with its optimizer, and the spike guard (inside the scope)."""
+    from partf.models.par_transformer_xl import PARTransformerXL
+
+    try:
+        model = PARTransformerXL(model_config, name="par_transformer_xl")
+    except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
+        raise ConfigError(str(e).rstrip(".") + ".") from None
+    schedule, optimizer = config.schedule_and_optimizer(total_steps)
+    steps_per_execution = config.steps_per_execution
+    if strategy is not None and steps_per_execution > 1:
+        # Keras 3.15's multi-step loop fails on distributed iterators ("You must feed a
+        # value for placeholder tensor"): one step per call under a strategy.
+        logger.warning(
+            "--steps_per_execution %d is not supported under a distribution strategy "
+            "by Keras %s; using 1.",
+            steps_per_execution,
+            keras.__version__,
+        )
+        steps_per_execution = 1
+    model.compile(
+        optimizer=optimizer,
+        jit_compile=config.jit_compile,
+        steps_per_execution=steps_per_execution,
+    )
+    # Create the optimizer's and the loss tracker's variables now, so a checkpoint
+    # can be restored into them before the first step.
+    model.optimizer.build(model.trainable_variables)
+    if strategy is not None:
+        adapt_model(model, strategy)
+    guard = None
+    if config.spike_guard != "off":
+        if strategy is not None:
+            raise ConfigError(
+                "--spike_guard does not work under a distribution strategy yet; use "
+                "--spike_guard=off there."
+            )
+        guard = SpikeGuard(config.spike_guard, config.spike_factor, config.spike_warmup)
+        guard.install(model)
+    return model, schedule, guard
+
+
+# ------------------------------------------------------------------- restore
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """Where a run picks up: from scratch (the defaults) or from a checkpoint.
+
+    Attributes:
+        step: updates already done.
+        checkpoint: the checkpoint restored, or None.
+        elapsed_seconds: wall time spent before the resume.
+        train_loss: the running training loss the checkpoint recorded.
+        metrics: (variable, value) pairs of the running loss's sums, to put back when a
+            resumed epoch begins; empty unless the checkpoint is mid-epoch.
+    """
+
+    step: int = 0
+    checkpoint: SavedCheckpoint | None = None
+    elapsed_seconds: float = 0.0
+    train_loss: float | None = None
+    metrics: tuple[tuple[Any, Any], ...] = ()
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The settings that differ between a checkpoint's configuration and this run's.
+
+    Args:
+        saved: the checkpoint's full configuration.
+        current: this run's (`Built.full_config`).
+
+    Returns:
+        "name: before -> after" lines; settings a run may change on resume are left out.
+    """
+    differences = []
+    for key in sorted(set(saved["model"]) | set(current["model"])):
+        if saved["model"].get(key) != current["model"].get(key):
+            differences.append(
+                f"{key}: {saved['model'].get(key)!r} -> {current['model'].get(key)!r}"
+            )
+    # A setting added to TrainConfig after the checkpoint was written counts as its default.
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for key in sorted(set(saved["training"]) | set(current["training"])):
+        if key in RESUMABLE_CHANGES or key == "model":
+            continue
+        before = saved["training"].get(key, defaults.get(key))
+        if before != current["training"].get(key):
+            differences.append(f"{key}: {before!r} -> {current['training'].get(key)!r}")
+    return differences
+
+
+def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Resumed:
+    """Loads the newest checkpoint in `folder` into the built model, if there is one.
+
+    Args:
+        folder: checkpoints/<model_name>/.
+        keep: how many checkpoints the folder keeps (--keep_checkpoints).
+        built: the run's model; its variables receive the checkpoint's values.
+        batches_per_epoch: B, to tell whether the checkpoint is mid-epoch.
+
+    Returns:
+        `Resumed()` when the folder holds no checkpoint, else where the run picks up.
+
+    Raises:
+        CheckpointError: checkpoints exist but none can be read.
+        ConfigError: the checkpoint is of a run with another configuration.
+    """
+    manager = CheckpointManager(folder, keep=keep)
+    latest = manager.load_latest()
+    if latest is None:
+        if manager.checkpoints():
+            raise CheckpointError(
+                f"no checkpoint in {folder} can be read; move the folder "
+                "away or pass --overwrite to start again."
+            )
+        return Resumed()
+    groups, meta, path = latest
+    differences = config_differences(meta["config"], built.full_config)
+    if differences:
+        raise ConfigError(
+            f"{folder} holds a run with another configuration "
+            f"({'; '.join(differences[:3])}); pass --overwrite to start again or choose "
+            "another --model_name."
+        )
+    live = built.state_groups()
+    for name in live:
+        restore_variables(live[name], groups.get(name, []), name)
+    step = int(meta["step"])
+    metrics: tuple[tuple[Any, Any], ...] = ()
+    if step % batches_per_epoch:
+        # Mid-epoch: fit() will zero the running loss; hand back its saved sums.
+        metrics = tuple(zip(built.model.metrics_variables, groups["metrics"], strict=True))
+    logger.info("resumed from %s at step %d", path, step)
+    return Resumed(
+        step=step,
+        checkpoint=SavedCheckpoint(step, str(path)),
+        elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)),
+        train_loss=meta.get("train_loss"),
+        metrics=metrics,
+    )
+
+
+# ---------------------------------------------------------------------- save
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """The run's wall time, across resumes.
+
+    Attributes:
+        started: `time.perf_counter()` when this process's part of the run began.
+        before: seconds spent before a resume.
+    """
+
+    started: float
+    before: float = 0.0
+
+    def seconds(self) -> float:
+        """Seconds the run has taken so far."""
+        return self.before + (time.perf_counter() - self.started)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointWriter:
+    """Writes a checkpoint of the current state: the `Checkpointer`'s `save`.
+
+    Args:
+        manager: the run's `CheckpointManager` (it keeps the newest few).
+        built: the run's model; what is saved is `built.state_groups()`.
+        clock: the run's wall time, recorded for a resume.
+    """
+
+    manager: CheckpointManager
+    built: Built
+    clock: Clock
+
+    def __call__(self, step: int, train_loss: float | None) -> str:
+        """Writes the checkpoint of `step` and returns its path (see `checkpoint.py`)."""
+        meta = {
+            "config": self.built.full_config,
+            "train_loss": train_loss,
+            "elapsed_seconds": self.clock.seconds(),
+            "architecture": self.built.model.architecture_string(),
+        }
+        return str(self.manager.save(step, self.built.state_groups(), meta))
