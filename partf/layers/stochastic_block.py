@@ -15,6 +15,11 @@ discrete architecture, default), pi itself ("expected"), or a sample as in
 training ("sample", what the original did). Every candidate runs at every
 step, so each stateful candidate's memory is updated whatever its weight.
 
+A search can also train on sampled paths (`run_sampled`): one candidate per block,
+drawn from pi, computes the block output, and the others compute only their carried
+state. The logits then learn from a score-function estimate (see
+`PARTransformerXL.compute_loss`), which needs no output of the candidates not drawn.
+
 Reference: Mandava et al., "Pay Attention when Required", 2020,
 https://arxiv.org/abs/2009.04534
 """
@@ -29,7 +34,7 @@ from keras import ops
 
 from partf.attention import Attention, attention_names, create_attention
 from partf.layers.feed_forward import FeedForward
-from partf.layers.gumbel import gumbel_softmax
+from partf.layers.gumbel import gumbel_noise, gumbel_softmax
 from partf.serialization import register
 
 EVAL_MODES = ("argmax", "expected", "sample")
@@ -244,6 +249,65 @@ class StochasticBlock(keras.layers.Layer):
             return norm(x + layer(x, training=training)), {}
         y, new_state = layer(x, state=state or None, mask=mask, training=training)
         return norm(x + y), new_state
+
+    def candidate_flops(self, seq_len: int, batch_size: int = 1) -> list[float]:
+        """Forward FLOPs per token of each candidate for segments of `seq_len` tokens
+        (0 for the identity): the cost the cost-aware search charges."""
+        return [
+            0.0 if layer is None else float(layer.flops_per_token(seq_len, batch_size))
+            for layer in self.sublayers
+        ]
+
+    # ------------------------------------------------------------ sampled path
+    def sample_index(self) -> Any:
+        """One candidate drawn from pi = softmax(logits) (Gumbel-max): int32 scalar."""
+        logits = ops.cast(ops.convert_to_tensor(self.arch_logits), "float32")
+        noise = gumbel_noise(tuple(logits.shape), self.seed_generator)
+        return ops.cast(ops.argmax(logits + noise), "int32")
+
+    def log_pi(self, index: Any) -> Any:
+        """float32 scalar log pi[index], differentiable in the logits."""
+        logits = ops.cast(ops.convert_to_tensor(self.arch_logits), "float32")
+        return ops.take(ops.log_softmax(logits), index)
+
+    def run_sampled(
+        self,
+        index: Any,
+        x: Any,
+        states: list[dict[str, Any]] | None = None,
+        mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """The block with only candidate `index` computing its output.
+
+        The output is a conditional over the candidates (`keras.ops.switch`), so only
+        the chosen one's work is done, forward and backward. Every stateful candidate
+        still returns its next state, so its memory stays current whichever candidate
+        is drawn next: only the state's own inputs are computed for it (the unused
+        output is pruned from the graph; for relative attention the state is the
+        block input itself).
+
+        Args:
+            index: int32 scalar tensor (or int), the candidate that runs.
+            x, states, mask, training: as for `call`.
+
+        Returns:
+            (y [B, T, D], new states, one dict per candidate).
+        """
+        if states is None:
+            states = [{} for _ in self.candidates]
+        new_states = [
+            self.run_candidate(i, x, states[i], mask, training)[1] if kind == "attention" else {}
+            for i, (kind, _) in enumerate(self.kinds)
+        ]
+        if self.num_candidates == 1:
+            return self.run_candidate(0, x, states[0], mask, training)[0], new_states
+
+        def branch(i: int):
+            return lambda x: self.run_candidate(i, x, states[i], mask, training)[0]
+
+        branches = [branch(i) for i in range(self.num_candidates)]
+        return ops.switch(ops.cast(index, "int32"), branches, x), new_states
 
     # ---------------------------------------------------------------- state
     def state_spec(self, batch_size: int) -> list[dict[str, tuple[tuple[int, ...], str]]]:

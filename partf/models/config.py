@@ -16,6 +16,9 @@ from partf.layers.stochastic_block import BUILTIN_CANDIDATES, EVAL_MODES
 from partf.layers.temperature import validate_temperature
 from partf.settings import setting
 
+#: How a search trains its blocks (see `ModelConfig.search_estimator`).
+SEARCH_ESTIMATORS = ("mixture", "sampled")
+
 #: Single-letter architecture tokens.
 ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
 _LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
@@ -93,6 +96,18 @@ class ModelConfig:
     tau_schedule: str = setting(
         "exponential", "tau annealing: exponential, linear, cosine or constant"
     )
+    search_estimator: str = setting(
+        "mixture",
+        "how a search trains: mixture (every candidate runs, Gumbel-softmax weights, the "
+        "original's) or sampled (one candidate per block drawn from pi runs per step; the "
+        "logits learn from a score-function estimate)",
+        choices=SEARCH_ESTIMATORS,
+    )
+    search_cost_weight: float = setting(
+        0.0,
+        "lambda of the cost-aware search: adds lambda x the expected forward MFLOPs per token "
+        "of the architecture drawn from pi to the loss (0: off)",
+    )
     tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
     batch_size: int = 32  # rows of the context batch; sizes the memory state
@@ -153,6 +168,20 @@ class ModelConfig:
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(
                 f"unknown eval_mode {self.eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
+            )
+        if self.search_estimator not in SEARCH_ESTIMATORS:
+            raise ValueError(
+                f"unknown search_estimator {self.search_estimator!r}; choose one of "
+                f"{', '.join(SEARCH_ESTIMATORS)}."
+            )
+        if self.search_estimator == "sampled" and self.sample_per_example:
+            raise ValueError(
+                "search_estimator='sampled' runs one candidate per block for the whole batch; "
+                "set sample_per_example=False."
+            )
+        if not self.search_cost_weight >= 0.0:
+            raise ValueError(
+                f"search_cost_weight must be >= 0 (0: off), got {self.search_cost_weight}."
             )
         validate_temperature(self.tau_schedule, self.tau_start, self.tau_end, self.tau_steps)
         try:

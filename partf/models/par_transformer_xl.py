@@ -35,6 +35,7 @@ from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
 from partf.models.config import ModelConfig, architecture_token, parse_architecture
+from partf.models.cost import expected_flops
 from partf.random import Dropout
 from partf.serialization import register
 
@@ -151,6 +152,22 @@ class PARTransformerXL(keras.Model):
                 ]
                 for b, block in enumerate(self.blocks)
             ]
+        # The sampled-path search's loss baseline, a running mean [sum, weight] (divided
+        # out, so the first steps are not biased toward zero). Made last and only for that
+        # search, so every other model keeps the variables checkpoints restore by order.
+        self.search_baseline = None
+        if config.is_stochastic and config.search_estimator == "sampled":
+            self.search_baseline = self.add_weight(
+                name="search_baseline",
+                shape=(2,),
+                dtype="float32",
+                initializer="zeros",
+                trainable=False,
+                aggregation="only_first_replica",
+            )
+        # Log-probabilities of the paths drawn by the last training call, read by
+        # compute_loss within the same traced train step.
+        self._path_log_probs: list[Any] = []
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
         self.build((config.batch_size, None))
@@ -253,6 +270,17 @@ class PARTransformerXL(keras.Model):
             ValueError: `choices` does not give one entry per block, or names a
                 candidate a block does not have.
         """
+        hidden, new_states, _ = self._forward(inputs, states, training, choices)
+        return hidden, new_states
+
+    def _forward(
+        self,
+        inputs: Any,
+        states: States,
+        training: bool = False,
+        choices: Sequence[int | None] | None = None,
+    ) -> tuple[Any, States, list[Any]]:
+        """`forward`, also returning log pi of each path drawn (sampled-path search)."""
         if choices is None:
             choices = [None] * len(self.blocks)
         self._check_choices(choices)
@@ -261,11 +289,19 @@ class PARTransformerXL(keras.Model):
         x = self.embedding(inputs)  # [B, T, D]
         x = x * ops.cast(math.sqrt(self.config.d_model), x.dtype)
         x = self.input_dropout(x, training=training)
+        # In training, a sampled-path search runs one candidate per block, drawn from pi.
+        sampled = training and self.search_baseline is not None
         # Only mixed blocks read the temperature.
-        tau = self.tau() if None in choices else None
-        new_states = []
+        tau = self.tau() if None in choices and not sampled else None
+        new_states, log_probs = [], []
         for block, block_states, choice in zip(self.blocks, states, choices, strict=True):
-            if choice is None:
+            if choice is None and sampled and block.arch_logits is not None:
+                index = block.sample_index()
+                x, block_states = block.run_sampled(
+                    index, x, block_states, mask=mask, training=training
+                )
+                log_probs.append(block.log_pi(index))
+            elif choice is None:
                 x, block_states = block(
                     x, states=block_states, tau=tau, mask=mask, training=training
                 )
@@ -275,7 +311,7 @@ class PARTransformerXL(keras.Model):
                 )
                 block_states = [*block_states[:choice], state, *block_states[choice + 1 :]]
             new_states.append(block_states)
-        return x, new_states
+        return x, new_states, log_probs
 
     def _check_choices(self, choices: Sequence[int | None]) -> None:
         if len(choices) != len(self.blocks):
@@ -302,7 +338,10 @@ class PARTransformerXL(keras.Model):
                 "model.forward(inputs, model.initial_state(batch)) for other sizes."
             )
         which = "train" if training else "eval"
-        hidden, new_states = self.forward(inputs, self._read_states(which), training=training)
+        hidden, new_states, log_probs = self._forward(
+            inputs, self._read_states(which), training=training
+        )
+        self._path_log_probs = log_probs
         self._write_states(which, new_states)
         if training:
             self.step.assign_add(1)
@@ -328,7 +367,9 @@ class PARTransformerXL(keras.Model):
         sample_weight: Any = None,
         training: bool = True,
     ) -> Any:
-        """Mean NLL over non-pad targets, plus any losses added by layers."""
+        """Mean NLL over non-pad targets, plus any losses added by layers, plus the
+        search's terms: the expected cost (`search_cost_weight`) and, for a sampled-path
+        search, the score-function term that trains the architecture logits."""
         weights = ops.cast(ops.not_equal(y, 0), "float32")  # [B, T]
         if sample_weight is not None:
             sample_weight = ops.cast(sample_weight, "float32")
@@ -340,10 +381,35 @@ class PARTransformerXL(keras.Model):
         # divide by the token count of all replicas (and the extra losses by the replica
         # count), so the replicas' losses and gradients sum to those of the global batch.
         replicas, count = _sum_over_replicas(ops.sum(weights))
-        loss = ops.sum(nll * weights) / ops.maximum(count, 1.0)
+        data_loss = ops.sum(nll * weights) / ops.maximum(count, 1.0)
+        loss = data_loss
         for extra in self.losses:
             loss = loss + ops.cast(extra, "float32") / replicas
+        if self.config.search_cost_weight and self.config.is_stochastic:
+            seq_len = int(y.shape[1])
+            megaflops = expected_flops(self, seq_len) / 1e6
+            loss = loss + self.config.search_cost_weight * megaflops / replicas
+        if training and self._path_log_probs:
+            loss = loss + self._score_function_term(data_loss)
         return loss
+
+    def _score_function_term(self, data_loss: Any) -> Any:
+        """A zero-valued loss term whose gradient is the score-function (REINFORCE)
+        estimate for the drawn paths: (L - b) * grad sum_blocks log pi[drawn], with b a
+        running mean of the loss L. It is unbiased for the gradient of the expected
+        loss over paths (b does not depend on the draw) and needs no output of the
+        candidates not drawn. Updates the baseline."""
+        log_prob = ops.sum(ops.stack(self._path_log_probs))
+        self._path_log_probs = []
+        total, weight = self.search_baseline[0], self.search_baseline[1]
+        loss = ops.cast(ops.stop_gradient(data_loss), "float32")
+        baseline = ops.where(weight > 0, total / ops.maximum(weight, 1e-12), loss)
+        term = (loss - baseline) * log_prob
+        decay = 0.99
+        self.search_baseline.assign(
+            ops.stack([decay * total + (1 - decay) * loss, decay * weight + (1 - decay)])
+        )
+        return term - ops.stop_gradient(term)
 
     # ----------------------------------------------------------- architecture
     @property

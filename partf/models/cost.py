@@ -1,0 +1,72 @@
+"""What a PAR architecture costs: forward FLOPs per token, from the configuration.
+
+A candidate's cost is its layer's own analytic count (`flops_per_token` of the attention
+or feed-forward layer: matrix products, 2 FLOPs per multiply-add, for segments of
+`seq_len` tokens with the model's memory and batch), the identity costs nothing. The
+cost-aware search (`ModelConfig.search_cost_weight`) adds lambda times the expected cost
+of the architecture drawn from pi to the loss; benchmarks report the cost of a derived
+architecture with `architecture_flops` and of the whole model with `model_flops`.
+
+Example:
+    >>> costs = candidate_flops(model, seq_len=32)   # per block, per candidate
+    >>> float(expected_flops(model, 32))             # sum over blocks of pi . cost
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from keras import ops
+
+from partf.layers.adaptive_softmax import tail_projection_dims
+
+if TYPE_CHECKING:
+    from partf.models.par_transformer_xl import PARTransformerXL
+
+
+def candidate_flops(model: PARTransformerXL, seq_len: int) -> list[list[float]]:
+    """Per block, the forward FLOPs per token of each of its candidates."""
+    batch = model.config.batch_size
+    return [block.candidate_flops(seq_len, batch) for block in model.blocks]
+
+
+def expected_flops(model: PARTransformerXL, seq_len: int) -> Any:
+    """float32 scalar tensor: the blocks' FLOPs per token expected under pi, the sum over
+    blocks of pi . cost; differentiable in the architecture logits."""
+    total = ops.zeros((), "float32")
+    for block, costs in zip(model.blocks, candidate_flops(model, seq_len), strict=True):
+        cost = ops.convert_to_tensor(np.asarray(costs, np.float32))
+        total = total + ops.sum(ops.cast(block.pi(), "float32") * cost)
+    return total
+
+
+def architecture_flops(model: PARTransformerXL, seq_len: int) -> float:
+    """The blocks' FLOPs per token of the discrete architecture: each block's most likely
+    candidate (a fixed model's only one)."""
+    pi = [np.asarray(ops.convert_to_numpy(block.pi())) for block in model.blocks]
+    costs = candidate_flops(model, seq_len)
+    return float(sum(c[int(np.argmax(p))] for p, c in zip(pi, costs, strict=True)))
+
+
+def output_flops(model: PARTransformerXL) -> float:
+    """Forward FLOPs per token of the output layer scoring every token exactly (the
+    adaptive softmax's head and every tail cluster, or the plain softmax)."""
+    config = model.config
+    d, vocab = config.d_model, config.vocab_size
+    if not config.cutoffs:
+        return 2.0 * d * vocab
+    cutoffs = tuple(config.cutoffs)
+    dims = tail_projection_dims(d, len(cutoffs), config.proj_factor, config.proj_dims)
+    bounds = (*cutoffs, vocab)
+    macs = d * (cutoffs[0] + len(cutoffs))
+    for i, dim in enumerate(dims):
+        macs += d * dim + dim * (bounds[i + 1] - bounds[i])
+    return 2.0 * macs
+
+
+def model_flops(model: PARTransformerXL, seq_len: int) -> dict[str, float]:
+    """Forward FLOPs per token of the discrete architecture: {"blocks", "output", "total"}."""
+    blocks = architecture_flops(model, seq_len)
+    output = output_flops(model)
+    return {"blocks": blocks, "output": output, "total": blocks + output}
