@@ -176,21 +176,22 @@ class Checkpointer(EveryNSteps, RunStopper):
         self.signals = signals
         self.newest = newest
         self._loss: float | None = None  # the running loss last read
+        self._stopping = False  # a signal was seen at this execution end
 
     @property
     def last_checkpoint(self) -> str | None:
         """The newest checkpoint's path, or None."""
         return self.newest.path if self.newest else None
 
-    def _signalled(self) -> bool:
-        return self.signals is not None and self.signals.received is not None
-
     def due(self, previous: int, step: int) -> bool:
-        return self._signalled() or super().due(previous, step)
+        # The signal is read once per execution end: one that lands during the save below
+        # is handled at the next execution end (a checkpoint there, then the stop).
+        self._stopping = self.signals is not None and self.signals.received is not None
+        return self._stopping or super().due(previous, step)
 
     def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
         self._save_if_finite(step, logs)
-        if self._signalled():
+        if self._stopping:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

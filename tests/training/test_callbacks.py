@@ -132,6 +132,24 @@ def test_signal_saves_once_and_stops():
     assert signals.stop_reason(progress.global_step) == StopReason("signal", 2, signum=15)
 
 
+def test_a_signal_during_a_save_is_handled_at_the_next_execution_end():
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=8, total_steps=8, tokens_per_batch=4)
+    saved = []
+    signals = SignalWatch()
+
+    def save(step, loss):
+        saved.append(step)
+        if step == 4:
+            signals.received = 15  # lands while the step-4 checkpoint is written
+        return f"ckpt-{step:08d}.npz"
+
+    checkpointer = Checkpointer(progress, save, 4, signals=signals)
+    callbacks = [_attach(ProgressTracker(progress), model), _attach(checkpointer, model)]
+    _fit(callbacks, Segment(0, 1, 0, 8), progress, 2)
+    assert saved == [4, 6] and model.stop_training and progress.global_step == 6
+
+
 @pytest.mark.parametrize(("every", "expected"), [(0, [8]), (3, [4, 6, 8]), (8, [8])])
 def test_checkpoints_every_n_steps_and_at_epoch_end(every, expected):
     model = FakeModel()
