@@ -183,8 +183,25 @@ class Resumed:
     metrics: tuple[tuple[Any, Any], ...] = ()
 
 
+def _defaults(config_class: type) -> dict[str, Any]:
+    """Each field's default, JSON-safe (tuples as lists, as `to_dict` writes them)."""
+    defaults = {}
+    for field in dataclasses.fields(config_class):
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            continue
+        defaults[field.name] = list(value) if isinstance(value, tuple) else value
+    return defaults
+
+
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The settings that differ between a checkpoint's configuration and this run's.
+
+    A setting added to `ModelConfig` or `TrainConfig` after the checkpoint was written
+    counts as its default, so checkpoints of older versions still resume.
 
     Args:
         saved: the checkpoint's full configuration.
@@ -193,14 +210,15 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     Returns:
         "name: before -> after" lines; settings a run may change on resume are left out.
     """
+    from partf.models.config import ModelConfig
+
     differences = []
+    defaults = _defaults(ModelConfig)
     for key in sorted(set(saved["model"]) | set(current["model"])):
-        if saved["model"].get(key) != current["model"].get(key):
-            differences.append(
-                f"{key}: {saved['model'].get(key)!r} -> {current['model'].get(key)!r}"
-            )
-    # A setting added to TrainConfig after the checkpoint was written counts as its default.
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        before = saved["model"].get(key, defaults.get(key))
+        if before != current["model"].get(key):
+            differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
+    defaults = _defaults(TrainConfig)
     for key in sorted(set(saved["training"]) | set(current["training"])):
         if key in RESUMABLE_CHANGES or key == "model":
             continue
