@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-
-import tensorflow as tf
+from typing import TYPE_CHECKING
 
 from partf.training.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)

@@ -189,7 +189,7 @@ class Trainer:
         self.config = config
         self.callbacks = list(callbacks)
         self.strategy: tf.distribute.Strategy | None = None
-        self.paths = RunPaths(Path(config.output_dir), config.model_name)
+        self.paths: RunPaths | None = None
         self.data: RunData | None = None
         self.built: Built | None = None
         self.progress: RunProgress | None = None
