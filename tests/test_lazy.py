@@ -19,7 +19,7 @@ WITHOUT_TENSORFLOW = textwrap.dedent(
     """
     import sys
     sys.modules["tensorflow"] = None  # any import of it now fails
-    import partf.data.errors, partf.models, partf.training
+    import partf.errors, partf.models, partf.training
     from partf.training import ArchSettings, TrainConfig, build_optimizer, build_schedule
     from partf.training.jax_evaluator import JaxEvaluator
     from partf.models import PARTransformerXL

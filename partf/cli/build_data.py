@@ -228,7 +228,7 @@ def _main(fv: flags.FlagValues) -> None:
 
 
 def _os_error_message(error: OSError) -> str:
-    from partf.data.errors import os_error_message
+    from partf.errors import os_error_message
 
     return os_error_message(
         error,
@@ -271,7 +271,7 @@ def run(argv: list[str] | None = None) -> int:
     old_level = package_logger.level
     package_logger.setLevel(logging.DEBUG if fv.verbose else logging.INFO)
     try:
-        from partf.data.errors import DataError, UsageError
+        from partf.errors import DataError, UsageError
 
         _main(fv)
         return 0

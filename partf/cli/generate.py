@@ -177,7 +177,7 @@ def decode(sp: Any, ids: Sequence[int]) -> str:
 
 def _main(args: argparse.Namespace) -> str:
     from partf.data import EOS_ID, load_sentencepiece
-    from partf.data.errors import DataError, UsageError
+    from partf.errors import DataError, UsageError
     from partf.generation import Generator, Sampling, reconfigure
 
     model, run_dir = load_model(args.model)

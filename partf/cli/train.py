@@ -225,7 +225,7 @@ def _setup_logging(verbose: bool) -> logging.Handler:
 
 def _os_error_message(error: OSError) -> str:
     """One line for a failed write or read, with the fix for the usual causes."""
-    from partf.data.errors import os_error_message
+    from partf.errors import os_error_message
 
     message = os_error_message(
         error,
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # ConfigError and the model's own validation
         return fail(str(e), 2, e)
 
-    from partf.data.errors import DataError, UsageError
+    from partf.errors import DataError, UsageError
     from partf.training.checkpoint import CheckpointError
     from partf.training.trainer import TrainingError, TrainingInterrupted, train
 

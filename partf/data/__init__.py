@@ -12,6 +12,7 @@ included, so the stream mirrors the file's lines. Batch i, row r continues
 batch i-1, row r with one token of overlap (see `partf.data.batching`).
 """
 
+from partf.errors import DataError, UsageError  # noqa: F401 (re-exported)
 from partf.lazy import lazy_exports
 
 # Imported on first use, so that what needs no TensorFlow loads without it (partf.lazy).
@@ -32,8 +33,6 @@ _WHERE = {
     "fetch_wikitext2": "download",
     "file_checksum": "download",
     "verify_file": "download",
-    "DataError": "errors",
-    "UsageError": "errors",
     "FORMAT_VERSION": "metadata",
     "METADATA_FILE": "metadata",
     "RecordsMetadata": "metadata",
@@ -64,5 +63,5 @@ _WHERE = {
     "vocab_size_of": "tokenizer",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted([*_WHERE, "DataError", "UsageError"])
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

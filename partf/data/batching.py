@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partf.data.errors import DataError, UsageError
+from partf.errors import DataError, UsageError
 
 
 def check_batch_shape(batch_size: int, seq_len: int) -> None:

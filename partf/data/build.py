@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from partf.data.batching import check_batch_shape, context_batches, num_lost_tokens
-from partf.data.errors import DataError, UsageError
 from partf.data.metadata import RecordsMetadata
 from partf.data.staging import StagedOutputs
 from partf.data.text_stats import TextStats, file_sha256, text_stats
@@ -29,6 +28,7 @@ from partf.data.tokenizer import (
     tokenize_file,
     train_tokenizer,
 )
+from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from partf.data.download import SPLIT_FILES
-from partf.data.errors import DataError, UsageError
+from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
 

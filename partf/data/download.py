@@ -38,7 +38,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from partf.data.errors import DataError
+from partf.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from partf.data.errors import DataError
+from partf.errors import DataError
 
 METADATA_FILE = "metadata.json"
 FORMAT = "partf-context-batches"

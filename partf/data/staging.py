@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from partf.data.errors import UsageError
+from partf.errors import UsageError
 
 
 class StagedOutputs:

@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-from partf.data.errors import DataError, UsageError
+from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ import numpy as np
 import tensorflow as tf
 
 from partf.data.batching import stream_from_batches
-from partf.data.errors import DataError, UsageError
 from partf.data.metadata import METADATA_FILE, RecordsMetadata, write_metadata
 from partf.data.staging import StagedOutputs
 from partf.data.text_stats import file_sha256
+from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
 

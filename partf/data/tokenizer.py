@@ -23,7 +23,7 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from partf.data.errors import DataError, UsageError
+from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
 

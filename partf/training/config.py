@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from partf.data.errors import UsageError
+from partf.errors import UsageError
 from partf.settings import setting
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from partf.data.errors import DataError
+from partf.errors import DataError
 from partf.training.config import ConfigError, TrainConfig
 
 logger = logging.getLogger("partf.training")

@@ -1,4 +1,8 @@
-"""The exceptions the data pipeline raises for problems a user can fix."""
+"""The errors partf raises for problems a user can fix, for every package.
+
+`DataError` (exit status 1) and `UsageError` (exit status 2) are the bases the command
+lines turn into one-line messages; each package derives its own from them.
+"""
 
 from __future__ import annotations
 
