@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from partf.models.cost import candidate_flops
 from partf.training.perplexity import Evaluator, perplexity_report
 from partf.training.plots import save_pi_heatmap
 from partf.training.progress import EveryNSteps, RunProgress, RunStopper, StopReason, read_loss
@@ -27,13 +28,16 @@ logger = logging.getLogger("partf.training")
 
 class MetricsLogger(EveryNSteps, RunStopper):
     """Every `log_every` steps: loss, perplexity, lr, tau, tokens/s and pi, to TensorBoard
-    and `training.log`. A NaN or Inf loss stops the run (`outcome` "non_finite").
+    and `training.log`; for a search, also `search/expected_cost`, the forward FLOPs per
+    token of the blocks expected under pi (partf.models.cost). A NaN or Inf loss stops the
+    run (`outcome` "non_finite").
 
     Args:
         progress: the run's position.
         writer: the `tf.summary` writer of logs/<model_name>/train.
         lr_value: step -> learning rate (host arithmetic, no device read).
         log_every: steps between records.
+        seq_len: tokens per segment, which the candidates' costs depend on (None: no cost).
     """
 
     def __init__(
@@ -42,10 +46,13 @@ class MetricsLogger(EveryNSteps, RunStopper):
         writer: Any,
         lr_value: Callable[[int], float],
         log_every: int,
+        seq_len: int | None = None,
     ) -> None:
         super().__init__(progress, log_every)
         self.writer = writer
         self.lr_value = lr_value
+        self.seq_len = seq_len
+        self._costs: list[np.ndarray] | None = None  # per block, each candidate's FLOPs
         self._last_time = 0.0
         self._timed_from: int | None = None  # the step tokens/s is measured from
 
@@ -86,6 +93,9 @@ class MetricsLogger(EveryNSteps, RunStopper):
             for block in range(pi.shape[0]):
                 for k, name in enumerate(names):
                     tf.summary.scalar(f"pi/block_{block}/{name}", pi[block, k])
+            cost = self.expected_cost()
+            if cost is not None:
+                tf.summary.scalar("search/expected_cost", cost)
         speed = f" {tokens_per_second:,.0f} tok/s" if tokens_per_second else ""
         logger.info(
             "step %d/%d epoch %d: loss %.4f, lr %.3g, tau %.3f%s",
@@ -100,6 +110,16 @@ class MetricsLogger(EveryNSteps, RunStopper):
         if not math.isfinite(loss):
             self.stop_run(StopReason("non_finite", step))
             logger.error("loss is %s at step %d: stopping.", loss, step)
+
+    def expected_cost(self) -> float | None:
+        """Forward FLOPs per token of the blocks expected under the current pi (host
+        arithmetic); None for a fixed architecture or without `seq_len`."""
+        if self.seq_len is None or not self.model.config.is_stochastic:
+            return None
+        if self._costs is None:
+            self._costs = [np.asarray(c) for c in candidate_flops(self.model, self.seq_len)]
+        pi = [np.asarray(keras.ops.convert_to_numpy(b.pi())) for b in self.model.blocks]
+        return float(sum(np.dot(p, c) for p, c in zip(pi, self._costs, strict=True)))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         loss = read_loss(logs)

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from partf.models.cost import expected_flops, model_flops
 from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
@@ -118,6 +119,10 @@ def finish(
         "pi": pi.tolist(),
         "candidates": list(model.candidate_names),
         "architecture": model.architecture_string(),
+        # Forward FLOPs per token at this run's segment length: the discrete architecture
+        # (blocks, output layer, total) and, for a search, the blocks expected under pi.
+        "flops_per_token": model_flops(model, data.train.seq_len),
+        "search": search_summary(config, built, data),
         "config": built.full_config,
     }
     save_model(model, paths.model_file)
@@ -130,6 +135,25 @@ def finish(
         paths.results,
     )
     return results
+
+
+def search_summary(config: TrainConfig, built: Built, data: RunData) -> dict[str, Any] | None:
+    """How the architecture logits were trained (the preset resolved), and the blocks'
+    FLOPs per token expected under the final pi; None for a fixed architecture."""
+    model = built.model
+    if not model.config.is_stochastic:
+        return None
+    arch = config.arch_settings(data.total_steps)
+    expected = float(keras.ops.convert_to_numpy(expected_flops(model, data.train.seq_len)))
+    return {
+        "preset": config.search,
+        "estimator": model.config.search_estimator,
+        "cost_weight": model.config.search_cost_weight,
+        "arch_lr": arch.lr,
+        "arch_weight_decay": arch.weight_decay,
+        "arch_freeze_steps": arch.freeze_steps,
+        "expected_flops_per_token": expected,
+    }
 
 
 def save_model(model: keras.Model, final: Path) -> None:

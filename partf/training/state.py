@@ -112,6 +112,18 @@ def build_model(
     with strategy.scope() if strategy else contextlib.nullcontext():
         model, schedule, guard = _compiled_model(config, model_config, data.total_steps, strategy)
     full_config = {"model": model_config.to_dict(), "training": config.to_dict()}
+    if model_config.is_stochastic:
+        arch = config.arch_settings(data.total_steps)
+        logger.info(
+            "architecture search (--search=%s, %s estimator): logits at lr %s, weight decay %s, "
+            "frozen for %d of %d steps",
+            config.search,
+            model_config.search_estimator,
+            "shared" if arch.lr is None else f"{arch.lr:g}",
+            "shared" if arch.weight_decay is None else f"{arch.weight_decay:g}",
+            arch.freeze_steps,
+            data.total_steps,
+        )
     return Built(model, model_config, schedule, guard, full_config)
 
 

@@ -111,7 +111,12 @@ RECORDED_FLAGS = {
 ADDED_FLAGS = {
     "--search_estimator": ("search_estimator", "str", None, ("mixture", "sampled")),
     "--search_cost_weight": ("search_cost_weight", "float", None),
+    "--arch_freeze_fraction": ("arch_freeze_fraction", "float", None),
+    "--search": ("search", "str", "original", ("original", "par")),
 }
+
+#: TrainConfig settings added since, at their defaults (the recorded behaviour).
+ADDED_DEFAULTS = {"arch_freeze_fraction": None, "search": "original"}
 
 RECORDED_DEFAULTS = {
     "train_directory": f"{_RECORDS}_train",
@@ -419,7 +424,7 @@ def test_an_empty_command_line_parses_to_the_recorded_defaults(parser):
 
 @pytest.mark.parametrize(("argv", "changes"), RECORDED_CONFIGS)
 def test_original_command_lines_give_the_recorded_configs(parser, argv, changes):
-    expected = {**RECORDED_DEFAULTS, **changes}
+    expected = {**RECORDED_DEFAULTS, **ADDED_DEFAULTS, **changes}
     assert configs_from_args(parser.parse_args(argv)).to_dict() == expected
 
 
