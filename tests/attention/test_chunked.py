@@ -1,15 +1,13 @@
-"""The chunk-wise causal linear attention kernel against its explicit quadratic form."""
+"""The chunk-wise causal linear attention kernel against an independent token-by-token
+recurrence."""
 
 import numpy as np
 import pytest
 from keras import ops
 
-from partf.attention.chunked import (
-    causal_linear_attention,
-    causal_linear_attention_reference,
-    linear_state_spec,
-)
-from tests.attention.helpers import gradients, to_np
+from partf.attention.chunked import causal_linear_attention, linear_state_spec
+from tests.attention import references
+from tests.attention.helpers import assert_matches_reference, to_np
 
 # (batch, length, heads, features, value width, chunk size)
 SHAPES = [(1, 7, 1, 3, 2, 4), (2, 37, 3, 5, 4, 8), (2, 16, 2, 4, 3, 16)]
@@ -43,27 +41,24 @@ def run(fn, f, g, v, a, mask, state, normalize, **kwargs):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("normalize,log_scaled", KINDS)
 def test_matches_reference_outputs_state_and_gradients(shape, normalize, log_scaled):
+    """The chunked kernel against the token-by-token recurrence (an independent float64
+    reference): outputs, the whole state (s, z and m) and the gradients, including
+    those with respect to the log-scales."""
     batch, length, heads, feat, dim, chunk = shape
     f, g, v, a, mask, state = make_inputs(batch, length, heads, feat, dim, log_scaled)
-    out, new = run(causal_linear_attention, f, g, v, a, mask, state, normalize, chunk_size=chunk)
-    ref, ref_new = run(causal_linear_attention_reference, f, g, v, a, mask, state, normalize)
-    np.testing.assert_allclose(to_np(out), to_np(ref), rtol=1e-4, atol=1e-5)
-    assert set(new) == set(ref_new)
-    for name in new:
-        np.testing.assert_allclose(to_np(new[name]), to_np(ref_new[name]), rtol=1e-4, atol=1e-5)
+    if not normalize:
+        state = {"s": state["s"]}
+    tensors = dict(f=f, g=g, v=v) | ({"a": a} if log_scaled else {})
 
-    inputs = [f, g, v] + ([a] if log_scaled else [])
+    def run_layer(f, g, v, a=None):
+        return causal_linear_attention(
+            f, g, v, state, k_log_scale=a, mask=mask, normalize=normalize, chunk_size=chunk
+        )
 
-    def with_kernel(kernel, **kwargs):
-        def fn(f, g, v, a=None):
-            return run(kernel, f, g, v, a, mask, state, normalize, **kwargs)
+    def run_reference(f, g, v, a=None):
+        return references.linear_kernel(f, g, v, state, mask, normalize=normalize, log_scale=a)
 
-        return fn
-
-    fast = gradients(with_kernel(causal_linear_attention, chunk_size=chunk), inputs)
-    slow = gradients(with_kernel(causal_linear_attention_reference), inputs)
-    for got, want in zip(fast, slow, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    assert_matches_reference(run_layer, run_reference, tensors)
 
 
 @pytest.mark.parametrize("normalize,log_scaled", KINDS)

@@ -1,4 +1,8 @@
-"""Causal EVA against its token-by-token reference, and its limiting cases."""
+"""Causal EVA against an independent float64 reference written from the paper's
+equations (tests/attention/references.py), in evaluation and in the sampled training
+path, from empty and carried states; and its limiting cases."""
+
+from __future__ import annotations
 
 import math
 
@@ -7,15 +11,18 @@ import pytest
 from keras import ops
 
 from partf.attention import create_attention, get_attention_class
-from partf.attention.eva import EVAAttention, eva_reference
+from partf.attention.eva import EVAAttention
 from partf.attention.transnormer import DiagAttention
+from tests.attention import references
 from tests.attention.helpers import (
+    CUTS_37,
     assert_causal,
     assert_finite_on_large_inputs,
+    assert_matches_reference,
     assert_segments_equal_one_call,
     explicit_softmax,
-    gradients,
     random_heads,
+    random_state,
     random_tokens,
     run_segments,
     to_np,
@@ -28,50 +35,125 @@ def make_layer(heads, dim, window, chunk, mem, seed=0):
         heads * dim, heads, window_size=window, chunk_size=chunk, mem_chunks=mem, seed=seed
     )
     layer.build((None, None, heads * dim))
+    # Non-trivial proposal maps: random biases and layer-norm scales, not 0 and 1.
+    rng = np.random.default_rng(seed + 1)
+    for weight in variables(layer).values():
+        if "kernel" not in weight.path:
+            weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.5 + 0.5)
     return layer
 
 
-@pytest.mark.parametrize(
-    "batch,length,heads,dim,window,chunk,mem,check_gradients",
-    [
-        (1, 7, 1, 4, 4, 2, 1, True),
-        (2, 23, 3, 4, 4, 2, 3, True),
-        (2, 29, 2, 4, 6, 2, 100, False),
-    ],
-)
-def test_matches_reference_in_evaluation(
-    batch, length, heads, dim, window, chunk, mem, check_gradients
+def variables(layer):
+    """The proposal maps' weights, under the names the reference takes them."""
+    found = {}
+    for net, prefix in ((layer.project_q_dense, "fq"), (layer.project_k_dense, "fk")):
+        found[f"{prefix}_kernel"], found[f"{prefix}_bias"] = net.kernel, net.bias
+    for norm, prefix in ((layer.project_q_norm, "fq"), (layer.project_k_norm, "fk")):
+        found[f"{prefix}_gamma"], found[f"{prefix}_beta"] = norm.gamma, norm.beta
+    return found
+
+
+def config(layer):
+    return {
+        "window_size": layer.window_size,
+        "chunk_size": layer.chunk_size,
+        "mem_chunks": layer.mem_chunks,
+        "epsilon": layer.project_q_norm.epsilon,
+    }
+
+
+CASES = [
+    # batch, length, heads, dim, window, chunk, mem_chunks, state
+    (1, 7, 1, 4, 4, 2, 1, "empty"),
+    (2, 23, 3, 4, 4, 2, 3, "carried"),
+    (2, 13, 2, 4, 6, 3, 2, "carried"),
+    (2, 29, 2, 4, 6, 2, 100, "empty"),
+]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
+@pytest.mark.parametrize("batch,length,heads,dim,window,chunk,mem,start", CASES)
+def test_matches_reference(
+    fixed_noise, training, batch, length, heads, dim, window, chunk, mem, start
 ):
-    """Evaluation mode is deterministic (w_c = mu_c): the gridded, chunked path
-    equals the token-by-token one, on outputs and gradients."""
+    """Outputs, every state entry and the gradients (inputs and the proposal maps'
+    weights) equal the reference's. Training samples w_c = mu_c + noise; the same
+    draws are given to the reference, indexed by chunk from the open window's start."""
     layer = make_layer(heads, dim, window, chunk, mem)
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
-    empty = layer.get_initial_state(batch)
-    out, _ = layer.attend(q, k, v, empty, mask=mask)
-    np.testing.assert_allclose(
-        to_np(out), to_np(eva_reference(layer, q, k, v, mask)), rtol=1e-4, atol=1e-5
-    )
-    if not check_gradients:
-        return
-    fast = gradients(lambda q, k, v: layer.attend(q, k, v, empty, mask=mask)[0], [q, k, v])
-    slow = gradients(lambda q, k, v: eva_reference(layer, q, k, v, mask), [q, k, v])
-    for name, got, want in zip("qkv", fast, slow, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=name)
+    state = layer.get_initial_state(batch) if start == "empty" else random_state(layer, batch)
+    state = {name: np.asarray(ops.convert_to_numpy(value)) for name, value in state.items()}
+
+    def run_layer(q, k, v):
+        return layer.attend(q, k, v, state, mask=mask, training=training)
+
+    def run_reference(q, k, v, **weights):
+        noise = None
+        if training:
+            (noise,) = fixed_noise.by_shape.values()  # one draw: one grid of chunks
+        return references.eva(config(layer), weights, q, k, v, state, mask, noise=noise)
+
+    assert_matches_reference(run_layer, run_reference, dict(q=q, k=k, v=v), variables(layer))
 
 
-def test_chunk_summaries_matter():
-    """Far context reaches a query only through the summaries: with them the
-    output differs from the window-only (mem_chunks=0) one, and matches the reference."""
+@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
+def test_carried_state_matches_reference_segment_by_segment(fixed_noise, training):
+    """Four uneven segments (one of a single token), state carried by the layer and by
+    the reference each on its own: every segment's output and the final state agree."""
+    layer = make_layer(2, 4, 6, 2, 3)
+    q, k, v = random_heads(2, 37, 2, 4, seed=2)
+    _, mask = random_tokens(2, 37, 1, seed=3)
+    state = layer.get_initial_state(2)
+    ref_state = {name: to_np(value) for name, value in state.items()}
+    weights = {name: to_np(var) for name, var in variables(layer).items()}
+    outputs, evaluated = [], []
+    for number, (start, stop) in enumerate(zip(CUTS_37[:-1], CUTS_37[1:], strict=True)):
+        part = slice(start, stop)
+        # The same segment and state in evaluation mode, before this call moves on.
+        evaluated.append(to_np(layer.attend(q[:, part], k[:, part], v[:, part], state,
+                                            mask=mask[:, part])[0]))  # fmt: skip
+        out, state = layer.attend(
+            q[:, part], k[:, part], v[:, part], state, mask=mask[:, part], training=training
+        )
+        outputs.append(to_np(out))
+        noise = fixed_noise.calls[number] if training else None
+        ref_out, ref_state = references.eva(
+            config(layer), weights, q[:, part], k[:, part], v[:, part], ref_state,
+            mask[:, part], noise=noise,
+        )  # fmt: skip
+        np.testing.assert_allclose(to_np(out), ref_out, rtol=1e-4, atol=1e-5)
+    assert set(state) == set(ref_state)
+    for name, value in state.items():
+        np.testing.assert_allclose(to_np(value), ref_state[name], rtol=1e-4, atol=1e-5)
+    assert len(fixed_noise.calls) == (4 if training else 0)
+    # The draws matter: with them the outputs past the first window are not the
+    # evaluation ones (mu_c alone).
+    moved = np.abs(np.concatenate(outputs, 1) - np.concatenate(evaluated, 1))[:, 6:].max()
+    assert (moved > 1e-3) == training, moved
+
+
+def test_chunk_summaries_reach_every_query_after_the_first_window():
+    """Far context reaches a query only through the summaries: the first window is
+    exact softmax either way; every later query moves when the summaries are
+    switched off, and both layers equal their references."""
     with_memory = make_layer(2, 4, 4, 2, 4)
     window_only = make_layer(2, 4, 4, 2, 0)
     window_only.set_weights(with_memory.get_weights()[: len(window_only.get_weights())])
     q, k, v = random_heads(1, 16, 2, 4)
     mask = np.ones((1, 16), bool)
-    a, _ = with_memory.attend(q, k, v, with_memory.get_initial_state(1), mask=mask)
-    b, _ = window_only.attend(q, k, v, window_only.get_initial_state(1), mask=mask)
-    np.testing.assert_allclose(to_np(a)[:, :4], to_np(b)[:, :4], rtol=1e-5)  # first window
-    assert np.abs(to_np(a)[:, 4:] - to_np(b)[:, 4:]).min() > 0
+    outputs = []
+    for layer in (with_memory, window_only):
+        out, _ = layer.attend(q, k, v, layer.get_initial_state(1), mask=mask)
+        weights = {name: to_np(var) for name, var in variables(layer).items()}
+        state = {name: to_np(value) for name, value in layer.get_initial_state(1).items()}
+        want, _ = references.eva(config(layer), weights, q, k, v, state, mask)
+        np.testing.assert_allclose(to_np(out), want, rtol=1e-4, atol=1e-5)
+        outputs.append(to_np(out))
+    a, b = outputs
+    np.testing.assert_allclose(a[:, :4], b[:, :4], rtol=1e-5)  # the first window
+    moved = np.abs(a[:, 4:] - b[:, 4:]).max(axis=(0, 2, 3))  # per query
+    assert (moved > 1e-3).all(), moved
 
 
 def test_is_exact_softmax_within_one_window():

@@ -1,57 +1,20 @@
-"""Causal Fastformer against the step-by-step recurrence of equations 6 to 8."""
-
-import math
+"""Causal Fastformer against an independent step-by-step recurrence of equations 6 to 8."""
 
 import numpy as np
 import pytest
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.fastformer import FastformerAttention
+from tests.attention import references
 from tests.attention.helpers import (
-    assert_attend_matches,
     assert_causal,
     assert_finite_on_large_inputs,
     assert_segments_equal_one_call,
+    check_attend,
     random_heads,
     random_tokens,
 )
 from tests.layer_checks import assert_config_round_trip
-
-
-def pool_step_by_step(x, logits, s, z, mask):
-    """s_i = s_{i-1} + exp(a_i) x_i; z_i = z_{i-1} + exp(a_i); g_i = s_i / z_i (float64)."""
-    pooled = []
-    for t in range(x.shape[1]):
-        weight = ops.exp(logits[:, t]) * np.asarray(mask, "float64")[:, t, None]  # [B, H]
-        s = s + weight[..., None] * x[:, t]
-        z = z + weight
-        pooled.append(s / ops.where(z > 0, z, 1.0)[..., None])
-    return ops.stack(pooled, axis=1)
-
-
-def reference(layer, q, k, v, state, mask):
-    q, k, v = (ops.cast(x, "float64") for x in (q, k, v))
-    scale = 1.0 / math.sqrt(layer.head_dim)
-
-    def initial(prefix):  # the layer's sums are relative to exp(m)
-        m = ops.cast(state[prefix + "m"], "float64")
-        return (
-            ops.cast(state[prefix + "s"][:, :, 0], "float64") * ops.exp(m)[..., None],
-            ops.cast(state[prefix + "z"][:, :, 0], "float64") * ops.exp(m),
-        )
-
-    w_q = ops.cast(layer.query_pool, "float64")
-    global_q = pool_step_by_step(
-        q, ops.einsum("bthd,hd->bth", q, w_q) * scale, *initial("q_"), mask
-    )
-    mixed = global_q * k
-    w_k = ops.cast(layer.key_pool, "float64")
-    global_k = pool_step_by_step(
-        mixed, ops.einsum("bthd,hd->bth", mixed, w_k) * scale, *initial("k_"), mask
-    )
-    u = ops.cast(global_k * v, "float32")
-    return layer.transform(u) + ops.cast(q, "float32"), {}
 
 
 def make_state(batch, heads, dim, seed=5):
@@ -64,12 +27,15 @@ def make_state(batch, heads, dim, seed=5):
     return state
 
 
+@pytest.mark.parametrize("start", ["carried", "empty"])
 @pytest.mark.parametrize(
-    "batch,length,heads,dim,chunk",
-    [(1, 7, 1, 4, 4), (2, 23, 3, 4, 8), (2, 12, 2, 6, 64)],
+    "batch,length,heads,dim,chunk,use_bias",
+    [(1, 7, 1, 4, 4, False), (2, 23, 3, 4, 8, True), (2, 12, 2, 6, 64, False)],
 )
-def test_matches_step_by_step_recurrence(batch, length, heads, dim, chunk):
-    layer = FastformerAttention(heads * dim, heads, chunk_size=chunk)
+def test_matches_step_by_step_recurrence(batch, length, heads, dim, chunk, use_bias, start):
+    """Outputs, both pooling states (sums relative to exp(m), and m) and the gradients
+    (inputs, pooling vectors, transform) equal the reference's."""
+    layer = FastformerAttention(heads * dim, heads, chunk_size=chunk, use_bias=use_bias)
     layer.build((None, None, heads * dim))
     rng = np.random.default_rng(2)
     # Pooling vectors large enough that the weights are far from uniform.
@@ -78,7 +44,18 @@ def test_matches_step_by_step_recurrence(batch, length, heads, dim, chunk):
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = make_state(batch, heads, dim)
-    assert_attend_matches(layer, lambda *a: reference(layer, *a), q, k, v, state, mask)
+    if start == "empty":
+        state = {name: np.zeros_like(value) for name, value in state.items()}
+        mask[0, :3] = False  # a stream that starts with padding
+    weights = {
+        "query_pool": layer.query_pool,
+        "key_pool": layer.key_pool,
+        "transform_kernel": layer.transform.kernel,
+    }
+    if use_bias:
+        layer.transform.bias.assign(rng.normal(size=(heads, dim)).astype("float32"))
+        weights["transform_bias"] = layer.transform.bias
+    check_attend(layer, references.fastformer, {}, q, k, v, state, mask, variables=weights)
 
 
 def test_segments_equal_one_call():

@@ -1,17 +1,14 @@
 """LARA: refused in causal models; non-causal against a per-head written-out reference."""
 
-import math
-
 import numpy as np
 import pytest
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.lara import LaraAttention
+from tests.attention import references
 from tests.attention.helpers import (
     assert_finite_on_large_inputs,
-    explicit_softmax,
-    gradients,
+    assert_matches_reference,
     random_heads,
     random_tokens,
     to_np,
@@ -19,70 +16,26 @@ from tests.attention.helpers import (
 from tests.layer_checks import assert_config_round_trip
 
 
-def logsumexp(x):
-    top = ops.max(x)
-    return top + ops.log(ops.sum(ops.exp(x - top)))
-
-
-def reference(layer, q, k, v, mask):
-    """Evaluation-mode LARA (w_c = mu_c), one example and head at a time."""
-    batch, length, heads, dim = q.shape
-    count = layer.num_landmarks
-    scale = 1.0 / math.sqrt(dim)
-    q2, k2 = layer.project_q(q), layer.project_k(k)
-    segment = [(t * count) // length for t in range(length)]
-    examples = []
-    for b in range(batch):
-        valid = [t for t in range(length) if mask[b, t]]
-        per_head = []
-        for h in range(heads):
-            members = [[t for t in valid if segment[t] == c] for c in range(count)]
-            used = [c for c in range(count) if members[c]]
-            mu = {
-                c: ops.mean(ops.stack([q2[b, t, h] for t in members[c]]), axis=0)
-                + ops.mean(ops.stack([k2[b, t, h] for t in members[c]]), axis=0)
-                for c in used
+def proposal_weights(layer):
+    """The proposal maps' weights, under the names the reference takes them."""
+    found = {}
+    for prefix, dense, norm in (
+        ("fq", layer.project_q_dense, layer.project_q_norm),
+        ("fk", layer.project_k_dense, layer.project_k_norm),
+    ):
+        found.update(
+            {
+                f"{prefix}_kernel": dense.kernel,
+                f"{prefix}_bias": dense.bias,
+                f"{prefix}_gamma": norm.gamma,
+                f"{prefix}_beta": norm.beta,
             }
-            q_bar = {
-                c: ops.mean(ops.stack([q2[b, t, h] for t in members[c]]), axis=0) for c in used
-            }
-
-            def log_p(c, x, mu=mu):  # proposal c's positive random feature of x: [n]
-                return (ops.matmul(x, mu[c]) - 0.5 * ops.sum(x * x, axis=-1)) * scale
-
-            keys = ops.stack([k[b, t, h] for t in valid])
-            values = ops.stack([v[b, t, h] for t in valid])
-            kv = {c: ops.matmul(explicit_softmax(log_p(c, keys), True), values) for c in used}
-            lse_k = {c: logsumexp(log_p(c, keys)) for c in used}
-            log_prop = {c: log_p(c, mu[c][None])[0] for c in used}
-            balance = {
-                c: ops.exp(
-                    log_prop[c] - logsumexp(ops.stack([log_p(c, mu[e][None])[0] for e in used]))
-                )
-                for c in used
-            }
-            queries = q[b, :, h]
-            t_cn = {
-                c: explicit_softmax(
-                    ops.matmul(ops.stack([q[b, t, h] for t in range(length)]), q_bar[c]) * scale,
-                    np.asarray(mask[b]),
-                )
-                for c in used
-            }
-            t_mean = sum(t_cn.values()) / len(used)
-            ratios = ops.stack(
-                [
-                    ops.log(ops.maximum(balance[c] + layer.alpha_coeff * (t_cn[c] - t_mean), 1e-8))
-                    + log_p(c, queries)
-                    + lse_k[c]
-                    - log_prop[c]
-                    for c in used
-                ]
-            )  # [used, n]
-            weights = ops.softmax(ratios, axis=0)
-            per_head.append(ops.einsum("cn,cd->nd", weights, ops.stack([kv[c] for c in used])))
-        examples.append(ops.stack(per_head, axis=1))
-    return ops.stack(examples)
+        )
+    rng = np.random.default_rng(6)
+    for name, weight in found.items():
+        if "kernel" not in name:  # not the initial zeros and ones
+            weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.5 + 0.5)
+    return found
 
 
 def test_causal_use_is_refused_with_a_clear_error():
@@ -92,24 +45,36 @@ def test_causal_use_is_refused_with_a_clear_error():
         LaraAttention(12, 3, causal=True)
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
 @pytest.mark.parametrize(
     "batch,length,heads,dim,landmarks", [(1, 7, 1, 4, 3), (2, 9, 2, 4, 4), (1, 3, 2, 4, 5)]
 )
-def test_matches_reference_in_evaluation(batch, length, heads, dim, landmarks):
+def test_matches_reference(fixed_noise, training, batch, length, heads, dim, landmarks):
+    """Outputs and gradients (inputs and the proposal maps) equal the reference's; in
+    training, with the layer's draws w_c = mu_c + noise given to the reference."""
     layer = LaraAttention(heads * dim, heads, num_landmarks=landmarks, alpha_coeff=2.0)
     layer.build((None, None, heads * dim))
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     mask[:, 0] = True
-    out, state = layer.attend(q, k, v, {}, mask=mask)
-    assert state == {}
-    np.testing.assert_allclose(
-        to_np(out), to_np(reference(layer, q, k, v, mask)), rtol=1e-4, atol=1e-5
+    config = {
+        "num_landmarks": landmarks,
+        "alpha_coeff": layer.alpha_coeff,
+        "epsilon": layer.project_q_norm.epsilon,
+    }
+
+    def run_layer(q, k, v):
+        return layer.attend(q, k, v, {}, mask=mask, training=training)
+
+    def run_reference(q, k, v, **weights):
+        noise = None
+        if training:
+            (noise,) = fixed_noise.by_shape.values()
+        return references.lara(config, weights, q, k, v, {}, mask, noise=noise)
+
+    assert_matches_reference(
+        run_layer, run_reference, dict(q=q, k=k, v=v), proposal_weights(layer), grad_rtol=2e-3
     )
-    fast = gradients(lambda q, k, v: layer.attend(q, k, v, {}, mask=mask)[0], [q, k, v])
-    slow = gradients(lambda q, k, v: reference(layer, q, k, v, mask), [q, k, v])
-    for name, got, want in zip("qkv", fast, slow, strict=True):
-        np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-4, err_msg=name)
 
 
 def test_training_samples_from_the_seed_generator():

@@ -1,29 +1,21 @@
-"""Linear attention (elu + 1) against its explicit masked quadratic form."""
+"""Linear attention (elu + 1) against its independent token-by-token reference."""
 
 import numpy as np
 import pytest
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
-from partf.attention.chunked import causal_linear_attention_reference
 from partf.attention.linear import LinearAttention
+from tests.attention import references
 from tests.attention.helpers import (
-    assert_attend_matches,
     assert_causal,
     assert_finite_on_large_inputs,
     assert_segments_equal_one_call,
+    check_attend,
     random_heads,
     random_state,
     random_tokens,
 )
 from tests.layer_checks import assert_config_round_trip
-
-
-def reference(q, k, v, state, mask):
-    """sum_{j<=i} phi(q_i).phi(k_j) v_j / sum_{j<=i} phi(q_i).phi(k_j), plus the state."""
-    phi = lambda x: ops.elu(ops.cast(x, "float64")) + 1.0
-    state = {"s": state["s"], "z": np.abs(state["z"])}
-    return causal_linear_attention_reference(phi(q), phi(k), v, state, mask=mask)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +29,7 @@ def test_matches_reference(batch, length, heads, dim, chunk):
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = random_state(layer, batch)
     state["z"] = np.abs(state["z"])  # sums of positive features
-    assert_attend_matches(layer, reference, q, k, v, state, mask)
+    check_attend(layer, references.linear, {}, q, k, v, state, mask)
 
 
 def test_segments_equal_one_call():

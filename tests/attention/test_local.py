@@ -1,38 +1,20 @@
-"""Sliding-window attention against a query-by-query reference."""
+"""Sliding-window attention against its independent reference."""
 
-import math
-
-import numpy as np
 import pytest
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.local import LocalAttention
+from tests.attention import references
 from tests.attention.helpers import (
-    assert_attend_matches,
     assert_causal,
     assert_finite_on_large_inputs,
     assert_segments_equal_one_call,
-    explicit_softmax,
+    check_attend,
     random_heads,
     random_state,
     random_tokens,
 )
 from tests.layer_checks import assert_config_round_trip
-
-
-def reference(window, q, k, v, state, mask):
-    """Query t sees the W tokens before it (state first) and itself."""
-    keys = ops.concatenate([state["win_k"], k], axis=1)  # token t sits at W + t
-    values = ops.concatenate([state["win_v"], v], axis=1)
-    valid = np.concatenate([np.asarray(state["win_valid"]) > 0.5, np.asarray(mask)], axis=1)
-    outs = []
-    for t in range(q.shape[1]):
-        part = slice(t, window + t + 1)
-        logits = ops.einsum("bhd,bjhd->bhj", q[:, t], keys[:, part]) / math.sqrt(q.shape[-1])
-        weights = explicit_softmax(logits, valid[:, None, part])
-        outs.append(ops.einsum("bhj,bjhd->bhd", weights, values[:, part]))
-    return ops.stack(outs, axis=1), {"win_k": keys[:, -window:], "win_v": values[:, -window:]}
 
 
 @pytest.mark.parametrize(
@@ -45,7 +27,7 @@ def test_matches_reference(batch, length, heads, dim, window):
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = random_state(layer, batch)
-    assert_attend_matches(layer, lambda *a: reference(window, *a), q, k, v, state, mask)
+    check_attend(layer, references.local, {"window_size": window}, q, k, v, state, mask)
 
 
 def test_segments_equal_one_call():

@@ -1,4 +1,5 @@
-"""Performer (FAVOR+) against the plain random-feature form, and against softmax."""
+"""Performer (FAVOR+) against the plain random-feature form (an independent reference),
+and against softmax."""
 
 import math
 
@@ -8,37 +9,19 @@ import pytest
 from keras import ops
 
 from partf.attention import create_attention, get_attention_class
-from partf.attention.chunked import causal_linear_attention_reference
-from partf.attention.performer import (
-    PerformerAttention,
-    draw_orthogonal_features,
-    performer_reference_features,
-)
+from partf.attention.performer import PerformerAttention, draw_orthogonal_features
+from tests.attention import references
 from tests.attention.helpers import (
-    assert_attend_matches,
     assert_causal,
     assert_finite_on_large_inputs,
     assert_segments_equal_one_call,
+    check_attend,
     explicit_softmax,
     random_heads,
     random_tokens,
     to_np,
 )
 from tests.layer_checks import assert_config_round_trip
-
-
-def unscaled(state):
-    """The layer keeps sums relative to exp(m); the reference wants them plain."""
-    scale = np.exp(np.asarray(state["m"], "float64"))
-    return {"s": state["s"] * scale[..., None, None], "z": state["z"] * scale[..., None]}
-
-
-def reference(layer, q, k, v, state, mask):
-    """Unstabilised features exp(w.x' - |x'|^2/2) in float64, explicit quadratic form."""
-    f = performer_reference_features(q, layer.projection)
-    g = performer_reference_features(k, layer.projection)
-    out, new = causal_linear_attention_reference(f, g, v, unscaled(state), mask=mask)
-    return out, {}
 
 
 def make_state(layer, batch, seed=5):
@@ -51,27 +34,52 @@ def make_state(layer, batch, seed=5):
     }
 
 
+@pytest.mark.parametrize("start", ["carried", "empty"])
 @pytest.mark.parametrize(
     "batch,length,heads,dim,features,chunk",
     [(1, 7, 1, 4, 6, 4), (2, 23, 3, 4, 16, 8), (2, 12, 2, 8, 8, 64)],
 )
-def test_matches_plain_random_feature_attention(batch, length, heads, dim, features, chunk):
-    """Same random features: the stabilised chunked path equals the plain formula."""
+def test_matches_plain_random_feature_attention(batch, length, heads, dim, features, chunk, start):
+    """Same random features: the stabilised chunked path equals the plain formula, the
+    state's sums (relative to exp(m)) and m included."""
     layer = PerformerAttention(heads * dim, heads, num_features=features, chunk_size=chunk, seed=3)
     layer.build((None, None, heads * dim))
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = make_state(layer, batch)
-    assert_attend_matches(
-        layer, lambda *a: reference(layer, *a), q, k, v, state, mask, grad_rtol=2e-3
-    )
-    _, new = layer.attend(q, k, v, state, mask=mask)
-    f = performer_reference_features(q, layer.projection)
-    g = performer_reference_features(k, layer.projection)
-    _, want = causal_linear_attention_reference(f, g, v, unscaled(state), mask=mask)
-    got = unscaled({name: to_np(value) for name, value in new.items()})
+    if start == "empty":
+        state = {name: np.zeros_like(value) for name, value in state.items()}
+        mask[0, :3] = False  # a stream that starts with padding
+    config = {"redraw": False}
+    constants = {"projection": layer.projection}
+    check_attend(
+        layer, references.performer, config, q, k, v, state, mask, constants=constants,
+        grad_rtol=2e-3,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
+def test_redraw_matches_reference(monkeypatch, training):
+    """With redraw, an example whose state is empty takes fresh rows in training (the
+    layer's own in evaluation) and keeps them in its state; the other example goes on
+    with the rows its state holds."""
+    heads, dim, features = 2, 4, 6
+    layer = PerformerAttention(heads * dim, heads, num_features=features, redraw=True, seed=3)
+    layer.build((None, None, heads * dim))
+    rng = np.random.default_rng(8)
+    fresh = rng.normal(size=(heads, features, dim)).astype("float32")
+    monkeypatch.setattr(layer, "draw_features", lambda: ops.convert_to_tensor(fresh))
+    q, k, v = random_heads(2, 9, heads, dim)
+    _, mask = random_tokens(2, 9, 1, seed=1)
+    state = make_state(layer, 2)
+    state["projection"] = rng.normal(size=(2, heads, features, dim)).astype("float32")
     for name in ("s", "z"):
-        np.testing.assert_allclose(got[name], to_np(want[name]), rtol=1e-4, atol=1e-6)
+        state[name][0] = 0.0  # example 0 starts a new stream
+    check_attend(
+        layer, references.performer, {"redraw": True}, q, k, v, state, mask,
+        constants={"projection": layer.projection}, training=training,
+        extra={"fresh": fresh if training else None}, grad_rtol=2e-3,
+    )  # fmt: skip
 
 
 def test_approximates_softmax_attention_with_many_features():
@@ -95,9 +103,9 @@ def test_features_estimate_the_softmax_kernel_without_bias():
     rng = np.random.default_rng(0)
     q, k = (rng.normal(size=(1, 1, 1, 8)) * 0.6 for _ in range(2))
     rows = draw_orthogonal_features(1, 65536, 8, keras.random.SeedGenerator(0))
-    estimate = np.mean(
-        to_np(performer_reference_features(q, rows)) * to_np(performer_reference_features(k, rows))
-    )
+    rows = to_np(rows)
+    features = [np.exp(references.favor_log_features(x, rows)) for x in (q, k)]
+    estimate = np.mean(features[0] * features[1])
     np.testing.assert_allclose(estimate, np.exp(np.sum(q * k) / math.sqrt(8)), rtol=0.02)
 
 

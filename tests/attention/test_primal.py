@@ -1,80 +1,71 @@
-"""Primal-Attention against the authors' causal form written out, and its KSVD loss."""
+"""Primal-Attention against an independent reference of the authors' causal form, and its
+KSVD loss."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.primal import PrimalAttention
+from tests.attention import references
 from tests.attention.helpers import (
     assert_causal,
     assert_finite_on_large_inputs,
+    assert_matches_reference,
     assert_segments_equal_one_call,
+    numpy_state,
     random_tokens,
-    to_np,
 )
 from tests.layer_checks import assert_config_round_trip
 
 
-def reference(layer, x, mask):
-    """Running means of q and k (explicit averaging matrix), l2-normalised,
-    projected by W_e and W_r, combined; the KSVD objective as in the authors'
-    criterion (Lambda as a diagonal matrix, trace of the head-mean of W_e^T W_r)."""
-    f64 = lambda t: ops.cast(t, "float64")
-    q, k = f64(layer.query_dense(x)), f64(layer.key_dense(x))
-    length = x.shape[1]
-    valid = np.asarray(mask, "float64")
-    average = np.tril(np.ones((length, length)))[None] * valid[:, None, :]  # [B, t, j]
-    average = average / np.maximum(average.sum(-1, keepdims=True), 1.0)
-    unit = lambda t: t / ops.maximum(ops.norm(t, axis=-1, keepdims=True), 1e-12)
-    q_hat = unit(ops.einsum("btj,bjhd->bthd", average, q))
-    k_hat = unit(ops.einsum("btj,bjhd->bthd", average, k))
-    e = ops.einsum("bthd,hds->bths", q_hat, f64(layer.w_e))
-    r = ops.einsum("bthd,hds->bths", k_hat, f64(layer.w_r))
-    out = layer.combine(ops.cast(ops.concatenate([e, r], axis=-1), "float32"))
-    y = layer.output_dense(out)
-
-    lam = np.stack([np.diag(row) for row in to_np(layer.lam)])  # [H, s, s]
-    tokens = valid.sum(1) * layer.num_heads
-
-    def energy(scores):
-        scaled = ops.einsum("bths,hsu->bthu", scores, lam)
-        per_token = ops.sum(scaled**2, axis=(2, 3)) * valid
-        return ops.sum(per_token, axis=1) / tokens / 2.0
-
-    head_mean = ops.mean(ops.einsum("hps,hpd->hsd", f64(layer.w_e), f64(layer.w_r)), axis=0)
-    trace = ops.trace(head_mean)
-    ksvd = ops.mean((energy(e) + energy(r) - trace) ** 2)
-    return y, layer.eta * ksvd
+def weights_of(layer):
+    """Every trainable weight, under the name the reference takes it."""
+    found = {
+        "query_kernel": layer.query_dense.kernel,
+        "key_kernel": layer.key_dense.kernel,
+        "w_e": layer.w_e,
+        "w_r": layer.w_r,
+        "lambda": layer.lam,
+        "combine_kernel": layer.combine.kernel,
+        "combine_bias": layer.combine.bias,
+        "output_kernel": layer.output_dense.kernel,
+    }
+    if layer.use_bias:
+        found.update(
+            query_bias=layer.query_dense.bias,
+            key_bias=layer.key_dense.bias,
+            output_bias=layer.output_dense.bias,
+        )
+    return found
 
 
+@pytest.mark.parametrize("start", ["carried", "empty"])
 @pytest.mark.parametrize("batch,length,heads,dim,rank", [(1, 7, 1, 4, 3), (2, 23, 3, 4, 5)])
-def test_matches_reference_with_ksvd_loss(batch, length, heads, dim, rank):
+def test_matches_reference_with_ksvd_loss(batch, length, heads, dim, rank, start):
+    """The output, the KSVD loss, the running sums and the gradients (input and every
+    weight, through the output and the loss) equal the reference's."""
     layer = PrimalAttention(heads * dim, heads, low_rank=rank, eta=0.3, use_bias=True, seed=2)
+    layer.build((None, None, heads * dim))
+    rng = np.random.default_rng(3)
+    for bias in (layer.query_dense.bias, layer.key_dense.bias, layer.combine.bias):
+        bias.assign(rng.normal(size=bias.shape).astype("float32"))
     x, mask = random_tokens(batch, length, heads * dim)
     mask[:, 0] = True  # the loss averages over real tokens: keep at least one
-    y, _ = layer(x, mask=mask)
-    assert len(layer.losses) == 1
-    want_y, want_loss = reference(layer, x, mask)
-    np.testing.assert_allclose(to_np(y), to_np(want_y), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(to_np(layer.losses[0]), to_np(want_loss), rtol=1e-4)
+    state = numpy_state(layer.get_initial_state(batch))
+    if start == "carried":
+        state = {
+            name: rng.normal(size=value.shape).astype("float32") for name, value in state.items()
+        }
 
-    def grads(fn):
-        variable = tf.Variable(x)
-        with tf.GradientTape() as tape:
-            out, loss = fn(variable)
-            total = tf.reduce_sum(tf.cast(out, tf.float64) * np.linspace(-1, 1, out.shape[-1]))
-            total = total + 10.0 * tf.cast(loss, tf.float64)
-        return to_np(tape.gradient(total, variable))
+    def run_layer(x):
+        y, new_state = layer(x, state=state, mask=mask)
+        assert len(layer.losses) == 1
+        return {"y": y, "loss": layer.losses[0]}, new_state
 
-    def fast(v):
-        out, _ = layer(v, mask=mask)
-        return out, layer.losses[0]
+    def run_reference(x, **weights):
+        return references.primal({"eta": layer.eta}, weights, x, state, mask)
 
-    np.testing.assert_allclose(
-        grads(fast), grads(lambda v: reference(layer, v, mask)), rtol=1e-3, atol=1e-5
-    )
+    assert_matches_reference(run_layer, run_reference, {"x": x}, weights_of(layer))
 
 
 def test_eta_zero_adds_no_loss_and_no_value_weights():

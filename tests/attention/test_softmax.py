@@ -1,19 +1,16 @@
-"""Softmax attention with key/value memory against a query-by-query reference."""
-
-import math
+"""Softmax attention with key/value memory against its independent reference."""
 
 import numpy as np
 import pytest
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.softmax import SoftmaxAttention
+from tests.attention import references
 from tests.attention.helpers import (
-    assert_attend_matches,
     assert_causal,
     assert_finite_on_large_inputs,
     assert_segments_equal_one_call,
-    explicit_softmax,
+    check_attend,
     random_heads,
     random_state,
     random_tokens,
@@ -21,27 +18,6 @@ from tests.attention.helpers import (
     to_np,
 )
 from tests.layer_checks import assert_config_round_trip
-
-
-def reference(layer, q, k, v, state, mask):
-    """Each query t over the memory and tokens <= t (all tokens if not causal)."""
-    mem = layer.mem_len
-    length = q.shape[1]
-    keys, values, valid = k, v, np.asarray(mask)
-    if mem:
-        keys = ops.concatenate([state["mem_k"], k], axis=1)
-        values = ops.concatenate([state["mem_v"], v], axis=1)
-        valid = np.concatenate([np.asarray(state["mem_valid"]) > 0.5, valid], axis=1)
-    outs = []
-    for t in range(length):
-        stop = mem + t + 1 if layer.causal else mem + length
-        logits = ops.einsum("bhd,bjhd->bhj", q[:, t], keys[:, :stop]) / math.sqrt(q.shape[-1])
-        weights = explicit_softmax(logits, valid[:, None, :stop])
-        outs.append(ops.einsum("bhj,bjhd->bhd", weights, values[:, :stop]))
-    new_state = {}
-    if mem:
-        new_state = {"mem_k": keys[:, -mem:], "mem_v": values[:, -mem:]}
-    return ops.stack(outs, axis=1), new_state
 
 
 @pytest.mark.parametrize(
@@ -59,7 +35,8 @@ def test_matches_reference(batch, length, heads, dim, mem_len, causal):
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = random_state(layer, batch)
-    assert_attend_matches(layer, lambda *a: reference(layer, *a), q, k, v, state, mask)
+    config = {"mem_len": mem_len, "causal": causal}
+    check_attend(layer, references.softmax, config, q, k, v, state, mask)
 
 
 def test_memory_holds_the_last_keys_and_values():

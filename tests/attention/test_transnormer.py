@@ -1,53 +1,35 @@
-"""TransNormer's NormAttention and DiagAttention against explicit references."""
-
-import math
+"""TransNormer's NormAttention and DiagAttention against independent references."""
 
 import numpy as np
 import pytest
-from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.transnormer import DiagAttention, NormAttention
+from tests.attention import references
 from tests.attention.helpers import (
-    assert_attend_matches,
     assert_causal,
     assert_finite_on_large_inputs,
     assert_segments_equal_one_call,
-    explicit_softmax,
+    check_attend,
     random_heads,
     random_state,
     random_tokens,
 )
 from tests.layer_checks import assert_config_round_trip
 
-PHI = {
-    "elu": lambda x: ops.elu(x),
-    "elu+1": lambda x: ops.elu(x) + 1.0,
-    "relu": lambda x: ops.relu(x),
-}
 
-
-def normalized(layer, out):
-    if layer.norm_type == "simple_rms":
-        return out / ops.sqrt(ops.mean(out * out, axis=(-2, -1), keepdims=True) + 1e-6)
+def settings(layer):
+    """The reference's config and the output normalisation's weights (layer norm)."""
+    config = {"norm_type": layer.norm_type}
+    weights = {}
     if layer.norm_type == "layer":
-        return layer.output_norm(out)
-    return out
-
-
-def norm_reference(layer, q, k, v, state, mask):
-    """Norm(sum_{j<=i} (phi(q_i).phi(k_j)) v_j + phi(q_i) S): no denominator."""
-    phi = PHI[layer.feature_map]
-    f, g = phi(ops.cast(q, "float64")), phi(ops.cast(k, "float64"))
-    length = q.shape[1]
-    g = g * np.asarray(mask, "float64")[:, :, None, None]
-    causal = np.tril(np.ones((length, length)))
-    weights = ops.einsum("bihf,bjhf->bhij", f, g) * causal
-    s0 = ops.cast(state["s"], "float64")
-    out = ops.einsum("bhij,bjhd->bihd", weights, ops.cast(v, "float64"))
-    out = out + ops.einsum("bihf,bhfd->bihd", f, s0)
-    new_s = s0 + ops.einsum("bjhf,bjhd->bhfd", g, ops.cast(v, "float64"))
-    return normalized(layer, ops.cast(out, "float32")), {"s": new_s}
+        config["norm_epsilon"] = layer.output_norm.epsilon
+        rng = np.random.default_rng(4)
+        shape = layer.output_norm.gamma.shape
+        layer.output_norm.gamma.assign(rng.normal(size=shape).astype("float32") + 1.0)
+        layer.output_norm.beta.assign(rng.normal(size=shape).astype("float32"))
+        weights = {"norm_gamma": layer.output_norm.gamma, "norm_beta": layer.output_norm.beta}
+    return config, weights
 
 
 @pytest.mark.parametrize(
@@ -66,59 +48,31 @@ def test_norm_matches_reference(batch, length, heads, dim, chunk, feature_map, n
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = random_state(layer, batch)
-    assert_attend_matches(
-        layer, lambda *a: norm_reference(layer, *a), q, k, v, state, mask, rtol=2e-4
-    )
-
-
-def diag_reference(layer, q, k, v, state, mask):
-    """Per example: the carried tokens then the segment, at positions 0, 1, ...
-    of the open block; query p sees keys j <= p of its own block of W."""
-    window = layer.window_size
-    outs, buffers = [], {"buf_k": [], "buf_v": [], "buf_valid": []}
-    for b in range(q.shape[0]):
-        carried = int(state["offset"][b])
-        keys = ops.concatenate([state["buf_k"][b, :carried], k[b]], axis=0)  # [P, H, Dh]
-        values = ops.concatenate([state["buf_v"][b, :carried], v[b]], axis=0)
-        valid = np.concatenate([state["buf_valid"][b, :carried] > 0.5, np.asarray(mask[b])])
-        rows = []
-        for t in range(q.shape[1]):
-            p = carried + t
-            start = (p // window) * window
-            logits = ops.einsum("hd,jhd->hj", q[b, t], keys[start : p + 1])
-            logits = logits / math.sqrt(q.shape[-1])
-            visible = valid[None, start : p + 1]
-            if layer.diag_activation == "softmax":
-                weights = explicit_softmax(logits, visible)
-            else:
-                weights = ops.relu(logits) * visible
-            rows.append(ops.einsum("hj,jhd->hd", weights, values[start : p + 1]))
-        outs.append(ops.stack(rows))
-        end = carried + q.shape[1]
-        start = (end // window) * window
-        pad = [[0, window - (end - start)], [0, 0], [0, 0]]
-        buffers["buf_k"].append(ops.pad(keys[start:end], pad))
-        buffers["buf_v"].append(ops.pad(values[start:end], pad))
-        buffers["buf_valid"].append(np.pad(valid[start:end], [0, window - (end - start)]))
-    new_state = {name: ops.stack(parts) for name, parts in buffers.items()}
-    new_state["buf_valid"] = ops.cast(new_state["buf_valid"], "float32")
-    new_state["offset"] = (np.asarray(state["offset"]) + q.shape[1]) % window
-    return normalized(layer, ops.stack(outs)), new_state
+    config, weights = settings(layer)
+    config["feature_map"] = feature_map
+    check_attend(layer, references.norm, config, q, k, v, state, mask, variables=weights, rtol=2e-4)
 
 
 @pytest.mark.parametrize(
-    "batch,length,heads,dim,window,activation",
-    [(1, 7, 1, 4, 3, "softmax"), (2, 23, 3, 4, 8, "softmax"), (2, 5, 2, 3, 16, "relu")],
+    "batch,length,heads,dim,window,activation,norm_type",
+    [
+        (1, 7, 1, 4, 3, "softmax", "simple_rms"),
+        (2, 23, 3, 4, 8, "softmax", "layer"),
+        (2, 5, 2, 3, 16, "relu", "simple_rms"),
+        (2, 13, 2, 3, 4, "relu", "none"),
+    ],
 )
-def test_diag_matches_reference(batch, length, heads, dim, window, activation):
-    layer = DiagAttention(heads * dim, heads, window_size=window, diag_activation=activation)
+def test_diag_matches_reference(batch, length, heads, dim, window, activation, norm_type):
+    layer = DiagAttention(
+        heads * dim, heads, window_size=window, diag_activation=activation, norm_type=norm_type
+    )
     layer.build((None, None, heads * dim))
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = random_state(layer, batch)
-    assert_attend_matches(
-        layer, lambda *a: diag_reference(layer, *a), q, k, v, state, mask, rtol=2e-4
-    )
+    config, weights = settings(layer)
+    config.update(window_size=window, diag_activation=activation)
+    check_attend(layer, references.diag, config, q, k, v, state, mask, variables=weights, rtol=2e-4)
 
 
 @pytest.mark.parametrize(
