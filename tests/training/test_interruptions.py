@@ -177,6 +177,8 @@ def test_kills_at_several_points_then_resume(records, reference, tmp_path):
     _wait_for(process, lambda: newest() > before)
     _kill(process)
 
-    if newest() < STEPS:
-        assert main(_argv(records, tmp_path)) == 0
+    # Resume whatever happened: stage 4 may have been killed right after the last
+    # checkpoint (when a signal was handled late, stages 3 and 4 start from the same
+    # step), before results.json was written. Resuming at the last step writes them.
+    assert main(_argv(records, tmp_path)) == 0
     _assert_same_result(tmp_path, reference)

@@ -25,7 +25,8 @@ def _data():
 
 def _fit(batches, guard=None, monitor=False):
     """SGD (constant rate: the step counter does not matter) on the given batch indices,
-    4 steps per XLA-compiled execution."""
+    4 steps per XLA-compiled execution. Returns the model, the history and the
+    `SpikeMonitor` (None without `monitor`)."""
     x, y = _data()
     rows = np.concatenate([np.arange(b * BATCH, (b + 1) * BATCH) for b in batches])
     keras.utils.set_random_seed(1)
@@ -36,33 +37,33 @@ def _fit(batches, guard=None, monitor=False):
         jit_compile=True,
         steps_per_execution=4,
     )
-    callbacks = []
+    callbacks, spike_monitor = [], None
     if guard is not None:
         guard.install(model)
         if monitor:
             progress = RunProgress(
                 batches_per_epoch=len(batches), total_steps=len(batches), tokens_per_batch=BATCH
             )
-            callbacks.append(SpikeMonitor(progress, tf.summary.create_noop_writer(), guard, 4))
-            model.progress = progress
+            spike_monitor = SpikeMonitor(progress, tf.summary.create_noop_writer(), guard, 4)
+            callbacks.append(spike_monitor)
     history = model.fit(
         x[rows], y[rows], batch_size=BATCH, shuffle=False, verbose=0, callbacks=callbacks
     )
-    return model, history
+    return model, history, spike_monitor
 
 
 @pytest.fixture(scope="module")
 def clean():
     """The reference: the spiky and NaN batches left out."""
-    model, _ = _fit([b for b in range(STEPS) if b not in (SPIKE, NAN)])
+    model, _, _ = _fit([b for b in range(STEPS) if b not in (SPIKE, NAN)])
     return [w.numpy() for w in model.weights]
 
 
 def test_skip_drops_exactly_the_spiky_steps(clean, caplog):
     guard = SpikeGuard("skip", factor=3.0, warmup=3)
     with caplog.at_level("WARNING", logger="partf.training"):
-        model, history = _fit(range(STEPS), guard, monitor=True)
-    assert model.progress.skipped_steps == 2 and model.progress.spike_stop is None
+        model, history, monitor = _fit(range(STEPS), guard, monitor=True)
+    assert monitor.skipped == 2 and monitor.outcome is None
     assert "loss spike guard: 2 step(s) skipped" in caplog.text  # reported at the epoch end
     for got, want in zip(model.weights, clean, strict=True):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
@@ -72,9 +73,9 @@ def test_skip_drops_exactly_the_spiky_steps(clean, caplog):
 
 def test_stop_drops_every_later_step(clean):
     guard = SpikeGuard("stop", factor=3.0, warmup=3)
-    model, _ = _fit(range(STEPS), guard, monitor=True)
-    assert model.progress.spike_stop is not None  # the host was told to stop
-    before, _ = _fit(range(SPIKE))
+    model, _, monitor = _fit(range(STEPS), guard, monitor=True)
+    assert monitor.outcome is not None and monitor.outcome.kind == "spike"  # told to stop
+    before, _, _ = _fit(range(SPIKE))
     for got, want in zip(model.weights, before.weights, strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
     # The host stops after the execution (4 steps) holding the spike; its later steps
@@ -83,8 +84,8 @@ def test_stop_drops_every_later_step(clean):
 
 
 def test_without_the_guard_the_spike_is_applied(clean):
-    model, _ = _fit(range(SPIKE + 1))
-    partial, _ = _fit(range(SPIKE))
+    model, _, _ = _fit(range(SPIKE + 1))
+    partial, _, _ = _fit(range(SPIKE))
     moved = max(
         float(np.max(np.abs(a.numpy() - b.numpy())))
         for a, b in zip(model.weights, partial.weights, strict=True)
