@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras import ops
 
 from partf.models import ModelConfig, PARTransformerXL
 from tests.layer_checks import assert_close, assert_config_round_trip
@@ -111,19 +112,52 @@ def test_batch_must_match_memory(model):
     assert hidden.shape == (3, 4, CONFIG.d_model)
 
 
-def test_pads_are_masked_and_free(model):
+#: Every causal mechanism, with options small enough for these short streams.
+CAUSAL = ["relative", "softmax", "local", "linear", "performer", "fastformer", "norm", "diag"]
+CAUSAL += ["primal", "eva"]
+SMALL = dict(window_size=4, chunk_size=2, num_features=8, mem_chunks=2, low_rank=3)
+
+
+@pytest.mark.parametrize("attention", CAUSAL)
+def test_pads_inside_and_at_the_end_are_never_attended(attention):
+    """Pads (token 0) inside a segment and at its end, then a second segment reading the
+    memory they left: no real token's hidden state depends on what a pad holds. The pad
+    embedding is changed to show it; the pads' own states do change, so the change
+    reaches the network."""
+    keras.utils.set_random_seed(17)
+    net = PARTransformerXL(
+        CONFIG, attention=attention, attention_options=SMALL, architecture="A D A D",
+        num_layers=4,
+    )  # fmt: skip
+    first, second = tokens(6, seed=5), tokens(4, seed=6)
+    first[0, 2] = 0  # inside the segment
+    first[1, 4:] = 0  # at its end, as in the final partial batch
+
+    def run():
+        hidden_1, states = net.forward(first, net.initial_state(B))
+        hidden_2, _ = net.forward(second, states)
+        return np.asarray(hidden_1), np.asarray(hidden_2), states
+
+    before_1, before_2, states = run()
+    table = net.embedding.embeddings
+    table.assign(ops.scatter_update(table, [[0]], keras.random.normal((1, CONFIG.d_model))))
+    after_1, after_2, _ = run()
+    real = first != 0
+    np.testing.assert_allclose(after_1[real], before_1[real], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after_2, before_2, rtol=1e-5, atol=1e-6)
+    assert np.abs(after_1[~real] - before_1[~real]).max() > 1e-3
+    if attention == "relative":  # the memory marks the pads it holds
+        mask = np.asarray(states[0][0]["memory_mask"])
+        np.testing.assert_array_equal(mask, [[1, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
+
+
+def test_pads_cost_nothing_in_the_loss(model):
     x = tokens(6, seed=5)
-    x[1, 4:] = 0  # a final partial segment
-    hidden, states = model.forward(x, model.initial_state(B))
-    memory_mask = np.asarray(states[0][0]["memory_mask"])
-    np.testing.assert_array_equal(memory_mask[1], [1, 1, 1, 0, 0])
-    # Changing what sits in the padded slots changes nothing for real tokens.
-    other = x.copy()
-    other[1, 4:] = 0
-    other_hidden, _ = model.forward(other, model.initial_state(B))
-    assert_close(other_hidden[:, :4], hidden[:, :4])
+    x[0, 2] = 0
+    x[1, 4:] = 0
+    hidden, _ = model.forward(x, model.initial_state(B))
     nll = np.asarray(model.token_nll(hidden, x))
-    assert np.all(nll[1, 4:] == 0) and np.all(nll[x != 0] > 0)
+    assert np.all(nll[x == 0] == 0) and np.all(nll[x != 0] > 0)
     loss = float(model.compute_loss(x=None, y=x, y_pred=hidden))
     assert loss == pytest.approx(nll.sum() / (x != 0).sum(), rel=1e-5)
     log_probs = np.asarray(model.log_probs(hidden))
