@@ -16,6 +16,73 @@ from tests.layer_checks import assert_close, assert_config_round_trip
 V, D = 40, 16
 
 
+def weights_of(layer):
+    """The layer's weights by role: head (kernel, bias), then per tail cluster
+    (projection, output kernel, output bias)."""
+    tails = [
+        (proj.kernel, out.kernel, out.bias)
+        for proj, out in zip(layer.tail_projections, layer.tail_outputs, strict=True)
+    ]
+    return (layer.head.kernel, layer.head.bias), tails
+
+
+def numpy_adaptive_softmax(layer, hidden, targets, upstream):
+    """Grave et al.'s adaptive softmax in float64 numpy from the raw weights.
+
+    log p(t) = log softmax(h W_head + b)[t] for a head token; for a token of tail
+    cluster i, log softmax(head)[c0 + i] + log softmax((h P_i) W_i + b_i)[t - low_i].
+
+    Returns (log-probabilities [..., V], -log p(target) [...] with 0 at target 0, and the
+    gradients of sum(upstream * nll) with respect to hidden and to every weight, in
+    `layer.trainable_weights` order), the gradients written out from
+    d(-log softmax(z)[t]) / dz = softmax(z) - onehot(t).
+    """
+    (head_kernel, head_bias), tails = weights_of(layer)
+    as64 = lambda w: np.asarray(ops.convert_to_numpy(w), "float64")
+    h = as64(hidden).reshape(-1, as64(hidden).shape[-1])
+    t = np.asarray(targets).reshape(-1)
+    u = np.asarray(upstream, "float64").reshape(-1) * (t != 0)
+    cutoffs, vocab = layer.cutoffs, layer.vocab_size
+    bounds = (*cutoffs, vocab)
+
+    def log_softmax(z):
+        z = z - z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+    head_logits = h @ as64(head_kernel) + as64(head_bias)
+    head = log_softmax(head_logits)
+    c0 = cutoffs[0] if cutoffs else vocab
+    log_probs = np.zeros((len(h), vocab))
+    log_probs[:, :c0] = head[:, :c0]
+    cluster = np.searchsorted(np.asarray(cutoffs), t, side="right") if cutoffs else 0 * t
+    head_target = np.where(cluster == 0, t, c0 + cluster - 1)
+    d_head = np.exp(head) * u[:, None]
+    d_head[np.arange(len(h)), head_target] -= u
+    grads = {id(head_kernel): h.T @ d_head, id(head_bias): d_head.sum(0)}
+    d_hidden = d_head @ as64(head_kernel).T
+    for i, (projection, kernel, bias) in enumerate(tails):
+        low, high = bounds[i], bounds[i + 1]
+        z = h @ as64(projection)
+        tail = log_softmax(z @ as64(kernel) + as64(bias))
+        log_probs[:, low:high] = head[:, c0 + i : c0 + i + 1] + tail
+        member = (cluster == i + 1) * u
+        d_tail = np.exp(tail) * member[:, None]
+        rows = np.flatnonzero(member)
+        d_tail[rows, t[rows] - low] -= member[rows]
+        grads[id(kernel)], grads[id(bias)] = z.T @ d_tail, d_tail.sum(0)
+        d_z = d_tail @ as64(kernel).T
+        grads[id(projection)] = h.T @ d_z
+        d_hidden += d_z @ as64(projection).T
+    nll = np.where(t == 0, 0.0, -log_probs[np.arange(len(h)), t])
+    shape = np.shape(targets)
+    weight_grads = [grads[id(w)] for w in layer.trainable_weights]
+    return (
+        log_probs.reshape(*shape, vocab),
+        nll.reshape(shape),
+        [d_hidden.reshape(np.shape(hidden)), *weight_grads],
+    )
+
+
 @pytest.fixture(scope="module")
 def hidden():
     return keras.random.normal((3, 5, D), seed=0)
@@ -33,35 +100,29 @@ def targets():
 @pytest.mark.parametrize(
     "cutoffs, proj_dims", [((10, 25), None), ((10, 25), (5, 3)), ((7,), None), ((), None)]
 )
-def test_distribution_and_nll(hidden, targets, cutoffs, proj_dims):
+def test_distribution_nll_and_gradients_match_numpy(hidden, targets, cutoffs, proj_dims):
+    """log_probs, token_nll and the gradients of the loss (hidden states and every
+    weight) against the numpy reference built from the raw head and tail weights."""
     layer = AdaptiveSoftmax(V, cutoffs=cutoffs, proj_factor=2, proj_dims=proj_dims)
-    log_probs = np.asarray(layer(hidden))
-    assert log_probs.shape == (3, 5, V)
-    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
-    nll = np.asarray(layer.token_nll(hidden, targets))
-    expected = -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
-    expected[targets == 0] = 0.0
-    np.testing.assert_allclose(nll, expected, rtol=1e-5, atol=1e-5)
-
-
-def test_nll_gradients_match_full_distribution(hidden, targets):
-    layer = AdaptiveSoftmax(V, cutoffs=(10, 25))
     layer.build(hidden.shape)
-    with tf.GradientTape(persistent=True) as tape:
-        fast = ops.sum(layer.token_nll(hidden, targets))
-        full = -ops.sum(
-            ops.where(
-                targets == 0,
-                0.0,
-                ops.take_along_axis(layer.log_probs(hidden), targets[..., None], -1)[..., 0],
-            )
-        )
-    for got, want in zip(
-        tape.gradient(fast, layer.trainable_weights),
-        tape.gradient(full, layer.trainable_weights),
-        strict=True,
-    ):
-        assert_close(got, want, atol=1e-5)
+    # Non-zero biases, so a wrong offset between head and tails shows.
+    rng = np.random.default_rng(4)
+    for weight in layer.trainable_weights:
+        if len(weight.shape) == 1:
+            weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    upstream = rng.uniform(size=targets.shape)
+    want_log_probs, want_nll, want_grads = numpy_adaptive_softmax(layer, hidden, targets, upstream)
+    log_probs = np.asarray(layer(hidden))
+    np.testing.assert_allclose(log_probs, want_log_probs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
+    with tf.GradientTape() as tape:
+        tape.watch(hidden)
+        nll = layer.token_nll(hidden, targets)
+        loss = ops.sum(nll * upstream)
+    np.testing.assert_allclose(np.asarray(nll), want_nll, rtol=1e-5, atol=1e-5)
+    got = tape.gradient(loss, [hidden, *layer.trainable_weights])
+    for g, w in zip(got, want_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
 
 
 def test_tail_projections():
@@ -150,29 +211,21 @@ def tail_case():
             loss = ops.sum(nll * weights)
         return nll, tape.gradient(loss, [h, *layer.trainable_weights])
 
-    def full(h, targets):
-        with tf.GradientTape() as tape:
-            tape.watch(h)
-            picked = ops.take_along_axis(layer.log_probs(h), targets[..., None], -1)[..., 0]
-            nll = ops.where(targets == 0, 0.0, -picked)
-            loss = ops.sum(nll * weights)
-        return nll, tape.gradient(loss, [h, *layer.trainable_weights])
-
     functions = {False: fast, True: tf.function(fast, jit_compile=True)}
-    return hidden, functions, full
+    return layer, hidden, weights, functions
 
 
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("kind", ["few_in_tails", "uniform", "one_tail_empty", "all_in_tail"])
-def test_gathered_tails_match_full_distribution(tail_case, kind, jit):
+def test_gathered_tails_match_numpy(tail_case, kind, jit):
     # token_nll scores each tail cluster on a block of its rows only, with a
-    # hand-written gradient; check values and gradients (to the hidden states
-    # and every weight) against -log p from the full distribution, for each
-    # block size, with and without XLA.
-    hidden, functions, full = tail_case
-    targets = ops.convert_to_tensor(_tail_targets(kind))
-    got = functions[jit](hidden, targets)
-    want = full(hidden, targets)
-    assert_close(got[0], want[0], atol=1e-5)
-    for g, w in zip(got[1], want[1], strict=True):
-        assert_close(g, w, atol=1e-5)
+    # hand-written gradient; check values and gradients (to the hidden states and
+    # every weight) against the numpy reference, for each block size, with and
+    # without XLA.
+    layer, hidden, weights, functions = tail_case
+    targets = _tail_targets(kind)
+    nll, grads = functions[jit](hidden, ops.convert_to_tensor(targets))
+    _, want_nll, want_grads = numpy_adaptive_softmax(layer, hidden, targets, weights)
+    np.testing.assert_allclose(np.asarray(nll), want_nll, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
