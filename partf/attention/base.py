@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 import keras
 from keras import ops
 
+from partf.attention.masking import valid_tokens
+from partf.attention.positions import apply_rotary, stream_positions
 from partf.random import Dropout
 from partf.serialization import register
 
@@ -132,6 +134,11 @@ class Attention(keras.layers.Layer):
             modelling needs True; a mechanism that cannot be causal raises a
             `ValueError` when asked to be.
         use_bias: whether the projections have biases.
+        rotary: rotary position embedding (RoPE) of queries and keys, by each token's
+            absolute position in its stream (`partf.attention.positions`). The
+            position reached is carried in the state ("position", int32 [B]), so
+            segments still equal one call. Only mechanisms with a query-key dot
+            product take it (`supports_rotary`); others raise a `ValueError`.
     """
 
     #: Whether the mechanism supports `causal=True`.
@@ -145,6 +152,15 @@ class Attention(keras.layers.Layer):
     #: Whether the mechanism reads values; False builds no value projection
     #: (such a mechanism overrides `call`).
     uses_values: ClassVar[bool] = True
+    #: Whether rotary positions are defined for the mechanism: it scores queries
+    #: against keys by a dot product, which rotation makes depend on relative position.
+    supports_rotary: ClassVar[bool] = False
+    #: Whether the mechanism encodes positions itself (relative attention); asked for
+    #: rotary positions inside a model, it keeps its own encoding (`create_attention`).
+    encodes_positions: ClassVar[bool] = False
+    #: Where rotation happens: True rotates the projected queries and keys before
+    #: `attend`; False leaves it to `attend` (linear attentions rotate their features).
+    rotates_projections: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -161,6 +177,7 @@ class Attention(keras.layers.Layer):
         dropout_rate: float = 0.0,
         causal: bool = True,
         use_bias: bool = False,
+        rotary: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -181,12 +198,24 @@ class Attention(keras.layers.Layer):
                 f"{type(self).__name__} is non-causal only and cannot be used in a "
                 "causal (language-modelling) model; choose another attention."
             )
+        if rotary and not self.supports_rotary:
+            raise ValueError(
+                f"rotary positions are not defined for {type(self).__name__}: it has no "
+                "query-key dot product to rotate; use position 'sinusoidal', 'learned' or "
+                "'none' with it."
+            )
+        if rotary and head_dim % 2:
+            raise ValueError(
+                f"rotary positions rotate pairs of features, so head_dim must be even, got "
+                f"{head_dim}; choose num_heads so that d_model / num_heads is even."
+            )
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.dropout_rate = dropout_rate
         self.causal = causal
         self.use_bias = use_bias
+        self.rotary = bool(rotary)
         # `mask` is our own padding argument, not Keras mask propagation;
         # accepting it avoids Keras' "destroys the mask" warning on every call.
         self.supports_masking = True
@@ -233,6 +262,23 @@ class Attention(keras.layers.Layer):
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         """Name -> (shape, dtype) of each state tensor; empty for stateless ones."""
         return {}
+
+    def position_state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The state entry of rotary positions: "position" int32 [B], the real tokens
+        of the stream read so far ({} without rotary). Each `state_spec` adds it."""
+        return {"position": ((batch_size,), "int32")} if self.rotary else {}
+
+    def token_positions(self, state: State, mask: Any | None, batch: Any, length: Any) -> Any:
+        """int32 [B, T]: each token's absolute position in its stream (rotary only)."""
+        valid = valid_tokens(mask, batch, length)
+        return stream_positions(state["position"], valid)[0]
+
+    def advance_positions(self, state: State, mask: Any | None, batch: Any, length: Any) -> State:
+        """The "position" entry after this segment ({} without rotary)."""
+        if not self.rotary:
+            return {}
+        valid = valid_tokens(mask, batch, length)
+        return {"position": stream_positions(state["position"], valid)[1]}
 
     def get_initial_state(self, batch_size: int) -> State:
         """The empty state: zeros of `state_spec`, meaning "no context yet"."""
@@ -286,7 +332,12 @@ class Attention(keras.layers.Layer):
         q = self.query_dense(x)  # [B, T, H, Dh]
         k = self.key_dense(x)
         v = self.value_dense(x)
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        if self.rotary and self.rotates_projections:
+            positions = self.token_positions(state, mask, batch, length)
+            q, k = apply_rotary(q, positions), apply_rotary(k, positions)
         out, new_state = self.attend(q, k, v, state, mask=mask, training=training)
+        new_state = {**new_state, **self.advance_positions(state, mask, batch, length)}
         y = self.output_dense(out)  # [B, T, D]
         return self.dropout(y, training=training), new_state
 
@@ -320,5 +371,6 @@ class Attention(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             causal=self.causal,
             use_bias=self.use_bias,
+            rotary=self.rotary,
         )
         return config

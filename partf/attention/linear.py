@@ -9,6 +9,13 @@ and (S, z) is the state: unbounded context at constant cost per token.
 `FeatureMapAttention` is the shared base of every mechanism of this form
 (Performer, TransNormer's NormAttention): a subclass only says how features
 are made; the chunk-wise kernel in `partf.attention.chunked` does the rest.
+
+Rotary positions (RoFormer, section 3.4.3) rotate the features, not the
+projections: rotating q and k before an element-wise feature map would not give
+scores that depend on relative positions. The numerator then sums
+(R_i phi(q_i)) . (R_j phi(k_j)) v_j, a function of i - j, and a normalised
+mechanism keeps the unrotated phi(q_i) . phi(k_j) as its denominator, which stays
+positive. Performer's features estimate exp(q . k) itself, so it rotates q and k.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from keras import ops
 
 from partf.attention.base import Attention, State
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
+from partf.attention.positions import apply_rotary
 from partf.attention.registry import register_attention
 
 
@@ -33,10 +41,16 @@ class FeatureMapAttention(Attention):
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         chunk_size: tokens per chunk of the chunk-wise computation (a speed
             knob only: the result does not depend on it).
+
+    With `rotary` (and features not log-scaled), the state holds the sums of the
+    rotated features, `s`, and, when normalising, the plain feature sum as
+    `den_s` [B, H, F, 1] in place of `z`.
     """
 
     normalize: bool = True
     log_scaled: bool = False
+    supports_rotary = True
+    rotates_projections = False
 
     def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, **kwargs: Any):
         super().__init__(d_model, num_heads, **kwargs)
@@ -51,15 +65,28 @@ class FeatureMapAttention(Attention):
         """F, the width of phi(x)."""
         return self.head_dim
 
+    @property
+    def rotates_features(self) -> bool:
+        """Whether rotary positions rotate the features (not the projections)."""
+        return self.rotary and not self.rotates_projections
+
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
-        return linear_state_spec(
-            batch_size,
-            self.num_heads,
-            self.feature_dim,
-            self.head_dim,
-            normalize=self.normalize,
-            log_scale=self.log_scaled,
-        )
+        heads, features = self.num_heads, self.feature_dim
+        if self.rotates_features:
+            spec = linear_state_spec(batch_size, heads, features, self.head_dim, normalize=False)
+            if self.normalize:  # the unrotated denominator: a sum for a value of 1
+                den = linear_state_spec(batch_size, heads, features, 1, False, prefix="den_")
+                spec.update(den)
+        else:
+            spec = linear_state_spec(
+                batch_size,
+                heads,
+                features,
+                self.head_dim,
+                normalize=self.normalize,
+                log_scale=self.log_scaled,
+            )
+        return {**spec, **self.position_state_spec(batch_size)}
 
     def features(
         self, q: Any, k: Any, state: State, training: bool | None
@@ -70,6 +97,10 @@ class FeatureMapAttention(Attention):
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
         q_feat, k_feat, log_scale, extra = self.features(q, k, state, training)
+        if self.rotates_features:
+            out, new_state = self._rotated(q_feat, k_feat, v, state, mask)
+            new_state.update(extra)
+            return ops.cast(self.finish(out), q.dtype), new_state
         out, new_state = causal_linear_attention(
             q_feat,
             k_feat,
@@ -83,6 +114,24 @@ class FeatureMapAttention(Attention):
         new_state.update(extra)
         return ops.cast(self.finish(out), q.dtype), new_state
 
+    def _rotated(self, q_feat, k_feat, v, state, mask) -> tuple[Any, State]:
+        """Linear attention with rotated features in the numerator (see the module
+        docstring): float32 output [B, T, H, Dv] and the new sums."""
+        batch, length = ops.shape(v)[0], ops.shape(v)[1]
+        positions = self.token_positions(state, mask, batch, length)
+        q_rot, k_rot = apply_rotary(q_feat, positions), apply_rotary(k_feat, positions)
+        common = dict(mask=mask, chunk_size=self.chunk_size, normalize=False)
+        num, new_state = causal_linear_attention(q_rot, k_rot, v, state, **common)
+        if not self.normalize:
+            return num, new_state
+        ones = ops.ones_like(ops.cast(v[..., :1], "float32"))
+        den, den_state = causal_linear_attention(
+            q_feat, k_feat, ones, state, prefix="den_", **common
+        )
+        # An empty prefix gives 0 / 0: answer 0 there, as the plain kernel does.
+        out = num / ops.where(den > 0.0, den, 1.0)
+        return out, {**new_state, **den_state}
+
     def finish(self, out: Any) -> Any:
         """Hook on the float32 output [B, T, H, Dv] before it is cast back."""
         return out
@@ -90,10 +139,13 @@ class FeatureMapAttention(Attention):
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Chunk-wise: within a chunk of C tokens, scores and values as in softmax
         # attention; between chunks, phi(q) S (F x Dv) and the chunk's phi(k)^T v
-        # added to S.
+        # added to S. Rotated features with a denominator run the kernel once more
+        # for a one-column value.
         chunk = min(self.chunk_size, seq_len)
         features, values = self.feature_dim, self.head_dim
         per_head = 2.0 * chunk * (features + values) + 4.0 * features * values
+        if self.rotates_features and self.normalize:
+            per_head += 2.0 * chunk * (features + 1) + 4.0 * features
         return self.num_heads * (per_head + self.feature_map_flops())
 
     def feature_map_flops(self) -> float:

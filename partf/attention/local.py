@@ -33,7 +33,8 @@ class LocalAttention(Attention):
             itself.
 
     State: `win_k`, `win_v` [B, W, H, Dh] and `win_valid` [B, W] (1 for a
-    real token), the last W tokens, float32. The state is exact: a stream cut
+    real token), the last W tokens, float32 (keys rotated, and `position` [B] int32,
+    with `rotary`). The state is exact: a stream cut
     into segments gives the same outputs as one call.
 
     Example:
@@ -44,6 +45,7 @@ class LocalAttention(Attention):
     the causal local baseline of Zheng et al., EVA, ICLR 2023.
     """
 
+    supports_rotary = True
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
     }
@@ -58,7 +60,8 @@ class LocalAttention(Attention):
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         kv = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
-        return {"win_k": kv, "win_v": kv, "win_valid": ((batch_size, self.window_size), "float32")}
+        spec = {"win_k": kv, "win_v": kv, "win_valid": ((batch_size, self.window_size), "float32")}
+        return {**spec, **self.position_state_spec(batch_size)}
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
         window = self.window_size

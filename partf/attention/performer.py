@@ -95,6 +95,9 @@ class PerformerAttention(FeatureMapAttention):
     """
 
     log_scaled = True
+    # exp(q . k) is what the features estimate: rotating q and k keeps the estimate
+    # unbiased for the rotated scores, which depend on relative positions.
+    rotates_projections = True
     option_help = {
         "num_features": "random features per head (performer)",
         "redraw": "performer: draw new random features for each new stream in training",

@@ -65,13 +65,52 @@ def get_attention_class(name: str) -> type[Attention]:
     return _REGISTRY[name]
 
 
+#: Constructor arguments every mechanism takes besides its `options`.
+COMMON_ARGUMENTS = frozenset({"head_dim", "dropout_rate", "use_bias", "name", "dtype"})
+
+
+def mechanism_option(name: str, key: str) -> str | None:
+    """The option of mechanism `name` that `key` sets for it alone, or None.
+
+    `<mechanism>_<option>` (e.g. "eva_window_size") sets `option` for that mechanism
+    only, next to the shared "window_size" that every mechanism taking it reads.
+    """
+    prefix = f"{name}_"
+    if not key.startswith(prefix):
+        return None
+    option = key[len(prefix) :]
+    return option if option in get_attention_class(name).options else None
+
+
 def create_attention(
     name: str, /, d_model: int, num_heads: int, causal: bool = True, **kwargs: Any
 ) -> Attention:
-    """Builds attention `name`. Options it does not take are ignored, so one
-    set of `--attn_*` flags can serve a mix of mechanisms. (`name` is
-    positional-only, so `name=` in kwargs names the layer.)"""
+    """Builds attention `name`.
+
+    Options it does not take are ignored, so one set of `--attn_*` flags can serve a
+    mix of mechanisms; `<name>_<option>` sets an option for this mechanism alone and
+    wins over the shared `<option>` (`eva_window_size=64` next to `window_size=32`).
+    `rotary=True` is passed to mechanisms that support it, left out for those that
+    encode positions themselves (relative attention), and an error for the others.
+    (`name` is positional-only, so `name=` in kwargs names the layer.)
+
+    Raises:
+        ValueError: rotary positions asked of a mechanism that has none (Fastformer,
+            Primal), or an option value the mechanism rejects.
+    """
     cls = get_attention_class(name)
-    accepted = set(cls.options) | {"head_dim", "dropout_rate", "use_bias", "name", "dtype"}
+    accepted = set(cls.options) | COMMON_ARGUMENTS
     chosen = {key: value for key, value in kwargs.items() if key in accepted}
+    for key, value in kwargs.items():
+        option = mechanism_option(name, key)
+        if option is not None:
+            chosen[option] = value
+    if kwargs.get("rotary"):
+        if cls.supports_rotary:
+            chosen["rotary"] = True
+        elif not cls.encodes_positions:
+            raise ValueError(
+                f"rotary positions are not defined for {name} attention (no query-key dot "
+                "product to rotate); use position sinusoidal, learned or none with it."
+            )
     return cls(d_model=d_model, num_heads=num_heads, causal=causal, **chosen)

@@ -137,6 +137,9 @@ class RelativeAttention(Attention):
     Reference: Dai et al. 2019, https://arxiv.org/abs/1901.02860
     """
 
+    # Relative attention carries its own (relative sinusoidal) position encoding:
+    # asked for rotary positions inside a model it keeps that encoding instead.
+    encodes_positions = True
     option_help = {
         "mem_len": "memory length; the model sets it from --mem_len",
         "clamp_len": "largest relative distance encoded (None: no clamp)",

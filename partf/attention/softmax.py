@@ -28,7 +28,8 @@ class SoftmaxAttention(Attention):
             state and attended to (0: no memory, stateless).
 
     State: `mem_k`, `mem_v` [B, mem_len, H, Dh] and `mem_valid` [B, mem_len]
-    (1 where a slot holds a real token), float32.
+    (1 where a slot holds a real token), float32; with `rotary`, the keys are kept
+    rotated and `position` [B] int32 counts the tokens read.
 
     Example:
         >>> layer = SoftmaxAttention(d_model=32, num_heads=4, mem_len=16)
@@ -39,6 +40,7 @@ class SoftmaxAttention(Attention):
     Dai et al., "Transformer-XL", ACL 2019 (the memory).
     """
 
+    supports_rotary = True
     option_help = {
         "mem_len": "previous tokens whose keys and values are kept as memory (0: none)",
     }
@@ -50,10 +52,11 @@ class SoftmaxAttention(Attention):
         self.mem_len = mem_len
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
-        if not self.mem_len:
-            return {}
-        kv = ((batch_size, self.mem_len, self.num_heads, self.head_dim), "float32")
-        return {"mem_k": kv, "mem_v": kv, "mem_valid": ((batch_size, self.mem_len), "float32")}
+        spec = self.position_state_spec(batch_size)
+        if self.mem_len:
+            kv = ((batch_size, self.mem_len, self.num_heads, self.head_dim), "float32")
+            spec.update(mem_k=kv, mem_v=kv, mem_valid=((batch_size, self.mem_len), "float32"))
+        return spec
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
         batch, length = ops.shape(q)[0], ops.shape(q)[1]

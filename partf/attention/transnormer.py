@@ -162,6 +162,7 @@ class DiagAttention(_NormalizedOutput, Attention):
     Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
     """
 
+    supports_rotary = True
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
         "diag_activation": "diag: score activation within a block (softmax, relu)",
@@ -199,6 +200,7 @@ class DiagAttention(_NormalizedOutput, Attention):
             "buf_v": kv,
             "buf_valid": ((batch_size, self.window_size), "float32"),
             "offset": ((batch_size,), "int32"),
+            **self.position_state_spec(batch_size),
         }
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:

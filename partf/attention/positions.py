@@ -1,0 +1,138 @@
+"""Token positions: where each token sits in its stream, sinusoids, rotary embeddings.
+
+A stream is read segment by segment, so a token's absolute position is the number of
+real tokens before it in the stream: the positions of the previous segments plus its
+place in this one. Whoever adds positions carries that count (`offset`, int32 [B])
+from one segment to the next, so cutting a stream into segments never changes a
+position. Padding (mask False) takes no position: a left-padded prompt gets the same
+positions as the unpadded one.
+
+Two encodings of a position live here:
+
+* `sinusoid`: the fixed sinusoids of Vaswani et al. (2017), added to the token
+  embeddings by the model (absolute positions).
+* `apply_rotary`: rotary position embedding (RoPE, Su et al. 2021). Feature pairs
+  (x_k, x_{k + D/2}) of a query or key at position p are rotated by the angle
+  p * theta_k with theta_k = 10000^(-2k/D). A rotated query and key then meet with
+  a dot product that depends on their positions only through p_q - p_k, so attention
+  sees relative positions while each token is rotated once, by its absolute position.
+
+Angles are computed from positions split as p = 1024 a + b, with (1024 theta_k) mod 2 pi
+taken in float64 once: p * theta_k in float32 loses about 0.008 radians at p = 10^5
+(the last bit of a float32 that large), the split form about 10^-4.
+
+References:
+    Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (sinusoids).
+    Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from keras import ops
+
+#: theta_k = ROTARY_BASE^(-2k / D), as RoFormer and the sinusoids of Vaswani et al.
+ROTARY_BASE = 10000.0
+#: Positions are split as p = SPLIT * a + b for accurate angles (see the module docstring).
+SPLIT = 1024
+
+
+def stream_positions(offset: Any, valid: Any) -> tuple[Any, Any]:
+    """Absolute positions of a segment's tokens, and the offset after the segment.
+
+    Args:
+        offset: int [B], real tokens of the stream before this segment.
+        valid: bool or 0/1 [B, T], True for real tokens.
+
+    Returns:
+        (positions int32 [B, T]: offset + real tokens before each token in the
+        segment (a padding token gets the position the next real token will take),
+        new offset int32 [B]).
+
+    Example:
+        >>> p, n = stream_positions(ops.array([3]), ops.array([[1, 0, 1, 1]]))
+        >>> ops.convert_to_numpy(p).tolist(), ops.convert_to_numpy(n).tolist()
+        ([[3, 4, 4, 5]], [6])
+    """
+    valid = ops.cast(valid, "int32")
+    offset = ops.cast(offset, "int32")
+    before = ops.cumsum(valid, axis=1) - valid
+    return offset[:, None] + before, offset + ops.sum(valid, axis=1)
+
+
+def _frequencies(num: int, dim: int) -> np.ndarray:
+    """theta_k = ROTARY_BASE^(-2k / dim), k < num, float64."""
+    return ROTARY_BASE ** (-np.arange(0, 2 * num, 2, dtype=np.float64) / dim)
+
+
+def position_angles(positions: Any, frequencies: np.ndarray) -> Any:
+    """float32 [..., F]: positions [...] times each frequency, accurate for large positions.
+
+    p * theta is computed as a * ((SPLIT * theta) mod 2 pi) + b * theta with
+    p = SPLIT * a + b, the reduced factor taken in float64 (see the module docstring).
+    """
+    positions = ops.cast(positions, "int32")
+    high = ops.cast(positions // SPLIT, "float32")[..., None]
+    low = ops.cast(positions % SPLIT, "float32")[..., None]
+    reduced = np.mod(SPLIT * frequencies, 2.0 * math.pi).astype(np.float32)
+    return high * ops.convert_to_tensor(reduced) + low * ops.convert_to_tensor(
+        frequencies.astype(np.float32)
+    )
+
+
+def sinusoid(positions: Any, dim: int, dtype: str = "float32") -> Any:
+    """Fixed sinusoidal encodings of absolute positions.
+
+    Args:
+        positions: int [...] positions (>= 0).
+        dim: encoding width D.
+        dtype: dtype of the result.
+
+    Returns:
+        [..., D]: sin(p theta_k) in the first half, cos(p theta_k) in the second, with
+        theta_k = 10000^(-2k/D) (an odd D drops the last cosine), the layout of
+        `partf.attention.relative.sinusoidal_encoding`.
+
+    Example:
+        >>> tuple(sinusoid(ops.zeros((2, 5), "int32"), 8).shape)
+        (2, 5, 8)
+    """
+    half = (dim + 1) // 2
+    angles = position_angles(positions, _frequencies(half, dim))
+    encoding = ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+    return ops.cast(encoding[..., :dim], dtype)
+
+
+def apply_rotary(x: Any, positions: Any) -> Any:
+    """Rotary position embedding of per-head vectors.
+
+    Args:
+        x: [B, T, H, D] queries, keys or features; D even.
+        positions: int [B, T] absolute positions.
+
+    Returns:
+        [B, T, H, D] in x's dtype: feature pair (x_k, x_{k+D/2}) rotated by the angle
+        p theta_k, theta_k = 10000^(-2k/D), computed in float32.
+
+    Raises:
+        ValueError: D is odd.
+
+    Example:
+        >>> q = apply_rotary(ops.ones((1, 3, 2, 8)), ops.array([[0, 1, 2]]))
+    """
+    dim = x.shape[-1]
+    if dim is None or dim % 2:
+        raise ValueError(
+            f"rotary positions rotate pairs of features, so the head width must be even, "
+            f"got {dim}; choose num_heads so that d_model / num_heads is even."
+        )
+    half = dim // 2
+    angles = position_angles(positions, _frequencies(half, dim))[:, :, None, :]  # [B, T, 1, D/2]
+    cos, sin = ops.cos(angles), ops.sin(angles)
+    values = ops.cast(x, "float32")
+    first, second = values[..., :half], values[..., half:]
+    rotated = ops.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1)
+    return ops.cast(rotated, x.dtype)
