@@ -27,6 +27,18 @@ the segment before a query's window is left out.
 State: the open window's queries, keys and values (the grid of
 `partf.attention.windowed`) and the last `mem_chunks` summaries. In
 evaluation mode EVA is deterministic and segments equal one call.
+
+Options of the authors' causal EVA:
+
+* `overlap_window`: the exact part also covers the whole window before the
+  query's own (the authors' extended window), so a query sees at least W earlier
+  tokens exactly; the summaries then start before that window.
+* `adaptive_proj`: the proposal maps f_q, f_k are a linear layer and a layer
+  norm ("qk", the default) or the linear layer alone ("no-ln").
+* `use_t5_rpe`: a learned bias on the exact part's logits by query-key distance,
+  in T5's buckets (exact for near distances, logarithmic beyond; one scalar per
+  bucket shared by the heads, scaled by 1 / sqrt(Dh)), as the authors' causal
+  language models use.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import math
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from partf.attention.base import Attention, State
@@ -51,29 +64,66 @@ from partf.attention.windowed import (
     to_grid,
 )
 
+#: Proposal maps of `adaptive_proj`: a linear layer with ("qk") or without ("no-ln")
+#: a layer norm after it, as the authors' causal EVA names them.
+ADAPTIVE_PROJ = ("qk", "no-ln")
+
 
 class ProjectionNet:
     """f(x) = LayerNorm(Dense(x)) over the head width, built inside a layer's `build`.
 
-    The authors' adaptive proposal maps: one linear layer and a layer norm on
-    the last axis, shared by the heads. Sub-layers are attributes of the
+    The authors' adaptive proposal maps: one linear layer and (with `norm`) a layer
+    norm on the last axis, shared by the heads. Sub-layers are attributes of the
     owning layer (so Keras tracks and saves them); this only groups them.
     """
 
-    def __init__(self, owner: keras.layers.Layer, dim: int, name: str) -> None:
+    def __init__(self, owner: keras.layers.Layer, dim: int, name: str, norm: bool = True) -> None:
         self.dense = keras.layers.Dense(dim, dtype=owner.dtype_policy, name=f"{name}_dense")
-        self.norm = keras.layers.LayerNormalization(
-            epsilon=1e-5, dtype=owner.dtype_policy, name=f"{name}_norm"
-        )
         self.dense.build((None, dim))
-        self.norm.build((None, dim))
-        self.compute_dtype = owner.compute_dtype
         setattr(owner, f"{name}_dense", self.dense)
-        setattr(owner, f"{name}_norm", self.norm)
+        self.norm = None
+        if norm:
+            self.norm = keras.layers.LayerNormalization(
+                epsilon=1e-5, dtype=owner.dtype_policy, name=f"{name}_norm"
+            )
+            self.norm.build((None, dim))
+            setattr(owner, f"{name}_norm", self.norm)
+        self.compute_dtype = owner.compute_dtype
 
     def __call__(self, x: Any) -> Any:
         """[..., Dh] float32 -> [..., Dh] float32."""
-        return ops.cast(self.norm(self.dense(ops.cast(x, self.compute_dtype))), "float32")
+        y = self.dense(ops.cast(x, self.compute_dtype))
+        if self.norm is not None:
+            y = self.norm(y)
+        return ops.cast(y, "float32")
+
+
+def t5_buckets(distances: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:
+    """T5's causal relative-position buckets of distances (query minus key, >= 0).
+
+    The first half of the buckets hold one distance each; the rest cover distances up
+    to `max_distance` in logarithmically growing ranges; anything farther shares the
+    last bucket. Negative distances (keys after the query) go to bucket 0.
+
+    Args:
+        distances: int array, any shape.
+        num_buckets: buckets in all.
+        max_distance: the distance where the last bucket begins.
+
+    Returns:
+        int32 array of bucket indices, the shape of `distances`.
+
+    Example:
+        >>> t5_buckets(np.array([0, 1, 7, 8, 100]), 16, 64).tolist()
+        [0, 1, 7, 8, 15]
+    """
+    n = np.maximum(np.asarray(distances), 0)
+    exact = num_buckets // 2
+    spread = max(math.log(max_distance / exact), 1e-6)
+    with np.errstate(divide="ignore"):
+        far = exact + np.log(np.maximum(n, 1) / exact) / spread * (num_buckets - exact)
+    far = np.minimum(far.astype(np.int64), num_buckets - 1)
+    return np.where(n < exact, n, far).astype(np.int32)
 
 
 def chunk_log_weights(keys: Any, omega: Any, head_dim: int) -> Any:
@@ -92,11 +142,19 @@ class EVAAttention(Attention):
         chunk_size: C, tokens per summarised chunk; must divide W.
         mem_chunks: M, summaries of the chunks before its window each query
             sees; the state keeps that many (0: windows only).
+        overlap_window: the exact part also covers the previous window (its W
+            tokens), as the authors' extended window.
+        adaptive_proj: proposal maps, "qk" (linear + layer norm) or "no-ln".
+        use_t5_rpe: learned T5-style relative position bias on the exact logits.
         seed: seed of the layer's `SeedGenerator` (the proposal noise).
 
     State: `buf_q`, `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W],
     `offset` [B] int32 (the open window), and `mem_k`, `mem_v` [B, M, H, Dh],
-    `mem_valid` [B, M] (the chunk summaries), float32.
+    `mem_valid` [B, M] (the chunk summaries), float32. With `overlap_window`, also
+    `prev_k`, `prev_v` [B, W, H, Dh] and `prev_valid` [B, W] (the window before the
+    open one), and the memory keeps W / C more summaries (those of that window).
+    With `rotary`, queries and keys are rotated first and `position` [B] int32
+    counts the tokens read.
 
     Example:
         >>> layer = EVAAttention(d_model=32, num_heads=4, window_size=16, chunk_size=4)
@@ -106,10 +164,14 @@ class EVAAttention(Attention):
     ICLR 2023.
     """
 
+    supports_rotary = True
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
         "chunk_size": CHUNK_SIZE_HELP,
         "mem_chunks": "eva: chunk summaries before its window each query sees",
+        "overlap_window": "eva: the exact part also covers the previous window",
+        "adaptive_proj": "eva: proposal maps, qk (linear + layer norm) or no-ln (linear)",
+        "use_t5_rpe": "eva: learned T5 relative position bias on the exact window",
     }
 
     def __init__(
@@ -119,6 +181,9 @@ class EVAAttention(Attention):
         window_size: int = 128,
         chunk_size: int = 8,
         mem_chunks: int = 64,
+        overlap_window: bool = False,
+        adaptive_proj: str = "qk",
+        use_t5_rpe: bool = False,
         seed: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -132,32 +197,79 @@ class EVAAttention(Attention):
             raise ValueError(f"mem_chunks must be >= 0, got {mem_chunks}.")
         if not self.causal:
             raise ValueError("EVAAttention is causal only; use causal=True.")
+        if adaptive_proj not in ADAPTIVE_PROJ:
+            raise ValueError(
+                f"unknown adaptive_proj {adaptive_proj!r}; choose one of "
+                f"{', '.join(ADAPTIVE_PROJ)}."
+            )
         self.window_size = window_size
         self.chunk_size = chunk_size
         self.mem_chunks = mem_chunks
+        self.overlap_window = bool(overlap_window)
+        self.adaptive_proj = adaptive_proj
+        self.use_t5_rpe = bool(use_t5_rpe)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
+    @property
+    def carried_windows(self) -> int:
+        """Windows before the query's own that its exact part covers (0 or 1)."""
+        return int(self.overlap_window)
+
+    @property
+    def memory_slots(self) -> int:
+        """Chunk summaries the state keeps: M, plus the previous window's with overlap."""
+        if not self.mem_chunks:
+            return 0
+        return self.mem_chunks + self.carried_windows * (self.window_size // self.chunk_size)
+
+    @property
+    def t5_num_buckets(self) -> int:
+        """Buckets of the relative position bias: half the exact span, within 16..64."""
+        span = (1 + self.carried_windows) * self.window_size
+        return max(min(span // 2, 64), 16)
+
     def build(self, input_shape) -> None:
         super().build(input_shape)
-        self.project_q = ProjectionNet(self, self.head_dim, "project_q")
-        self.project_k = ProjectionNet(self, self.head_dim, "project_k")
+        norm = self.adaptive_proj == "qk"
+        self.project_q = ProjectionNet(self, self.head_dim, "project_q", norm=norm)
+        self.project_k = ProjectionNet(self, self.head_dim, "project_k", norm=norm)
+        if self.use_t5_rpe:
+            self.t5_bias = self.add_weight(
+                name="t5_bias", shape=(self.t5_num_buckets,), initializer="zeros"
+            )
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         window = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
+        flags = ((batch_size, self.window_size), "float32")
         spec = {
             "buf_q": window,
             "buf_k": window,
             "buf_v": window,
-            "buf_valid": ((batch_size, self.window_size), "float32"),
+            "buf_valid": flags,
             "offset": ((batch_size,), "int32"),
         }
+        if self.overlap_window:
+            spec.update(prev_k=window, prev_v=window, prev_valid=flags)
         if self.mem_chunks:
-            memory = ((batch_size, self.mem_chunks, self.num_heads, self.head_dim), "float32")
-            spec.update(
-                mem_k=memory, mem_v=memory, mem_valid=((batch_size, self.mem_chunks), "float32")
-            )
-        return spec
+            slots = self.memory_slots
+            memory = ((batch_size, slots, self.num_heads, self.head_dim), "float32")
+            spec.update(mem_k=memory, mem_v=memory, mem_valid=((batch_size, slots), "float32"))
+        return {**spec, **self.position_state_spec(batch_size)}
+
+    def exact_distances(self) -> np.ndarray:
+        """int [W, (1 + overlap) W]: query minus key position within the exact part,
+        keys of the previous window (with overlap) first, then the query's own."""
+        window = self.window_size
+        keys = np.arange(-self.carried_windows * window, window)
+        return np.arange(window)[:, None] - keys[None, :]
+
+    def position_bias(self) -> Any:
+        """float32 [W, (1 + overlap) W]: the T5 bias of each exact logit, / sqrt(Dh)."""
+        span = (1 + self.carried_windows) * self.window_size
+        buckets = t5_buckets(self.exact_distances(), self.t5_num_buckets, span)
+        bias = ops.take(ops.cast(self.t5_bias, "float32"), ops.convert_to_tensor(buckets))
+        return bias / math.sqrt(self.head_dim)
 
     def summarize(
         self, q: Any, k: Any, v: Any, valid: Any, training: bool | None
@@ -213,7 +325,6 @@ class EVAAttention(Attention):
         num_windows = ops.shape(q_win)[1]
         scale = 1.0 / math.sqrt(dim)
 
-        logits = ops.einsum("bnihd,bnjhd->bnhij", q_win, k_win) * scale  # [B, n, H, W, W]
         causal = ops.arange(window)[:, None] >= ops.arange(window)[None, :]
         visible = ops.logical_and(causal[None, None, None], valid_win[:, :, None, None])
         new_state = {
@@ -223,6 +334,37 @@ class EVAAttention(Attention):
             "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, length, window),
             "offset": next_offset(offset, length, window),
         }
+        # After the segment, the open window is grid window (offset + T) // W.
+        open_window = (ops.cast(offset, "int32") + length) // window
+        if self.overlap_window:
+            # Window w's exact keys: window w - 1 (the state's for w = 0), then its own.
+            def previous(own, carried):  # [B, n, W, ...] -> [B, n + 1, W, ...]
+                return ops.concatenate([carried[:, None], own], axis=1)
+
+            prev_k = previous(k_win, state["prev_k"])
+            prev_v = previous(v_win, state["prev_v"])
+            prev_ok = previous(ops.cast(valid_win, "float32"), state["prev_valid"])
+            before = ops.ones((window, window), "bool")[None, None, None]
+            visible = ops.concatenate(
+                [
+                    ops.logical_and(before, prev_ok[:, :-1, None, None] > 0.5),
+                    visible,
+                ],
+                axis=-1,
+            )
+            k_win = ops.concatenate([prev_k[:, :-1], k_win], axis=2)  # [B, n, 2W, H, Dh]
+            v_win = ops.concatenate([prev_v[:, :-1], v_win], axis=2)
+            # The window before the open one: entry open_window of [carried; grid windows].
+            index = open_window[:, None]
+            new_state.update(
+                prev_k=batch_gather(prev_k, index)[:, 0],
+                prev_v=batch_gather(prev_v, index)[:, 0],
+                prev_valid=batch_gather(prev_ok, index)[:, 0],
+            )
+        exact = ops.shape(k_win)[2]  # (1 + overlap) W keys
+        logits = ops.einsum("bnihd,bnjhd->bnhij", q_win, k_win) * scale  # [B, n, H, W, exact]
+        if self.use_t5_rpe:
+            logits = logits + self.position_bias()
         if mem:
             chunk_valid = ops.cast(split(valid_grid, chunk), "float32")
             keys, values, ok = self.summarize(
@@ -233,7 +375,9 @@ class EVAAttention(Attention):
                 training,
             )
             # The memory's summaries come before the grid's: window w sees list
-            # entries [w * W/C, w * W/C + M), the M chunks just before it.
+            # entries [w * W/C, w * W/C + M), the M chunks just before its exact part
+            # (the memory holds W/C more summaries when that part covers the window
+            # before, so the same entries are the M before that window).
             all_k = ops.concatenate([state["mem_k"], keys], axis=1)
             all_v = ops.concatenate([state["mem_v"], values], axis=1)
             all_ok = ops.concatenate([state["mem_valid"] > 0.5, ok], axis=1)
@@ -246,31 +390,32 @@ class EVAAttention(Attention):
             full = (batch, num_windows, 1, window)
             visible = ops.concatenate(
                 [
-                    ops.broadcast_to(visible, full + (window,)),
+                    ops.broadcast_to(visible, full + (exact,)),
                     ops.broadcast_to(band_ok[:, :, None, None, :], full + (mem,)),
                 ],
                 axis=-1,
             )
-            # After the segment, the open window is grid window (offset + T) // W.
-            open_window = (ops.cast(offset, "int32") + length) // window
-            keep = open_window[:, None] * per_window + ops.arange(mem, dtype="int32")[None, :]
+            slots = ops.arange(self.memory_slots, dtype="int32")[None, :]
+            keep = open_window[:, None] * per_window + slots
             new_state.update(
                 mem_k=batch_gather(all_k, keep),
                 mem_v=batch_gather(all_v, keep),
                 mem_valid=ops.cast(batch_gather(all_ok, keep), "float32"),
             )
         probs = self.dropout(masked_softmax(logits, visible), training=training)
-        out = ops.einsum("bnhij,bnjhd->bnihd", probs[..., :window], v_win)
+        out = ops.einsum("bnhij,bnjhd->bnihd", probs[..., :exact], v_win)
         if mem:
-            out = out + ops.einsum("bnhim,bnmhd->bnihd", probs[..., window:], band_v)
+            out = out + ops.einsum("bnhim,bnmhd->bnihd", probs[..., exact:], band_v)
         out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
         return ops.cast(out, dtype), new_state
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
-        # Exact softmax within the window (W keys) plus the `mem_chunks` chunk
-        # summaries each query sees; summarising costs about 4 H Dh per token.
+        # Exact softmax within the window (W keys, 2W with overlap) plus the
+        # `mem_chunks` chunk summaries each query sees; summarising costs about
+        # 4 H Dh per token.
         width = self.num_heads * self.head_dim
-        return 4.0 * (self.window_size + self.mem_chunks) * width + 4.0 * width
+        exact = (1 + self.carried_windows) * self.window_size
+        return 4.0 * (exact + self.mem_chunks) * width + 4.0 * width
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -278,6 +423,9 @@ class EVAAttention(Attention):
             window_size=self.window_size,
             chunk_size=self.chunk_size,
             mem_chunks=self.mem_chunks,
+            overlap_window=self.overlap_window,
+            adaptive_proj=self.adaptive_proj,
+            use_t5_rpe=self.use_t5_rpe,
             seed=self.seed,
         )
         return config
