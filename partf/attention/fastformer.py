@@ -15,6 +15,14 @@ which is causal linear attention with one constant feature and key
 log-scales a_i: the shared chunk-wise kernel computes it, relative to the
 running maximum of a so that exp never overflows. Two such states (query
 pooling and key pooling) carry the context to the next segment, exactly.
+
+Additive attention sees only global summaries, so the seed adds a causal
+convolution before it for local context (`convolve`): each position mixes
+itself and the `kernel_size - 1` inputs before it, the channels in `groups`
+independent groups, after GELU added to the input as a residual branch; the
+attention reads the result. The last `kernel_size - 1` inputs are carried in
+the state, so the convolution stays exact across segments. There are no
+query-key products to rotate: rotary positions are not defined here.
 """
 
 from __future__ import annotations
@@ -27,7 +35,43 @@ from keras import ops
 
 from partf.attention.base import Attention, Projection, State
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
+from partf.attention.masking import valid_tokens
 from partf.attention.registry import register_attention
+
+
+def causal_convolution(x: Any, tail: Any, kernel: Any, bias: Any | None = None) -> tuple[Any, Any]:
+    """A grouped 1-D convolution over time that sees no future input.
+
+    y_t = sum_{i < K} x_{t - K + 1 + i} W_i (+ bias), each group of channels mixed by
+    its own weights; positions before the segment come from `tail`.
+
+    Args:
+        x: [B, T, D] inputs.
+        tail: [B, K - 1, D] the K - 1 inputs before the segment (zeros: none).
+        kernel: [K, G, D / G, D / G] weights per tap and group (tap K - 1 is the
+            current position).
+        bias: optional [D].
+
+    Returns:
+        (y [B, T, D] in x's dtype, the new tail [B, K - 1, D] in tail's dtype).
+
+    Example:
+        >>> y, tail = causal_convolution(ops.ones((2, 5, 4)), ops.zeros((2, 2, 4)),
+        ...                              ops.ones((3, 2, 2, 2)))
+    """
+    taps, groups, width = kernel.shape[0], kernel.shape[1], kernel.shape[2]
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    full = ops.concatenate([ops.cast(tail, x.dtype), x], axis=1)  # [B, K - 1 + T, D]
+    grouped = ops.reshape(full, (batch, -1, groups, width))
+    kernel = ops.cast(kernel, x.dtype)
+    y = 0
+    for i in range(taps):  # K is small (4 in the seed): one product per tap
+        y = y + ops.einsum("btgi,gio->btgo", grouped[:, i : i + length], kernel[i])
+    y = ops.reshape(y, (batch, length, groups * width))
+    if bias is not None:
+        y = y + ops.cast(bias, x.dtype)
+    new_tail = full[:, ops.shape(full)[1] - (taps - 1) :] if taps > 1 else tail
+    return y, ops.cast(new_tail, tail.dtype)
 
 
 def causal_additive_pool(
@@ -61,9 +105,16 @@ class FastformerAttention(Attention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         chunk_size: tokens per chunk of the chunk-wise computation.
+        convolve: a causal convolution before the additive attention (the seed's
+            `convolve`); the layer returns conv + attention(input + conv).
+        groups: channel groups of the convolution (must divide d_model).
+        kernel_size: taps of the convolution (the current input and the
+            kernel_size - 1 before it).
 
     State: `q_s` [B, H, 1, Dh], `q_z` [B, H, 1], `q_m` [B, H] for the global
-    query, and `k_*` alike for the global key, float32. Exact.
+    query, and `k_*` alike for the global key, float32; with `convolve` and
+    kernel_size > 1, also `conv_tail` [B, kernel_size - 1, D], the last inputs.
+    Exact.
 
     Example:
         >>> layer = FastformerAttention(d_model=32, num_heads=4)
@@ -75,15 +126,36 @@ class FastformerAttention(Attention):
 
     option_help = {
         "chunk_size": CHUNK_SIZE_HELP,
+        "convolve": "fastformer: a causal convolution before the additive attention",
+        "groups": "fastformer: channel groups of the convolution",
+        "kernel_size": "fastformer: taps of the causal convolution",
     }
 
-    def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, **kwargs: Any):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        chunk_size: int = 64,
+        convolve: bool = False,
+        groups: int = 2,
+        kernel_size: int = 4,
+        **kwargs: Any,
+    ):
         super().__init__(d_model, num_heads, **kwargs)
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
         if not self.causal:
             raise ValueError("FastformerAttention is causal only; use causal=True.")
+        if kernel_size <= 0:
+            raise ValueError(f"kernel_size must be positive, got {kernel_size}.")
+        if groups <= 0 or d_model % groups:
+            raise ValueError(
+                f"groups={groups} must be positive and divide d_model={d_model}; e.g. groups=2."
+            )
         self.chunk_size = chunk_size
+        self.convolve = bool(convolve)
+        self.groups = groups
+        self.kernel_size = kernel_size
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
@@ -100,6 +172,21 @@ class FastformerAttention(Attention):
             name="transform",
         )
         self.transform.build((None, None, self.num_heads, self.head_dim))
+        if self.convolve:
+            width = self.d_model // self.groups
+            self.conv_kernel = self.add_weight(
+                name="conv_kernel",
+                shape=(self.kernel_size, self.groups, width, width),
+                initializer=keras.initializers.GlorotUniform(),
+            )
+            self.conv_bias = self.add_weight(
+                name="conv_bias", shape=(self.d_model,), initializer="zeros"
+            )
+
+    @property
+    def conv_tail_length(self) -> int:
+        """Inputs the convolution carries across segments (0 without it)."""
+        return self.kernel_size - 1 if self.convolve else 0
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         spec = {}
@@ -109,7 +196,28 @@ class FastformerAttention(Attention):
                     batch_size, self.num_heads, 1, self.head_dim, log_scale=True, prefix=prefix
                 )
             )
+        if self.conv_tail_length:
+            spec["conv_tail"] = ((batch_size, self.conv_tail_length, self.d_model), "float32")
         return spec
+
+    def call(self, x, state=None, mask=None, training=None) -> tuple[Any, State]:
+        if not self.convolve:
+            return super().call(x, state=state, mask=mask, training=training)
+        x = ops.cast(x, self.compute_dtype)
+        if state is None:
+            state = self.get_initial_state(ops.shape(x)[0])
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        # Padding contributes nothing to later positions' convolutions.
+        valid = valid_tokens(mask, batch, length, x.dtype)[:, :, None]
+        tail = state["conv_tail"] if self.conv_tail_length else ops.zeros((batch, 0, self.d_model))
+        conv, new_tail = causal_convolution(x * valid, tail, self.conv_kernel, self.conv_bias)
+        local = self.dropout(ops.gelu(conv, approximate=False), training=training)
+        attention_state = {name: value for name, value in state.items() if name != "conv_tail"}
+        y, new_state = super().call(x + local, state=attention_state, mask=mask, training=training)
+        if self.conv_tail_length:
+            new_state = {**new_state, "conv_tail": new_tail}
+        # The block adds x: x + y = (x + local) + attention(x + local).
+        return y + local, new_state
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
         scale = 1.0 / math.sqrt(self.head_dim)
@@ -133,9 +241,17 @@ class FastformerAttention(Attention):
         chunk = min(self.chunk_size, seq_len)
         width = self.num_heads * self.head_dim
         pooling = 2 * (2.0 * chunk * (1 + self.head_dim) + 4.0 * self.head_dim) * self.num_heads
-        return pooling + 2 * 2.0 * width + 2.0 * width * width
+        flops = pooling + 2 * 2.0 * width + 2.0 * width * width
+        if self.convolve:  # kernel_size taps, each a (D / G) x (D / G) product per group
+            flops += 2.0 * self.kernel_size * self.d_model * self.d_model / self.groups
+        return flops
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(chunk_size=self.chunk_size)
+        config.update(
+            chunk_size=self.chunk_size,
+            convolve=self.convolve,
+            groups=self.groups,
+            kernel_size=self.kernel_size,
+        )
         return config
