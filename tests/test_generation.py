@@ -55,9 +55,32 @@ def linear_model() -> PARTransformerXL:
     )
 
 
-@pytest.fixture(scope="module", params=["relative", "linear"])
+#: Every other mechanism that carries state, with a state that covers the whole text
+#: here (memory, window and chunk summaries longer than it), so that carrying it is
+#: exact.
+STATEFUL = {
+    "softmax": {"mem_len": 16},
+    "local": {"window_size": 16},
+    "performer": {"num_features": 16, "chunk_size": 4},
+    "fastformer": {"chunk_size": 4},
+    "norm": {"chunk_size": 4},
+    "diag": {"window_size": 4},
+    "primal": {"low_rank": 3},
+    "eva": {"window_size": 4, "chunk_size": 2, "mem_chunks": 8},
+}
+
+
+@pytest.fixture(scope="module", params=["relative", "linear", *STATEFUL])
 def model(request, relative_model, linear_model) -> PARTransformerXL:
-    return {"relative": relative_model, "linear": linear_model}[request.param]
+    name = request.param
+    if name in ("relative", "linear"):
+        return {"relative": relative_model, "linear": linear_model}[name]
+    keras.utils.set_random_seed(13)
+    options = dict(STATEFUL[name])
+    mem_len = options.pop("mem_len", 0)
+    return _with_random_arch(
+        PARTransformerXL(TINY, attention=name, mem_len=mem_len, attention_options=options)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +95,49 @@ def full_pass_log_probs(model: PARTransformerXL, tokens: np.ndarray) -> np.ndarr
 
 
 # ---------------------------------------------------------------- equivalence
+#: Mechanisms whose windows sit at fixed positions of the stream (0, W, 2W, ...): a
+#: row that starts with left padding counts the pads as positions, so its windows are
+#: cut elsewhere than in the unpadded text.
+WINDOW_GRID = {"diag", "eva"}
+LEFT_PADDING_BUG = (
+    "partf bug: left padding (recompute mode, uneven prompts) shifts the fixed windows "
+    "of diag and eva attention, so their outputs change"
+)
+
+
+def mark_left_padding_bug(request, model) -> None:
+    if model.config.attention in WINDOW_GRID:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=LEFT_PADDING_BUG))
+
+
 def test_carried_state_equals_full_context(model, tokens):
     reference = full_pass_log_probs(model, tokens)
     carried = Generator(model, mode="carried", compiled=False).score(tokens)
-    recompute = Generator(model, mode="recompute", context_len=16, compiled=False).score(tokens)
     np.testing.assert_allclose(carried, reference, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(recompute, reference, rtol=1e-4, atol=1e-4)
     # Not trivially equal: the distribution depends on the earlier tokens.
     assert np.abs(reference[:, 1:] - reference[:, :1]).max() > 1e-3
 
 
-def test_sampled_generation_matches_between_modes(model, tokens):
+def test_recompute_equals_full_context(request, model, tokens):
+    mark_left_padding_bug(request, model)
+    reference = full_pass_log_probs(model, tokens)
+    recompute = Generator(model, mode="recompute", context_len=16, compiled=False).score(tokens)
+    np.testing.assert_allclose(recompute, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_sampled_generation_is_that_of_the_full_pass(model, tokens):
+    sampling = Sampling(temperature=0.9, top_k=15, top_p=0.95)
+    carried = Generator(model, "carried", compiled=False).generate(
+        tokens[:, :4], 5, sampling, seed=3, return_log_probs=True
+    )
+    # The reported distributions are those of the generated text.
+    text = np.concatenate([tokens[:, :4], carried.tokens], axis=1)
+    reference = full_pass_log_probs(model, text)[:, 3:-1]
+    np.testing.assert_allclose(carried.log_probs, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_sampled_generation_matches_between_modes(request, model, tokens):
+    mark_left_padding_bug(request, model)
     sampling = Sampling(temperature=0.9, top_k=15, top_p=0.95)
     carried = Generator(model, "carried", compiled=False).generate(
         tokens[:, :4], 5, sampling, seed=3, return_log_probs=True
@@ -92,10 +147,6 @@ def test_sampled_generation_matches_between_modes(model, tokens):
     )
     np.testing.assert_allclose(carried.log_probs, recompute.log_probs, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(carried.tokens, recompute.tokens)
-    # The reported distributions are those of the generated text.
-    text = np.concatenate([tokens[:, :4], carried.tokens], axis=1)
-    reference = full_pass_log_probs(model, text)[:, 3:-1]
-    np.testing.assert_allclose(carried.log_probs, reference, rtol=1e-4, atol=1e-4)
 
 
 def test_short_memory_is_not_full_context(relative_model, tokens):
@@ -108,7 +159,8 @@ def test_short_memory_is_not_full_context(relative_model, tokens):
     assert np.abs(carried[:, 6:] - reference[:, 6:]).max() > 1e-3
 
 
-def test_left_padded_batch_equals_single_prompts(model, tokens):
+def test_left_padded_batch_equals_single_prompts(request, model, tokens):
+    mark_left_padding_bug(request, model)
     long, short = tokens[0, :7], tokens[1, :4]
     batch = np.stack([long, np.concatenate([np.zeros(3, "int32"), short])])
     sampling = Sampling(temperature=0.0)
@@ -125,9 +177,12 @@ def test_left_padded_batch_equals_single_prompts(model, tokens):
 def check_greedy(model, prompt, sampling):
     carried = Generator(model, "carried", compiled=False)
     first = carried.generate(prompt, 4, sampling, seed=1, return_log_probs=True)
-    recompute = Generator(model, "recompute", context_len=16, compiled=False)
-    other = recompute.generate(prompt, 4, sampling, seed=3)
-    # Different seeds and modes, the same tokens.
+    # Recompute left-pads the context: not comparable for the fixed-window mechanisms.
+    mode = "carried" if model.config.attention in WINDOW_GRID else "recompute"
+    other = Generator(model, mode, context_len=16, compiled=False).generate(
+        prompt, 4, sampling, seed=3
+    )
+    # Different seeds (and modes), the same tokens.
     np.testing.assert_array_equal(first.tokens, other.tokens)
     # Each token is the most likely one (never padding, which is not a token).
     masked = first.log_probs.copy()
