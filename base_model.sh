@@ -2,7 +2,10 @@
 # Trains the base configuration of the original project's base_model.sh:
 # d_model 128, 4 heads, d_ffn 512, 6 stochastic blocks, memory 16, dropout 0.1, adaptive
 # softmax cutoffs 250 and 2500 (proj_factor 4), Adam with 4,000 warm-up steps to 1e-4 then
-# cosine decay to zero, Gumbel temperature 1.0 -> 0.1, 20 epochs.
+# cosine decay to zero, Gumbel temperature 1.0 -> 0.1, 20 epochs. The architecture logits
+# follow the search preset --search=par (their own Adam rate 1e-2, weight decay 5e-4,
+# frozen for the first half of the run), which makes every block decide (README "The PAR
+# search"); SEARCH=original shares the model's optimizer as the original project did.
 #
 # On a fresh machine it sets up .venv (scripts/setup_env.sh), builds the WikiText-2
 # records with ./create_tfrecords.sh if they are missing, and trains with partf-train.
@@ -14,10 +17,11 @@
 #   DROPOUT_RATE [0.1]  CUTOFF1 [250]  CUTOFF2 [2500]  PROJ_FACTOR [4]
 #   MAX_LR [1e-4]  WARMUP_STEPS [4000]  TAU_START [1.0]  TAU_END [0.1]  OPT_NAME [adam]
 #   STEPS_PER_EXECUTION [32]  LOG_EVERY [100]
-#   EVAL_MODE [expected]  block weights at evaluation. After 20 epochs of this configuration
-#             pi is still close to uniform (0.31 to 0.36), so argmax (partf-train's
-#             default) drops all attention and scores far worse; expected mixes the
-#             candidates by pi, deterministically (test perplexity 87.1 against 98.5).
+#   SEARCH [par]  architecture-search preset (par or original, see partf-train --help)
+#   EVAL_MODE [argmax]  block weights at evaluation: argmax scores the discrete
+#             architecture the search found. With SEARCH=original pi stays close to
+#             uniform after 20 epochs, so use EVAL_MODE=expected there (test perplexity
+#             87.1 against 98.5 with argmax in the side-by-side run).
 #   TRAIN_DIR, VAL_DIR, TEST_DIR [data/wikitext2_bsz32_seqlen32_tfrecords_{train,valid,test}]
 #   SP_MODEL_PREFIX [data/tokenizer/wiki2_12k]
 #   DATA_DIR  local text to build the records from when they are missing (a folder with
@@ -78,7 +82,8 @@ args=(
   --tau_start="${TAU_START:-1.0}"
   --tau_end="${TAU_END:-0.1}"
   --tau_is_trainable=False
-  --eval_mode="${EVAL_MODE:-expected}"
+  --search="${SEARCH:-par}"
+  --eval_mode="${EVAL_MODE:-argmax}"
   --opt_name="${OPT_NAME:-adam}"
   --epochs="${EPOCHS:-20}"
   --model_name="${MODEL_NAME:-dmodel128_dffn512_blocks6}"
