@@ -446,9 +446,10 @@ def markdown(report: dict[str, Any]) -> str:
             "|---|---:|---|---:|---:|",
         ]
         for r in report["sweep"]:
+            blocks, total = r["flops_blocks"] / 1e6, r["flops_total"] / 1e6
             lines.append(
                 f"| {r['context']} | {r['cost_weight']:g} | {r['architecture']} | "
-                f"{r['argmax']:.2f} | {r['flops_blocks'] / 1e6:.2f} ({r['flops_total'] / 1e6:.2f}) |"
+                f"{r['argmax']:.2f} | {blocks:.2f} ({total:.2f}) |"
             )
         lines.append("")
     if report.get("which"):
