@@ -16,6 +16,7 @@ Parts (`--parts`, all by default):
 
 * search: `--search=par` for each seed (short context); per seed the architecture, the
   largest pi of each block, test perplexity with argmax and expected block weights.
+* txl: only the Transformer-XL baselines of stage 2 (they need no search).
 * stage2: per context and seed, the search's derived architecture (argmax of pi, identity
   blocks dropped: `partf-train --from_search`) and a Transformer-XL of the same depth and
   width ("A D A D A D") trained from scratch with the same data, steps and schedule:
@@ -242,6 +243,15 @@ def transformer_xl(num_blocks: int) -> str:
 
 
 # ----------------------------------------------------------------- parts
+def part_txl(out, ctx, seeds, names):
+    """The Transformer-XL baselines alone (they need no search): stage 2 reads them."""
+    for context_name in names:
+        for seed in seeds:
+            arch = transformer_xl(6)
+            flags = [f"--architecture={arch}", "--num_layers=6", f"--seed={seed}"]
+            train(out, ctx[context_name], f"{context_name}_txl_s{seed}", flags)
+
+
 def part_search(out, ctx, seeds, report):
     rows = []
     for seed in seeds:
@@ -495,7 +505,7 @@ def main() -> int:
         "--parts",
         nargs="+",
         default=["search", "stage2", "estimators", "sweep", "which"],
-        choices=["search", "stage2", "estimators", "sweep", "which"],
+        choices=["txl", "search", "stage2", "estimators", "sweep", "which"],
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--contexts", nargs="+", default=["short", "long"])
@@ -517,6 +527,8 @@ def main() -> int:
         build_long_records(data, ctx["long"])
     report_file = out / "report.json"
     report = json.loads(report_file.read_text()) if report_file.is_file() else {}
+    if "txl" in args.parts:
+        part_txl(out, ctx, args.seeds[:2], args.contexts)
     if "search" in args.parts:
         part_search(out, ctx, args.seeds, report)
     if "stage2" in args.parts:
