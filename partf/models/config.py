@@ -10,7 +10,8 @@ import dataclasses
 import json
 from typing import Any
 
-from partf.attention import attention_names
+from partf.attention import attention_names, get_attention_class
+from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.stochastic_block import BUILTIN_CANDIDATES, EVAL_MODES
 from partf.layers.temperature import validate_temperature
@@ -22,6 +23,67 @@ SEARCH_ESTIMATORS = ("mixture", "sampled")
 #: Single-letter architecture tokens.
 ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
 _LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
+
+#: How tokens learn where they are (see `ModelConfig.position`).
+POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
+
+#: The position encoding `position="auto"` picks for each mechanism. Rotary where a
+#: query-key dot product can be rotated, sinusoidal where there is none (Fastformer,
+#: Primal: both seeds add absolute positions to the embeddings); relative attention
+#: keeps its own encoding. README "Positions" has the measured comparison.
+RECOMMENDED_POSITION = {
+    "relative": "none",
+    "softmax": "rotary",
+    "local": "rotary",
+    "diag": "rotary",
+    "linear": "rotary",
+    "norm": "rotary",
+    "performer": "rotary",
+    "eva": "rotary",
+    "fastformer": "sinusoidal",
+    "primal": "sinusoidal",
+    "lara": "none",
+}
+
+
+def _alternating(num_layers: int, preset: str, attention_at) -> str:
+    """Blocks 0, 2, 4, ... attention (`attention_at(i)` names it), the others dense."""
+    if num_layers < 2 or num_layers % 2:
+        raise ValueError(
+            f"architecture preset {preset!r} pairs each attention block with a dense one, so "
+            f"num_layers must be even, got {num_layers}; e.g. --num_layers=6."
+        )
+    return " ".join(attention_at(i) if i % 2 == 0 else "D" for i in range(num_layers))
+
+
+#: Named layouts for `--architecture`: name -> (num_layers -> architecture string). A
+#: preset name must not be an attention name ("primal" is one block of Primal attention).
+ARCHITECTURE_PRESETS = {
+    # Transformer-XL's plain stack: the configured attention, then a dense block.
+    "plain": lambda n: _alternating(n, "plain", lambda i: "A"),
+    # TransNormer (Qin et al. 2022): DiagAttention in the first half of the stack,
+    # NormAttention in the second, each followed by a dense block.
+    "transnormer": lambda n: _alternating(
+        n, "transnormer", lambda i: "diag" if i < n / 2 else "norm"
+    ),
+    # Primal's hybrid language model (Chen et al. 2023): softmax attention in the first
+    # blocks and Primal attention in the last, dense blocks between (the seed's 6-layer
+    # model: 5 softmax layers and 1 Primal layer).
+    "primal_hybrid": lambda n: _alternating(
+        n, "primal_hybrid", lambda i: "primal" if i == n - 2 else "softmax"
+    ),
+}
+
+
+def expand_architecture(architecture: str, num_layers: int) -> str:
+    """A preset name's architecture string for `num_layers` blocks; others unchanged.
+
+    Example:
+        >>> expand_architecture("transnormer", 8)
+        'diag D diag D norm D norm D'
+    """
+    preset = ARCHITECTURE_PRESETS.get(architecture.strip().lower())
+    return architecture if preset is None else preset(num_layers)
 
 
 def parse_architecture(architecture: str) -> tuple[str, ...]:
@@ -88,7 +150,12 @@ class ModelConfig:
     candidates: tuple[str, ...] = setting(
         ("attention", "dense", "identity"), "per-block choices, comma-separated or repeated"
     )
-    architecture: str | None = setting(None, "fixed architecture such as 'A A D D D I' (no search)")
+    architecture: str | None = setting(
+        None,
+        "fixed architecture such as 'A A D D D I' (no search), or a preset: plain (A D A D ...), "
+        "transnormer (diag then norm attention, dense between), primal_hybrid (softmax then "
+        "one primal attention, dense between)",
+    )
     eval_mode: str = setting("argmax", "block weights at evaluation: argmax, expected or sample")
     sample_per_example: bool = setting(False, "one Gumbel sample per example, not per step")
     tau_start: float = setting(1.0, "initial Gumbel temperature")
@@ -108,6 +175,18 @@ class ModelConfig:
         "lambda of the cost-aware search: adds lambda x the expected forward MFLOPs per token "
         "of the architecture drawn from pi to the loss (0: off)",
     )
+    position: str = setting(
+        "none",
+        "token positions: none; sinusoidal or learned (added to the embeddings); rotary "
+        "(inside each attention that has a query-key product); auto (each mechanism's "
+        "recommended one; relative attention keeps its own encoding)",
+        choices=POSITIONS,
+    )
+    max_positions: int = setting(
+        16384,
+        "learned positions: rows of the table; a stream (one row of the context batch, an "
+        "epoch long) must stay shorter",
+    )
     tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
     batch_size: int = 32  # rows of the context batch; sizes the memory state
@@ -121,7 +200,13 @@ class ModelConfig:
         if self.proj_dims == ():
             object.__setattr__(self, "proj_dims", None)
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
+        # A preset is only a name for an architecture string: store the string.
+        if isinstance(self.architecture, str):
+            expanded = expand_architecture(self.architecture, self.num_layers)
+            object.__setattr__(self, "architecture", expanded)
         self._validate()
+        if self.position == "auto":
+            object.__setattr__(self, "position", self.recommended_position)
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "d_ffn", "num_layers", "batch_size"):
@@ -184,6 +269,7 @@ class ModelConfig:
                 f"search_cost_weight must be >= 0 (0: off), got {self.search_cost_weight}."
             )
         validate_temperature(self.tau_schedule, self.tau_start, self.tau_end, self.tau_steps)
+        self._validate_position()
         try:
             json.dumps(self.attention_options)
         except TypeError as error:
@@ -191,7 +277,82 @@ class ModelConfig:
                 f"attention_options must hold plain JSON values, got {self.attention_options!r}."
             ) from error
 
+    def _validate_position(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(
+                f"unknown position {self.position!r}; choose one of {', '.join(POSITIONS)}."
+            )
+        if self.max_positions < 1:
+            raise ValueError(f"max_positions must be >= 1, got {self.max_positions}.")
+        if self.position != "rotary":
+            return
+        for name in self.attention_mechanisms:
+            cls = get_attention_class(name)
+            if not (cls.supports_rotary or cls.encodes_positions):
+                raise ValueError(
+                    f"position='rotary' is not defined for {name} attention (it has no "
+                    "query-key dot product to rotate); use position sinusoidal or learned."
+                )
+        head_dim = self.attention_options.get("head_dim") or self.d_model // self.num_heads
+        if head_dim % 2:
+            raise ValueError(
+                f"position='rotary' rotates pairs of features, so the head width must be even, "
+                f"got {head_dim}; choose num_heads so that d_model / num_heads is even."
+            )
+
     # --------------------------------------------------------------- derived
+    @property
+    def attention_mechanisms(self) -> tuple[str, ...]:
+        """Registry names of the attentions the model builds, in order of appearance."""
+        names = []
+        for candidates in self.block_candidates:
+            for name in candidates:
+                if name in ("dense", "identity"):
+                    continue
+                names.append(self.attention if name == "attention" else name)
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def recommended_position(self) -> str:
+        """The position encoding `position="auto"` stands for with these mechanisms:
+        each one's `RECOMMENDED_POSITION`; sinusoidal when they differ (it suits every
+        mechanism), none without attention or with relative attention only."""
+        wanted = {
+            RECOMMENDED_POSITION.get(name, "none")
+            for name in self.attention_mechanisms
+            if not get_attention_class(name).encodes_positions
+        } - {"none"}
+        if not wanted:
+            return "none"
+        return wanted.pop() if len(wanted) == 1 else "sinusoidal"
+
+    @property
+    def absolute_positions(self) -> bool:
+        """Whether positions are added to the embeddings (sinusoidal or learned)."""
+        return self.position in ("sinusoidal", "learned")
+
+    def check_attention_options(self) -> None:
+        """Raises ValueError for an attention option that no chosen mechanism takes.
+
+        The model itself ignores such options (one set can serve many mechanisms); the
+        command line calls this so that a mistyped or misplaced `--attn_...` flag is an
+        error. `<mechanism>_<option>` must name a chosen mechanism and one of its options.
+        """
+        mechanisms = self.attention_mechanisms
+        valid = set(COMMON_ARGUMENTS) - {"name", "dtype"}
+        for name in mechanisms:
+            options = get_attention_class(name).options
+            valid.update(options)
+            valid.update(f"{name}_{option}" for option in options)
+        for key in self.attention_options:
+            if key not in valid:
+                chosen = ", ".join(mechanisms) or "none"
+                listed = ", ".join(sorted(valid - set(COMMON_ARGUMENTS))) or "none"
+                raise ValueError(
+                    f"attention option {key!r} (--attn_{key}) is taken by none of the chosen "
+                    f"mechanisms ({chosen}); options they take: {listed}."
+                )
+
     @property
     def block_candidates(self) -> tuple[tuple[str, ...], ...]:
         """Candidates of each block: the fixed architecture's single choice, or all."""

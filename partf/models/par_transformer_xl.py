@@ -1,7 +1,7 @@
 """PARTransformerXL: the Pay-Attention-when-Required Transformer-XL language model.
 
-Token ids -> embedding * sqrt(d_model) -> dropout -> a stack of stochastic
-blocks (each a Gumbel-softmax mix of attention with XL memory, a
+Token ids -> embedding * sqrt(d_model) (+ absolute positions, if chosen) ->
+dropout -> a stack of stochastic blocks (each a Gumbel-softmax mix of attention with XL memory, a
 feed-forward network and the identity) -> hidden states. An adaptive
 softmax on the hidden states gives the token distribution (`log_probs`) and
 the training loss (`token_nll`, `compute_loss`).
@@ -13,6 +13,14 @@ reads it, attends over it and writes the new memory back, so `fit` and
 across batches without help. Training and evaluation have separate memory
 variables, so evaluating never disturbs the training context. `forward`
 is the pure form: states in, states out, no variable written.
+
+Positions (`config.position`): relative attention encodes distances itself;
+"sinusoidal" and "learned" add each token's absolute position in its stream to
+the embeddings, "rotary" rotates queries and keys inside every attention that
+has a query-key product. A position is the number of real tokens before the
+token in its stream, so it continues across segments: the model carries the
+count for absolute positions (block 0's states end with {"position": int32
+[B]}), each rotary attention carries its own.
 
 References:
     Mandava et al., "Pay Attention when Required", 2020. https://arxiv.org/abs/2009.04534
@@ -31,6 +39,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
@@ -99,6 +108,9 @@ class PARTransformerXL(keras.Model):
             config.tau_is_trainable,
             name="temperature",
         )
+        attention_options = dict(config.attention_options)
+        if config.position == "rotary":
+            attention_options["rotary"] = True
         self.blocks = [
             StochasticBlock(
                 config.d_model,
@@ -106,7 +118,7 @@ class PARTransformerXL(keras.Model):
                 config.d_ffn,
                 candidates=candidates,
                 attention=config.attention,
-                attention_options=config.attention_options,
+                attention_options=attention_options,
                 mem_len=config.mem_len,
                 clamp_len=config.clamp_len,
                 dropout_rate=config.dropout_rate,
@@ -172,9 +184,26 @@ class PARTransformerXL(keras.Model):
                 trainable=False,
                 aggregation="only_first_replica",
             )
+        # Absolute positions: the stream position reached, one count per row and set,
+        # and for learned positions their table. Made last, and only when chosen, so
+        # every other model keeps its variables and their order.
+        self._position_vars: dict[str, keras.Variable] = {}
+        self.position_embedding = None
+        if config.absolute_positions:
+            for which in STATE_SETS:
+                self._position_vars[which] = self._add_state_variable(
+                    f"{which}_state_position", (config.batch_size,), "int32"
+                )
+        if config.position == "learned":
+            self.position_embedding = keras.layers.Embedding(
+                config.max_positions, config.d_model, dtype=policy, name="position_embedding"
+            )
         # Log-probabilities of the paths drawn by the last training call, read by
         # compute_loss within the same traced train step.
         self._path_log_probs: list[Any] = []
+        # The Primal KSVD term of the last compute_loss, read by compute_metrics in the
+        # same traced step (TensorFlow only; see `compute_metrics`).
+        self._ksvd_loss: Any = None
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
         self.build((config.batch_size, None))
@@ -210,6 +239,8 @@ class PARTransformerXL(keras.Model):
         for block in self.blocks:
             block.build(hidden_shape)
         self.output_layer.build(hidden_shape)
+        if self.position_embedding is not None:
+            self.position_embedding.build(input_shape)
 
     # ------------------------------------------------------------------ state
     @property
@@ -218,11 +249,17 @@ class PARTransformerXL(keras.Model):
         return [var for which in STATE_SETS for var in self._state_vars(which)]
 
     def _state_vars(self, which: str) -> list[keras.Variable]:
-        return [var for block in self._states[which] for cand in block for var in cand.values()]
+        blocks = [var for block in self._states[which] for cand in block for var in cand.values()]
+        position = [self._position_vars[which]] if which in self._position_vars else []
+        return blocks + position
 
     def initial_state(self, batch_size: int) -> States:
-        """Empty states ("no context") for `forward`, per block and candidate."""
-        return [block.get_initial_state(batch_size) for block in self.blocks]
+        """Empty states ("no context") for `forward`, per block and candidate; with
+        absolute positions block 0's list ends with {"position": zeros int32 [B]}."""
+        states = [block.get_initial_state(batch_size) for block in self.blocks]
+        if self.config.absolute_positions:
+            states[0] = [*states[0], {"position": ops.zeros((batch_size,), "int32")}]
+        return states
 
     def reset_state(self, which: str = "all") -> None:
         """Empties the memory: which = "all", "train" or "eval"."""
@@ -233,16 +270,74 @@ class PARTransformerXL(keras.Model):
                 var.assign(ops.zeros(var.shape, var.dtype))
 
     def _read_states(self, which: str) -> States:
-        return [
+        states = [
             [{name: var.value for name, var in cand.items()} for cand in block]
             for block in self._states[which]
         ]
+        if which in self._position_vars:
+            states[0] = [*states[0], {"position": self._position_vars[which].value}]
+        return states
 
     def _write_states(self, which: str, states: States) -> None:
+        states, position = self._split_position_state(states)
+        if position is not None:
+            self._position_vars[which].assign(ops.cast(position, "int32"))
         for block_vars, block_states in zip(self._states[which], states, strict=True):
             for cand_vars, cand_states in zip(block_vars, block_states, strict=True):
                 for name, var in cand_vars.items():
                     var.assign(ops.cast(cand_states[name], var.dtype))
+
+    def _split_position_state(self, states: States) -> tuple[States, Any | None]:
+        """(the blocks' states, the stream position int32 [B] or None): with absolute
+        positions, block 0's list carries the position after its candidates."""
+        if not self.config.absolute_positions:
+            return states, None
+        first = list(states[0])
+        if len(first) != self.blocks[0].num_candidates + 1 or "position" not in first[-1]:
+            raise ValueError(
+                "these states hold no stream position, but the model adds absolute positions; "
+                "start from model.initial_state(batch) and pass on what forward returns."
+            )
+        return [first[:-1], *states[1:]], first[-1]["position"]
+
+    # -------------------------------------------------------------- positions
+    @property
+    def position_limit(self) -> int | None:
+        """Tokens a stream may hold before learned positions run out (None: no limit)."""
+        return self.config.max_positions if self.config.position == "learned" else None
+
+    def check_positions(self, tokens_per_stream: int) -> None:
+        """Refuses a stream longer than learned positions can number.
+
+        Args:
+            tokens_per_stream: real tokens one row will read before its state is reset
+                (a split: batches x sequence length).
+
+        Raises:
+            ValueError: the stream reaches position `max_positions` or beyond.
+        """
+        limit = self.position_limit
+        if limit is not None and tokens_per_stream > limit:
+            raise ValueError(
+                f"learned positions number {limit} tokens (max_positions) but a stream here "
+                f"holds {tokens_per_stream}; set max_positions >= {tokens_per_stream} or use "
+                "position sinusoidal or rotary, which have no limit."
+            )
+
+    def _add_positions(self, x: Any, positions: Any) -> Any:
+        """x [B, T, D] plus the encoding of `positions` int32 [B, T], in x's dtype."""
+        if self.config.position == "sinusoidal":
+            return x + sinusoid(positions, self.config.d_model, x.dtype)
+        limit = self.config.max_positions
+        if not _traced(positions):  # eager: a clear error now
+            last = int(ops.convert_to_numpy(ops.max(positions)))
+            self.check_positions(last + 1)
+        # Compiled, no error can be raised: past the table the embedding is NaN (the loss
+        # turns NaN and training stops), never a silently reused row.
+        learned = self.position_embedding(ops.minimum(positions, limit - 1))
+        learned = ops.where((positions < limit)[..., None], learned, float("nan"))
+        scale = ops.cast(math.sqrt(self.config.d_model), x.dtype)
+        return x + ops.cast(learned, x.dtype) * scale
 
     # ---------------------------------------------------------------- forward
     def tau(self) -> Any:
@@ -293,8 +388,12 @@ class PARTransformerXL(keras.Model):
         self._check_choices(choices)
         inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
         mask = ops.not_equal(inputs, 0)  # [B, T]
+        states, position = self._split_position_state(states)
         x = self.embedding(inputs)  # [B, T, D]
         x = x * ops.cast(math.sqrt(self.config.d_model), x.dtype)
+        if position is not None:
+            positions, position = stream_positions(position, mask)
+            x = self._add_positions(x, positions)
         x = self.input_dropout(x, training=training)
         # In training, a sampled-path search runs one candidate per block, drawn from pi.
         sampled = training and self.search_baseline is not None
@@ -318,6 +417,8 @@ class PARTransformerXL(keras.Model):
                 )
                 block_states = [*block_states[:choice], state, *block_states[choice + 1 :]]
             new_states.append(block_states)
+        if position is not None:
+            new_states[0] = [*new_states[0], {"position": position}]
         return x, new_states, log_probs
 
     def _check_choices(self, choices: Sequence[int | None]) -> None:
@@ -392,6 +493,10 @@ class PARTransformerXL(keras.Model):
         loss = data_loss
         for extra in self.losses:
             loss = loss + ops.cast(extra, "float32") / replicas
+        self._ksvd_loss = None
+        ksvd = [term for layer in self.primal_attentions for term in layer.losses]
+        if ksvd and keras.backend.backend() == "tensorflow":
+            self._ksvd_loss = ops.sum(ops.stack([ops.cast(term, "float32") for term in ksvd]))
         if self.config.search_cost_weight and self.config.is_stochastic:
             seq_len = int(y.shape[1])
             megaflops = expected_flops(self, seq_len) / 1e6
@@ -399,6 +504,33 @@ class PARTransformerXL(keras.Model):
         if training and self._path_log_probs:
             loss = loss + self._score_function_term(data_loss)
         return loss
+
+    @property
+    def primal_attentions(self) -> list[Any]:
+        """The Primal attention layers whose KSVD term (eta * J) joins the loss."""
+        return [
+            layer
+            for block in self.blocks
+            for _, layer in block.attentions()
+            if getattr(layer, "registry_name", None) == "primal" and layer.eta > 0
+        ]
+
+    def compute_metrics(
+        self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None
+    ) -> dict[str, Any]:
+        """Keras's metrics, plus `ksvd_loss` for a model with Primal attention: the sum of
+        its layers' eta * J terms in this step's loss (already part of `loss`), so the
+        logs (fit's `logs["ksvd_loss"]`, what TensorBoard can plot on its own) show it.
+
+        Read on the TensorFlow backend, where `compute_loss` and this run in one traced
+        step; on JAX the loss is computed inside a gradient transformation that the value
+        cannot leave, so the logs hold no `ksvd_loss` there.
+        """
+        results = super().compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        ksvd, self._ksvd_loss = self._ksvd_loss, None
+        if ksvd is not None:
+            results = {**results, "ksvd_loss": ksvd}
+        return results
 
     def _score_function_term(self, data_loss: Any) -> Any:
         """A zero-valued loss term whose gradient is the score-function (REINFORCE)
@@ -466,6 +598,21 @@ class PARTransformerXL(keras.Model):
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(model_config, **config)
+
+
+def _traced(value: Any) -> bool:
+    """Whether `value` is symbolic (inside tf.function or a JAX trace), so that
+    its contents cannot be read on the host."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.executing_eagerly()
+    if backend == "jax":
+        import jax
+
+        return isinstance(value, jax.core.Tracer)
+    return False
 
 
 def _sum_over_replicas(value: Any) -> tuple[float, Any]:
