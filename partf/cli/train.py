@@ -5,7 +5,10 @@ spellings too (`--cutoffs=250 --cutoffs=2500`, `--straight_through=False`,
 `--notau_is_trainable`). Model defaults are the base configuration of base_model.sh
 (d_model 128, 4 heads, d_ffn 512, 6 blocks, mem_len 16, cutoffs 250 and 2500, tau 1.0 to
 0.1), not the larger defaults of the original train.py. `--cutoffs=` (empty) selects a
-plain softmax. Mechanism options appear as `--attn_<option>` (see --help).
+plain softmax. Mechanism options appear as `--attn_<option>`, read by every chosen
+mechanism that takes the option, and as `--attn_<mechanism>_<option>`, read by that
+mechanism alone (it wins over the shared flag); an option that no chosen mechanism takes
+is an error (see --help).
 
 The flags are generated (partf/cli/flags.py): one per setting of `TrainConfig` and
 `ModelConfig`, whose fields hold the help text and the default; a new setting is a new
@@ -68,11 +71,13 @@ def _literal(text: str) -> Any:
 
 def attention_options() -> dict[str, dict[str, Any]]:
     """option -> {"default": {mechanism: default}, "help": text} over every attention
-    mechanism that can be imported now (the `options` of each registered class)."""
+    mechanism that can be imported now (the `options` of each registered class): each
+    shared option, and each `<mechanism>_<option>` that sets it for one mechanism only."""
     from partf.attention import attention_names, get_attention_class
     from partf.models.config import ModelConfig
 
     found: dict[str, dict[str, Any]] = {}
+    own_flags: dict[str, dict[str, Any]] = {}
     # Options the model sets from its own flags (--mem_len, --clamp_len) are not repeated.
     own = {field.name for field in flags.flag_fields(ModelConfig)}
     for name in attention_names():
@@ -85,7 +90,14 @@ def attention_options() -> dict[str, dict[str, Any]]:
                 continue
             entry = found.setdefault(option, {"default": {}, "help": help_text})
             entry["default"][name] = default
-    return found
+            own_flags[f"{name}_{option}"] = {
+                "default": {name: default},
+                "help": f"{help_text}; {name} only",
+            }
+    clashes = sorted(set(found) & set(own_flags))
+    if clashes:  # a mechanism's option named like another's mechanism-prefixed one
+        raise RuntimeError(f"attention option names clash: {', '.join(clashes)}")
+    return {**found, **own_flags}
 
 
 def _option_type(defaults: dict[str, Any]):
@@ -208,7 +220,7 @@ def _check_model_fields(config) -> None:
     # other checks run now.
     stand_in = max([0, *cutoffs]) + 2
     try:
-        ModelConfig(vocab_size=stand_in, **fields)
+        ModelConfig(vocab_size=stand_in, **fields).check_attention_options()
     except (TypeError, ValueError) as e:
         raise ConfigError(str(e)) from None
 
