@@ -7,10 +7,9 @@ the seed-to-key/counter scrambling into the per-element loop, and further
 into whatever consumes the draw (measured on a 2-core x86 machine: about
 200 ms instead of 2 ms for a [32, 32, 128] dropout mask, of which the base
 model draws 13 per step; the three Gumbel weights of a PAR block were even
-recomputed for every element they scale). These functions ask for Philox
-by name on TensorFlow and use `keras.random` on other backends; the numbers
-are just as random, and `Dropout` is a drop-in `keras.layers.Dropout` (same
-arguments, same seed-generator state).
+recomputed for every element they scale). These functions draw from
+`random_bits` below instead; the numbers are just as random, and `Dropout` is a
+drop-in `keras.layers.Dropout` (same arguments, same seed-generator state).
 
 Dropout masks are many (the base model draws 13 per step, about 1.7 million
 numbers), and even named Philox cost about 7 ms per [32, 32, 128] mask under XLA
@@ -19,6 +18,12 @@ instead hashes each element's index with a per-draw key (a keyed integer hash,
 three rounds of the lowbias32 mixer: multiplies, shifts and xors on uint32). It is
 plain `keras.ops` arithmetic that XLA fuses into the op consuming the mask, so a
 mask costs about as much as reading the tensor it masks, on every backend.
+
+Being integer arithmetic, the draws are also the same numbers eager, in a graph and
+compiled by XLA (and on every backend). TensorFlow's stateless generators are not:
+under XLA the same seed gives other numbers, even with Philox named, so a model
+trained with `jit_compile` would sample other Gumbel weights than the same run
+without it (tests/models/test_par_transformer_xl.py checks that they agree).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ def uniform(
     maxval: float = 1.0,
     dtype: str = "float32",
 ) -> Any:
-    """Uniform draws in [minval, maxval), fast under XLA with a seed generator.
+    """Uniform draws in [minval, maxval), from `random_bits` with a seed generator.
 
     Args:
         shape: shape of the result.
@@ -57,14 +62,12 @@ def uniform(
         >>> tuple(u.shape)
         (2, 3)
     """
-    if keras.backend.backend() != "tensorflow" or not isinstance(seed, keras.random.SeedGenerator):
+    if not isinstance(seed, keras.random.SeedGenerator):
         return keras.random.uniform(shape, minval, maxval, dtype=dtype, seed=seed)
-    import tensorflow as tf
-
-    state = seed.next()
-    # TensorFlow's stateless ops take an int32 pair; the generator holds int64.
-    pair = tf.cast(tf.math.floormod(state, tf.int32.max - 1), tf.int32)
-    return tf.random.stateless_uniform(shape, pair, minval, maxval, dtype=dtype, alg="philox")
+    # The top 24 bits of the hash: k / 2**24 is exact in float32, and below 1.
+    bits = ops.right_shift(random_bits(shape, seed), np.uint32(8))
+    unit = ops.cast(bits, "float32") * np.float32(2.0**-24)
+    return ops.cast(minval + (maxval - minval) * unit, dtype)
 
 
 # lowbias32 (C. Wellons' hash-prospector): a bijection of uint32 with near-ideal
