@@ -1,4 +1,4 @@
-"""Random draws for XLA: uniform range and seeding, dropout statistics, XLA equals eager,
+"""Random draws for XLA: uniform range, seeding and XLA equals eager, dropout statistics,
 the hashed random bits against a numpy reference and statistical checks."""
 
 import keras
@@ -20,6 +20,18 @@ def test_uniform_range_mean_and_seeding():
     np.testing.assert_array_equal(np.asarray(same), u)
     seed = keras.random.SeedGenerator(0)
     assert not np.array_equal(np.asarray(uniform((8,), seed)), np.asarray(uniform((8,), seed)))
+
+
+def test_uniform_is_the_same_compiled_or_not():
+    """The same seed state gives the same numbers eager and under XLA (TensorFlow's own
+    stateless draws do not), so jit_compile does not change what a model samples."""
+    eager = np.asarray(uniform((4, 33), keras.random.SeedGenerator(5), minval=1e-10))
+    seed = keras.random.SeedGenerator(5)
+    compiled = tf.function(lambda: uniform((4, 33), seed, minval=1e-10), jit_compile=True)
+    np.testing.assert_array_equal(np.asarray(compiled()), eager)
+    # The top 24 bits of the hashed bits, scaled into [minval, maxval).
+    bits = _reference_bits((4, 33), 5, 0) >> 8
+    np.testing.assert_allclose(eager, 1e-10 + bits * 2.0**-24, rtol=1e-6)
 
 
 def test_uniform_accepts_int_seed():

@@ -118,27 +118,55 @@ def test_every_mechanism_trains_in_one_plain_transformer():
     assert any(layer.losses for layer in model._flatten_layers() if layer.name.startswith("primal"))
 
 
+#: Mechanisms that draw with `keras.random` in training (EVA's proposals), whose
+#: TensorFlow stateless draws differ under XLA from the same seed in eager mode.
+XLA_DRAWS_DIFFER = {"eva"}
+RNG_BUG = (
+    "partf bug: EVA draws its proposals with keras.random.normal, whose TensorFlow "
+    "stateless draws differ between XLA and eager for the same seed state"
+)
+
+
+def _xla_cases():
+    for name in ["relative", *ZOO]:
+        yield pytest.param(name, False, id=f"{name}-evaluation")
+        marks = [pytest.mark.xfail(strict=True, reason=RNG_BUG)] if name in XLA_DRAWS_DIFFER else []
+        yield pytest.param(name, True, id=f"{name}-training", marks=marks)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ZOO)
-def test_xla_compiled_training_step_equals_eager(name):
-    """fit(jit_compile=True) compiles each mechanism; forward, state and gradients match eager."""
+@pytest.mark.parametrize(("name", "training"), list(_xla_cases()))
+def test_xla_compiled_step_equals_eager(name, training):
+    """One forward and backward pass compiled by XLA equals eager, outputs, state and
+    gradients: in evaluation, and in training with dropout (on the attention weights
+    and the output) and the mechanism's own sampling on, from the same seed state."""
     import tensorflow as tf
 
-    layer = create_attention(name, 8, 2, **TINY)
+    options = dict(TINY, dropout_rate=0.2 if training else 0.0)
+    if name == "relative":
+        options.update(mem_len=4, attention_dropout_rate=0.2 if training else 0.0)
+    layer = create_attention(name, 8, 2, **options)
     x = np.random.default_rng(0).normal(size=(2, 11, 8)).astype("float32")
     layer(x[:, :3])
+    seeds = [v for v in layer.variables if "seed_generator" in v.path]
+    start = [v.numpy().copy() for v in seeds]
 
     def step(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            y, state = layer(x, training=False)
+            y, state = layer(x, training=training)
             loss = tf.reduce_sum(tf.square(y)) + sum(layer.losses)
         return y, state, tape.gradient(loss, [x] + layer.trainable_weights)
 
     eager = step(tf.constant(x))
+    for variable, value in zip(seeds, start, strict=True):
+        variable.assign(value)
     compiled = tf.function(step, jit_compile=True)(tf.constant(x))
     for got, want in zip(tf.nest.flatten(compiled), tf.nest.flatten(eager), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+    if training:  # the draws happened: training is not evaluation
+        evaluated, _ = layer(x, training=False)
+        assert not np.allclose(np.asarray(evaluated), np.asarray(eager[0]))
 
 
 def test_graph_mode_with_unknown_length_equals_eager():

@@ -430,10 +430,14 @@ def test_jit_compiled_stateful_call_equals_eager():
 
 
 @pytest.mark.slow
-def test_jit_fit_with_several_steps_per_execution_matches_eager():
-    # Fixed architecture, no dropout: training is deterministic, so the
-    # compiled multi-step loop must reproduce eager training exactly.
-    config = CONFIG.replace(architecture="A D", dropout_rate=0.0)
+@pytest.mark.parametrize("setting", ["fixed", "par"])
+def test_jit_fit_with_dropout_and_sampling_matches_eager(setting):
+    """fit with XLA and two steps per execution reproduces eager training from the same
+    seeds, with dropout on (0.1) and, for the PAR model, Gumbel-sampled block weights:
+    the random draws must be the same numbers compiled or not."""
+    config = CONFIG.replace(dropout_rate=0.1)
+    if setting == "fixed":
+        config = config.replace(architecture="A D")
     stream = np.random.default_rng(14).integers(1, V, size=(4 * B, 6)).astype("int32")
     results = []
     for jit, steps in ((False, 1), (True, 2)):
