@@ -10,7 +10,8 @@ in stream order, memory carried across batches.
 Two steps:
 
 1. Where TensorFlow is installed, export records to numpy (int32 [N, B, T] inputs and
-   targets), by default the original project's WikiText-2 validation records:
+   targets), by default the original project's WikiText-2 validation records from the
+   shared data folder (benchmarks/shared_data.py):
 
        python benchmarks/jax_throughput.py --export data/bench_batches.npz
 
@@ -27,6 +28,11 @@ steps_per_execution the batches/s of a full evaluation pass (`JaxEvaluator`). Wi
 --full_run_steps it then trains a fresh base model for that many steps in one `fit`
 call (the data cycled) and reports the wall time, compilation included: 56,080 steps is
 base_model.sh's 20 epochs of WikiText-2.
+
+JAX's persistent compilation cache is off unless --compilation_cache names a folder.
+With it on, a program compiled earlier (by this run's timed base model at the same
+steps per execution, or by an earlier run) is read back instead of compiled, so the
+full run's wall time would no longer include compilation; the report says which.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_throughput import COMMON, ORIGINAL, SHAPES, flops_per_step, typical_block_rows  # noqa: E402
+from shared_data import original_dir  # noqa: E402
+from train_throughput import COMMON, SHAPES, flops_per_step, typical_block_rows  # noqa: E402
 
 # base_model.sh: 20 epochs of the WikiText-2 training records (2,804 batches of 32x32).
 FULL_RUN_STEPS = 56_080
@@ -180,7 +187,14 @@ def full_run(inputs: np.ndarray, targets: np.ndarray, args: argparse.Namespace) 
     model = build("base", args.vocab_size, batch, steps, spe)
     _, loss = timed_fit(model, cycled(inputs, steps), cycled(targets, steps), batch)
     wall = time.perf_counter() - start
-    return {"steps": steps, "spe": spe, "wall_seconds": wall, "final_loss": loss}
+    return {
+        "steps": steps,
+        "spe": spe,
+        "wall_seconds": wall,
+        # With the persistent cache on, compiling may have been a cache read.
+        "compilation_included": not args.compilation_cache,
+        "final_loss": loss,
+    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -201,7 +215,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", default=None, help="write records to this .npz and stop")
-    parser.add_argument("--records", default=str(ORIGINAL / "tfrecords_valid"))
+    parser.add_argument("--records", default=str(original_dir() / "tfrecords_valid"))
     parser.add_argument("--batches", default=None, help=".npz from --export (else Zipf tokens)")
     parser.add_argument("--vocab_size", type=int, default=12000)
     parser.add_argument("--configs", nargs="+", default=["base", "tiny"], choices=SHAPES)
@@ -217,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         default=float("inf"),
         help="skip the full run when the measured base rate predicts more seconds than this",
     )
+    parser.add_argument(
+        "--compilation_cache",
+        default=None,
+        help="a folder for JAX's persistent compilation cache (off by default: the full "
+        "run's wall time then includes compiling)",
+    )
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
@@ -229,9 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     if keras.backend.backend() == "jax":
         import jax
 
-        # Same program, new jit function object (each compile()): reuse the compiled code.
-        jax.config.update("jax_compilation_cache_dir", "/tmp/partf-jax-cache")
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        if args.compilation_cache:
+            # Same program, new jit function object (each compile()): reuse the compiled
+            # code. The full run may then skip compiling.
+            jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
         device = f"{jax.devices()[0].platform}: {jax.devices()[0].device_kind}"
     else:
         device = keras.backend.backend()
@@ -244,7 +266,12 @@ def main(argv: list[str] | None = None) -> int:
                 row = measure(config, precision, spe, inputs, targets, args)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    figures: dict[str, Any] = {"device": device, "data": source, "rows": rows}
+    figures: dict[str, Any] = {
+        "device": device,
+        "data": source,
+        "compilation_cache": args.compilation_cache or "off",
+        "rows": rows,
+    }
     base = [r for r in rows if r["config"] == "base" and r["precision"] == "float32"]
     if args.full_run_steps:
         predicted = args.full_run_steps / max(r["steps_per_second"] for r in base) if base else 0

@@ -7,11 +7,13 @@ checkpoints) for --steps steps and reports:
   steps: compilation, first checkpoint, caches filled) and at the end; the growth
   between them should stay under 5%;
 - how many times the train step was traced (Python runs it only while tracing): after
-  the warm-up and at the end; the two counts should be equal (nothing retraced).
+  the warm-up and at the end; both must be exactly 1 (traced once, nothing retraced;
+  a count of 0 means the probe missed the tracing, and fails too).
 
 Records: --train_directory, by default the original project's WikiText-2 validation
-records under /work/shared/data (cycled over epochs), else random tokens written to a
-temporary folder.
+records in the shared data folder (benchmarks/shared_data.py: $PARTF_SHARED_DATA, else
+../shared/data), cycled over epochs. Without them the script stops with an error;
+--random_tokens trains on random tokens instead, and says so in its report.
 
 Example:
     python benchmarks/long_run.py                     # 5,000 steps of the base model
@@ -28,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ORIGINAL = Path("/work/shared/data/par-transformer-xl-original")
-SHARED_RECORDS = ORIGINAL / "tfrecords_valid"
-SHARED_TOKENIZER = ORIGINAL / "tokenizer" / "wiki2_12k"  # gives their vocabulary size
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import SharedDataMissing, original_dir, require  # noqa: E402
+
 TINY = {"d_model": 16, "num_heads": 2, "d_ffn": 32, "num_layers": 2, "mem_len": 8}
 
 
@@ -67,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead of the base")
     parser.add_argument("--train_directory", default=None, help="records to train on")
     parser.add_argument(
+        "--random_tokens",
+        action="store_true",
+        help="train on random tokens when no records are given (no shared data needed)",
+    )
+    parser.add_argument(
         "--sp_model_prefix", default="", help="tokenizer, for records without metadata.json"
     )
     parser.add_argument("--warmup_fraction", type=float, default=0.1)
@@ -75,6 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
+    tokenizer = args.sp_model_prefix
+    records = Path(args.train_directory) if args.train_directory else None
+    if records is None and not args.random_tokens:
+        try:
+            records = require(
+                original_dir() / "tfrecords_valid",
+                "the original project's validation records",
+                flag="--train_directory (or --random_tokens)",
+            )
+            # The tokenizer gives the records' vocabulary size (they have no metadata).
+            model_file = original_dir() / "tokenizer" / "wiki2_12k.model"
+            tokenizer = str(require(model_file, "their tokenizer").with_suffix(""))
+        except SharedDataMissing as error:
+            print(f"long_run.py: error: {error}", file=sys.stderr)
+            return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
@@ -82,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from partf.training.trainer import train
 
     work = Path(tempfile.mkdtemp(prefix="partf-long-run-"))
-    tokenizer = args.sp_model_prefix
-    if args.train_directory:
-        records = Path(args.train_directory)
-    elif SHARED_RECORDS.is_dir():
-        records, tokenizer = SHARED_RECORDS, str(SHARED_TOKENIZER)
-    else:
+    if records is None:
         records = random_records(work / "records")
     warmup_step = max(int(args.steps * args.warmup_fraction), 2 * args.steps_per_execution)
 
@@ -152,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     growth = (end["rss_mib"] - warm["rss_mib"]) / warm["rss_mib"]
     figures = {
         "configuration": "tiny" if args.tiny else "base",
-        "records": str(records),
+        "records": "random tokens"
+        if args.random_tokens and not args.train_directory
+        else str(records),
         "steps": end["step"],
         "wall_seconds": round(wall, 1),
         "rss_after_warmup_mib": round(warm["rss_mib"], 1),
@@ -168,9 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(figures, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    ok = growth < 0.05 and warm["traces"] == end["traces"]
-    print("PASS" if ok else "FAIL: memory grew 5% or more, or the step was traced again")
-    return 0 if ok else 1
+    failures = []
+    if growth >= 0.05:
+        failures.append(f"memory grew {100 * growth:.1f}% (5% allowed)")
+    if not warm["traces"] == end["traces"] == 1:
+        failures.append(
+            f"the train step was traced {warm['traces']} time(s) by the warm-up and "
+            f"{end['traces']} by the end (exactly 1 and 1 expected)"
+        )
+    print("PASS" if not failures else "FAIL: " + "; ".join(failures))
+    return 0 if not failures else 1
 
 
 if __name__ == "__main__":

@@ -7,26 +7,28 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_data import absent, original_dir, shared_data_dir
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-ROOT = Path(__file__).resolve().parents[1]
-# ../shared/data beside the checkout holds WikiText-2 valid/test text and the
-# original project's artifacts. Users do not have it: tests that need it skip.
-SHARED_DATA = Path(os.environ.get("PARTF_SHARED_DATA", ROOT.parent / "shared" / "data"))
-ORIGINAL = SHARED_DATA / "par-transformer-xl-original"
+# The shared folder ($PARTF_SHARED_DATA, else ../shared/data) holds WikiText-2 valid and
+# test text and the original project's artifacts. Users do not have it: tests that need
+# it skip, or fail under PARTF_REQUIRE_SHARED_DATA=1 (tests/shared_data.py).
+SHARED_DATA = shared_data_dir()
+ORIGINAL = original_dir()
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"reference data folder {SHARED_DATA} is absent")
+        absent(f"reference data folder {SHARED_DATA} is absent")
     return SHARED_DATA
 
 
 @pytest.fixture(scope="session")
 def original_artifacts(shared_data: Path) -> Path:
     if not ORIGINAL.is_dir():
-        pytest.skip(f"original project's artifacts {ORIGINAL} are absent")
+        absent(f"original project's artifacts {ORIGINAL} are absent")
     return ORIGINAL
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_data import absent
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -50,7 +52,7 @@ def test_notebook_runs_top_to_bottom(original_artifacts: Path, tmp_path: Path) -
     test = original_artifacts / "tfrecords_test"
     tokenizer = original_artifacts / "tokenizer" / "wiki2_12k"
     if not (valid.is_dir() and test.is_dir() and tokenizer.with_suffix(".model").is_file()):
-        pytest.skip("the original project's records or tokenizer are absent")
+        absent("the original project's records or tokenizer are absent")
 
     # A few batches of each split: scoring the full 304-batch splits several times
     # (validation, final test, the notebook's own evaluation) would take minutes.
