@@ -6,8 +6,9 @@ same step budget, learning-rate schedule and seed, and compares them:
 
 * PAR: the searched architecture (`--from_search checkpoints/NAME`, argmax of
   pi per block with identity blocks dropped, as `partf-train --from_search`),
-  or `--par` given directly (default "A A D D D D": attention in the first
-  blocks only, the pattern the PAR paper reports).
+  labelled "PAR (searched)", or `--par` given directly (default "A A D D D D":
+  attention in the first blocks only, the pattern the PAR paper reports),
+  labelled "PAR pattern (given, not searched)".
 * Transformer-XL: the same number of blocks alternating attention and
   feed-forward ("A D A D A D"), i.e. standard Transformer-XL layers, each
   attention followed by its feed-forward network.
@@ -25,7 +26,7 @@ The default run takes about 5 to 10 minutes on 2 CPU cores. The machine may
 be shared, so timings are noisy: compare the two rows of one run, not runs.
 
 Run: .venv/bin/python benchmarks/par_vs_txl.py [--steps 300]
-     [--records /work/shared/data/par-transformer-xl-original/tfrecords_valid]
+     [--records ../shared/data/par-transformer-xl-original/tfrecords_valid]
      [--from_search checkpoints/NAME | --par "A A D D D D"]
 """
 
@@ -36,12 +37,16 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-ORIGINAL = Path("/work/shared/data/par-transformer-xl-original")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import original_dir  # noqa: E402
+
+ORIGINAL = original_dir()  # $PARTF_SHARED_DATA, else ../shared/data
 
 
 def transformer_xl_architecture(num_blocks: int) -> str:
@@ -80,10 +85,11 @@ def main() -> int:
     from partf.training.perplexity import Evaluator
     from partf.training.search import searched_architecture
 
-    par = args.par
+    par, par_label = args.par, "PAR pattern (given, not searched)"
     if args.from_search:
         found = json.loads((Path(args.from_search) / "results.json").read_text())
         par = searched_architecture(found["pi"], found["candidates"])
+        par_label = "PAR (searched)"
     blocks = len(par.split())
     txl = transformer_xl_architecture(blocks)
 
@@ -95,7 +101,7 @@ def main() -> int:
     held_out = data.skip(args.train_batches).cache()
 
     rows = []
-    for label, architecture in (("PAR", par), ("Transformer-XL", txl)):
+    for label, architecture in ((par_label, par), ("Transformer-XL", txl)):
         keras.utils.set_random_seed(args.seed)
         model = PARTransformerXL(
             vocab_size=vocab,
@@ -161,7 +167,7 @@ def main() -> int:
     (par_row, txl_row) = rows
     print()
     print(
-        f"PAR / Transformer-XL: parameters {par_row[2] / txl_row[2]:.2f}x, training speed "
+        f"{par_label} / Transformer-XL: parameters {par_row[2] / txl_row[2]:.2f}x, training speed "
         f"{par_row[3] / txl_row[3]:.2f}x, inference latency {par_row[4] / txl_row[4]:.2f}x, "
         f"perplexity {par_row[6] / txl_row[6]:.2f}x."
     )
