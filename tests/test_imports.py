@@ -34,7 +34,9 @@ ALLOWED = {
     "training": {"attention", "layers", "models", "data"},
     "cli": {"attention", "layers", "models", "data", "training", "generation", "cutoffs"},
     "train": {"cli"},
-    "__init__": set(),
+    # Registers every class a .keras file can name, so `import partf` loads any of them.
+    "keras_objects": {"attention", "models", "training"},
+    "__init__": {"keras_objects"},
 }
 
 
