@@ -47,6 +47,7 @@ setup(
             "partf-build-data=partf.cli.build_data:run",
             "partf-train=partf.cli.train:run",
             "partf-generate=partf.cli.generate:run",
+            "partf-evaluate=partf.cli.evaluate:run",
         ],
     },
     classifiers=[

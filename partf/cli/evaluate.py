@@ -1,0 +1,312 @@
+"""partf-evaluate: score a saved PAR Transformer-XL on records or on a text file.
+
+The split is read in stream order with the model's evaluation memory starting empty,
+as partf-train scores its splits (the same evaluator), and the figures are printed:
+exact token perplexity, the original project's figure (the mean of exp(batch loss)),
+word-level perplexity (words plus line ends of the raw text) and bits per character.
+
+Examples:
+    partf-evaluate --model checkpoints/base --records data/wikitext2_bsz32_seqlen32_tfrecords_test
+    partf-evaluate --model checkpoints/base/base.keras --text data/wikitext-2/test.txt --json
+    partf-evaluate --model checkpoints/base --records DIR --eval_mode expected
+
+--model takes a `.keras` file or a run's checkpoint folder (its <model_name>.keras, or
+else its newest checkpoint rebuilt from config.json). --records is a folder written by
+partf-build-data (or the original project); its batches must have the model's batch
+size (the rows its memory holds). --text is tokenized with the run's tokenizer
+(--sp_model, or the one config.json names), one end-of-line token per line as in
+training, and cut into context batches of the model's batch size and --seq_len tokens.
+Records of partf carry the word and character counts of their text; records of the
+original project do not, so those two figures are then absent.
+
+Exit status: 0 done, 1 a problem found while running (unreadable model, records or
+tokenizer that do not fit the model), 2 bad usage (bad values, missing files). Errors
+print one line; --verbose adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
+
+PROG = "partf-evaluate"
+EVAL_MODES = ("argmax", "expected", "sample")
+logger = logging.getLogger("partf.cli.evaluate")
+
+#: The figures printed, in order, with their labels.
+FIGURES = (
+    ("perplexity", "perplexity (exact, per token)"),
+    ("perplexity_original", "original's figure (mean of exp(batch loss))"),
+    ("word_perplexity", "word perplexity (words + line ends)"),
+    ("bits_per_character", "bits per character"),
+    ("loss", "loss (nats per token)"),
+    ("num_tokens", "target tokens"),
+    ("num_batches", "batches"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + message
+        raise UsageExit(f"{message}; see {PROG} --help")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if lowered in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+    parser.add_argument(
+        f"--{name}", nargs="?", const=True, default=default, type=_parse_bool, metavar="BOOL",
+        help=help,
+    )  # fmt: skip
+    parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags, `--name VALUE` and `--name=VALUE` alike."""
+    parser = _Parser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model", required=True, help="a .keras file, or a run's checkpoints/<model_name> folder"
+    )
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--records", help="a folder of context-batched records to score")
+    data.add_argument(
+        "--text", help="a UTF-8 text file to score (tokenized with the run's tokenizer)"
+    )
+    parser.add_argument(
+        "--sp_model",
+        help="SentencePiece .model file (or prefix without .model); default: the run's tokenizer "
+        "from config.json (needed for --text; checked against --records when found)",
+    )
+    parser.add_argument(
+        "--seq_len", type=int, default=32, help="--text: tokens per row of each batch"
+    )
+    parser.add_argument(
+        "--eval_mode",
+        choices=EVAL_MODES,
+        help="block weights of a searched model: argmax (the discrete architecture), "
+        "expected (pi-weighted) or sample (Gumbel samples, the original's); default: the "
+        "model's own",
+    )
+    _bool_flag(parser, "json", False, "print the figures as one JSON object")
+    _bool_flag(parser, "jit_compile", True, "score with XLA-compiled calls")
+    _bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
+    return parser
+
+
+# --------------------------------------------------------------------- splits
+def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
+    """(dataset, text counts) of --records, checked against the model."""
+    from partf.data import read_metadata
+    from partf.errors import DataError, UsageError
+    from partf.training.splits import load_split
+
+    path = Path(args.records)
+    if not path.exists():
+        raise UsageExit(f"--records {path} does not exist; pass a folder of .tfrecords files")
+    try:
+        metadata = read_metadata(path)
+    except UsageError as e:
+        raise UsageExit(str(e)) from e
+    except DataError as e:
+        raise RuntimeExit(str(e)) from e
+    rows = model.config.batch_size
+    if metadata.batch_size != rows:
+        raise RuntimeExit(
+            f"records in {path} have batches of {metadata.batch_size} rows but the model's "
+            f"memory holds {rows} (its batch_size); score records built with --batch_size={rows}, "
+            "or pass --text to batch a text file for the model"
+        )
+    if metadata.vocab_size and metadata.vocab_size != model.config.vocab_size:
+        raise RuntimeExit(
+            f"records in {path} use a vocabulary of {metadata.vocab_size} tokens but the model "
+            f"{model.config.vocab_size}; score records built with the model's tokenizer"
+        )
+    sp_prefix = None
+    if metadata.tokenizer_sha256:
+        try:
+            sp_prefix = str(find_sp_model(args.sp_model, run_dir))
+        except UsageExit:
+            if args.sp_model:
+                raise
+            logger.warning("no tokenizer found: the records are not checked against one")
+    try:
+        split = load_split(str(path), "scored", sp_prefix)
+    except UsageError as e:  # includes ConfigError
+        raise UsageExit(str(e)) from e
+    except DataError as e:  # a tokenizer mismatch, damaged records
+        raise RuntimeExit(str(e)) from e
+    _check_positions(model, split.num_batches * split.seq_len)
+    return split.dataset, split.text_counts
+
+
+def _text_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
+    """(dataset, text counts) of --text: tokenized, then context-batched for the model."""
+    import numpy as np
+    import tensorflow as tf
+
+    from partf.data import (
+        context_batches,
+        read_token_file,
+        text_stats,
+        tokenize_file,
+        vocab_size_of,
+    )
+    from partf.errors import DataError, UsageError
+
+    sp_model = find_sp_model(args.sp_model, run_dir)
+    try:
+        pieces = vocab_size_of(sp_model)
+        stats = text_stats(args.text)
+    except UsageError as e:
+        raise UsageExit(str(e)) from e
+    except DataError as e:
+        raise RuntimeExit(str(e)) from e
+    if pieces != model.config.vocab_size:
+        raise RuntimeExit(
+            f"the tokenizer {sp_model} has {pieces} pieces but the model "
+            f"{model.config.vocab_size}; pass the --sp_model the model was trained with"
+        )
+    with tempfile.TemporaryDirectory(prefix="partf-evaluate-") as folder:
+        token_file = Path(folder) / "text.tokens"
+        num_tokens = tokenize_file(args.text, sp_model, token_file)
+        tokens = np.array(read_token_file(token_file), np.int32)
+    try:
+        batches = np.ascontiguousarray(
+            context_batches(tokens, model.config.batch_size, args.seq_len)
+        )
+    except (UsageError, DataError) as e:
+        raise RuntimeExit(str(e)) from e
+    _check_positions(model, batches.shape[0] * args.seq_len)
+    dataset = tf.data.Dataset.from_tensor_slices((batches[:, :, :-1], batches[:, :, 1:]))
+    counts = {
+        "num_words": stats.num_words_with_line_ends,
+        "num_chars": stats.num_chars,
+        "text_tokens": num_tokens - 1,
+    }
+    return dataset, counts
+
+
+def _check_positions(model: Any, tokens_per_stream: int) -> None:
+    try:
+        model.check_positions(tokens_per_stream)
+    except ValueError as e:
+        raise RuntimeExit(str(e)) from e
+
+
+# ---------------------------------------------------------------------- main
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """Loads the model, scores the split and returns the report (with what was scored)."""
+    from partf.generation import reconfigure
+    from partf.training.distribution import make_evaluator
+    from partf.training.perplexity import perplexity_report
+
+    model, run_dir = load_model(args.model)
+    if args.eval_mode and args.eval_mode != model.config.eval_mode:
+        model = reconfigure(model, eval_mode=args.eval_mode)
+    model.reset_state("eval")
+    if args.records:
+        dataset, counts = _records_split(args, model, run_dir)
+    else:
+        dataset, counts = _text_split(args, model, run_dir)
+    evaluator = make_evaluator(model, None, model.config.batch_size, args.jit_compile)
+    report = perplexity_report(evaluator.evaluate(dataset), **counts)
+    return {
+        "model": str(args.model),
+        "data": str(args.records or args.text),
+        "eval_mode": model.config.eval_mode,
+        **report,
+    }
+
+
+def _format(report: dict[str, Any]) -> str:
+    lines = [f"{report['model']} on {report['data']} (eval_mode {report['eval_mode']})"]
+    for key, label in FIGURES:
+        value = report.get(key)
+        if value is None:
+            text = "n/a (the data carries no counts of its text)"
+        elif isinstance(value, int):
+            text = f"{value:,}"
+        else:
+            text = f"{value:.4f}"
+        lines.append(f"  {label}: {text}")
+    return "\n".join(lines)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Entry point of partf-evaluate; returns the exit status.
+
+    Args:
+        argv: arguments without the program name; default sys.argv[1:].
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(arg in ("--verbose", "--verbose=true", "--verbose=True") for arg in argv)
+
+    def fail(message: str, status: int, error: BaseException | None = None) -> int:
+        if verbose and error is not None:
+            import traceback
+
+            traceback.print_exception(error)
+        print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+        return status
+
+    try:
+        args = build_parser().parse_args(argv)
+        if args.seq_len < 1:
+            raise UsageExit(f"--seq_len must be >= 1, got {args.seq_len}; e.g. --seq_len 32")
+    except UsageExit as e:
+        return fail(str(e), 2, e)
+    if not args.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("partf: %(message)s"))
+    package_logger = logging.getLogger("partf")
+    package_logger.addHandler(handler)
+    old_level = package_logger.level
+    package_logger.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        report = evaluate(args)
+    except UsageExit as e:
+        return fail(str(e), 2, e)
+    except RuntimeExit as e:
+        return fail(str(e), 1, e)
+    except KeyboardInterrupt as e:
+        return fail("interrupted", 130, e)
+    except OSError as e:
+        return fail(f"{e.strerror or e}: {e.filename or ''}", 1, e)
+    except Exception as e:  # anything else is a bug or an environment problem
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return fail(
+            f"unexpected {type(e).__name__}: {first} (rerun with --verbose for the traceback)",
+            1,
+            e,
+        )
+    finally:
+        package_logger.removeHandler(handler)
+        package_logger.setLevel(old_level)
+    print(json.dumps(report) if args.json else _format(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

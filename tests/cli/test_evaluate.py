@@ -1,0 +1,153 @@
+"""partf-evaluate: the trainer's figures again from the saved model, on records and on the
+raw text; eval modes; one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from partf.cli.evaluate import run
+from tests.data.helpers import wiki_lines, write_text
+
+BATCH, SEQ = 4, 16
+TINY = dict(d_model=16, num_heads=2, d_ffn=32, num_layers=2, mem_len=8, cutoffs=(40,))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict:
+    """A tokenizer, records of three splits, and a short partf-train run on them whose
+    results.json holds the trainer's own test figures."""
+    from partf.data import build_data
+    from partf.training.config import TrainConfig
+    from partf.training.trainer import train
+
+    root = tmp_path_factory.mktemp("evaluate")
+    texts = {
+        name: write_text(root / "text" / f"{name}.txt", wiki_lines(lines, seed=seed))
+        for name, lines, seed in (("train", 800, 0), ("valid", 120, 1), ("test", 160, 2))
+    }
+    prefix = root / "tokenizer" / "tiny"
+    records = {name: root / f"records_{name}" for name in texts}
+    build_data(
+        texts, records, prefix, train_tokenizer_on=texts["train"], vocab_size=120,
+        batch_size=BATCH, seq_len=SEQ,
+    )  # fmt: skip
+    config = TrainConfig(
+        train_directory=str(records["train"]),
+        valid_directory="",
+        test_directory=str(records["test"]),
+        sp_model_prefix=str(prefix),
+        model_name="tiny",
+        output_dir=str(root / "run"),
+        max_steps=12,
+        warmup_steps=2,
+        max_lr=3e-3,
+        jit_compile=False,
+        steps_per_execution=4,
+        model={**TINY, "candidates": ("linear", "dense", "identity"), "eval_mode": "expected"},
+    )
+    results = train(config)
+    return {
+        "root": root,
+        "run_dir": root / "run" / "checkpoints" / "tiny",
+        "records": records,
+        "texts": texts,
+        "prefix": prefix,
+        "results": results,
+    }
+
+
+def evaluate(capsys, *argv: str) -> dict:
+    status = run([*argv, "--json", "--nojit_compile"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    return json.loads(captured.out.strip().splitlines()[-1])
+
+
+FIGURES = ("perplexity", "perplexity_original", "word_perplexity", "bits_per_character")
+
+
+def test_records_give_the_trainers_figures(trained, capsys):
+    want = trained["results"]["test"]
+    got = evaluate(
+        capsys, "--model", str(trained["run_dir"]), "--records", str(trained["records"]["test"])
+    )
+    assert got["eval_mode"] == "expected"
+    assert (got["num_tokens"], got["num_batches"]) == (want["num_tokens"], want["num_batches"])
+    for name in FIGURES:
+        assert math.isclose(got[name], want[name], rel_tol=1e-6), name
+
+
+def test_the_raw_text_gives_the_same_figures_as_its_records(trained, capsys):
+    """The test records were built from test.txt with the run's tokenizer, the model's
+    batch size and --seq_len 16: batching the text again gives the same stream."""
+    model = str(trained["run_dir"] / "tiny.keras")
+    records = evaluate(capsys, "--model", model, "--records", str(trained["records"]["test"]))
+    text = evaluate(
+        capsys, "--model", model, "--text", str(trained["texts"]["test"]), "--seq_len", str(SEQ)
+    )
+    for name in (*FIGURES, "num_tokens"):
+        assert math.isclose(text[name], records[name], rel_tol=1e-6), name
+
+
+def test_eval_mode_changes_the_block_weights(trained, capsys):
+    base = ["--model", str(trained["run_dir"]), "--records", str(trained["records"]["test"])]
+    assert run([*base, "--eval_mode", "argmax", "--nojit_compile"]) == 0
+    out = capsys.readouterr().out
+    assert "(eval_mode argmax)" in out and "perplexity (exact, per token):" in out
+    argmax = float(out.split("perplexity (exact, per token):")[1].split()[0])
+    expected = trained["results"]["test"]["perplexity"]  # the run's own eval_mode
+    assert not math.isclose(argmax, expected, rel_tol=1e-4)
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("partf-evaluate: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_bad_input_is_one_line(trained, capsys, tmp_path):
+    run_dir, records = str(trained["run_dir"]), trained["records"]
+    assert run(["--model", str(tmp_path / "none.keras"), "--records", str(records["test"])]) == 2
+    assert "does not exist" in error_line(capsys)
+    assert run(["--model", run_dir]) == 2
+    assert "one of the arguments --records --text is required" in error_line(capsys)
+    assert run(["--model", run_dir, "--records", str(tmp_path / "missing")]) == 2
+    line = error_line(capsys)
+    assert "--records" in line and "does not exist" in line
+
+    # Records of another batch size.
+    from partf.data import build_records
+
+    other = build_records(
+        trained["texts"]["test"], trained["prefix"].with_suffix(".model"), tmp_path / "b2",
+        batch_size=2, seq_len=SEQ,
+    )  # fmt: skip
+    assert other.batch_size == 2
+    assert run(["--model", run_dir, "--records", str(tmp_path / "b2")]) == 1
+    assert "batches of 2 rows but the model's memory holds 4" in error_line(capsys)
+
+    # A tokenizer other than the one the records were built with.
+    from partf.data import train_tokenizer
+
+    stranger = train_tokenizer(
+        write_text(tmp_path / "other.txt", wiki_lines(600, seed=9)), tmp_path / "other", 120
+    )
+    status = run(
+        ["--model", run_dir, "--records", str(records["test"]), "--sp_model", str(stranger)]
+    )
+    assert status == 1
+    assert "is not the one the records" in error_line(capsys)
+
+
+def test_a_run_folder_without_keras_file_uses_its_checkpoint(trained, capsys, tmp_path):
+    copy = tmp_path / "tiny"
+    shutil.copytree(trained["run_dir"], copy)
+    (copy / "tiny.keras").unlink()
+    got = evaluate(capsys, "--model", str(copy), "--records", str(trained["records"]["test"]))
+    want = trained["results"]["test"]
+    assert math.isclose(got["perplexity"], want["perplexity"], rel_tol=1e-6)
