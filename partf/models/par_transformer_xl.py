@@ -1,8 +1,9 @@
 """PARTransformerXL: the Pay-Attention-when-Required Transformer-XL language model.
 
 Token ids -> embedding * sqrt(d_model) (+ absolute positions, if chosen) ->
-dropout -> a stack of stochastic blocks (each a Gumbel-softmax mix of attention with XL memory, a
-feed-forward network and the identity) -> hidden states. An adaptive
+dropout -> a stack of stochastic blocks (each a Gumbel-softmax mix of
+attention with XL memory, a feed-forward network and the identity) ->
+hidden states. An adaptive
 softmax on the hidden states gives the token distribution (`log_probs`) and
 the training loss (`token_nll`, `compute_loss`).
 
@@ -355,7 +356,8 @@ class PARTransformerXL(keras.Model):
 
         Args:
             inputs: int [B, T] token ids, 0 = padding.
-            states: from `initial_state(B)` or a previous `forward`.
+            states: from `initial_state(B)` or a previous `forward` (with absolute
+                positions, block 0's list ends with the stream position).
             training: dropout and sampled block weights.
             choices: optional, one entry per block: the index of the candidate to
                 run alone in that block, or None to run the whole block (every
