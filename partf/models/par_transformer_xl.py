@@ -3,9 +3,8 @@
 Token ids -> embedding * sqrt(d_model) (+ absolute positions, if chosen) ->
 dropout -> a stack of stochastic blocks (each a Gumbel-softmax mix of
 attention with XL memory, a feed-forward network and the identity) ->
-hidden states. An adaptive
-softmax on the hidden states gives the token distribution (`log_probs`) and
-the training loss (`token_nll`, `compute_loss`).
+hidden states. An adaptive softmax on the hidden states gives the token
+distribution (`log_probs`) and the training loss (`token_nll`, `compute_loss`).
 
 The XL memory of every block lives in non-trainable variables sized for the
 fixed context batch, like a stateful RNN: each `model(x, training=...)` call
