@@ -3,7 +3,7 @@
 # d_model 128, 4 heads, d_ffn 512, 6 stochastic blocks, memory 16, dropout 0.1, adaptive
 # softmax cutoffs 250 and 2500 (proj_factor 4), Adam with 4,000 warm-up steps to 1e-4 then
 # cosine decay to zero, Gumbel temperature 1.0 -> 0.1, 20 epochs. The architecture logits
-# follow the search preset --search=par (their own Adam rate 1e-2, weight decay 5e-4,
+# follow the search preset --search=par (their own Adam rate 3e-2, weight decay 5e-4,
 # frozen for the first half of the run), which makes every block decide (README "The PAR
 # search"); SEARCH=original shares the model's optimizer as the original project did.
 #

@@ -21,7 +21,7 @@ def test_the_original_preset_shares_the_models_optimizer():
 
 def test_the_par_preset_freezes_for_half_the_run():
     config = TrainConfig(search="par")
-    assert config.arch_settings(6080) == ArchSettings(1e-2, 5e-4, 3040)
+    assert config.arch_settings(6080) == ArchSettings(3e-2, 5e-4, 3040)
     assert config.arch_settings(1001).freeze_steps == 500  # round(0.5 x 1001)
 
 
@@ -29,10 +29,10 @@ def test_the_par_preset_freezes_for_half_the_run():
     ("flags", "expected"),
     [
         (dict(arch_lr=3e-3), ArchSettings(3e-3, 5e-4, 3040)),
-        (dict(arch_weight_decay=0.0), ArchSettings(1e-2, 0.0, 3040)),
-        (dict(arch_freeze_steps=100), ArchSettings(1e-2, 5e-4, 100)),
-        (dict(arch_freeze_fraction=0.25), ArchSettings(1e-2, 5e-4, 1520)),
-        (dict(arch_freeze_fraction=0.0), ArchSettings(1e-2, 5e-4, 0)),
+        (dict(arch_weight_decay=0.0), ArchSettings(3e-2, 0.0, 3040)),
+        (dict(arch_freeze_steps=100), ArchSettings(3e-2, 5e-4, 100)),
+        (dict(arch_freeze_fraction=0.25), ArchSettings(3e-2, 5e-4, 1520)),
+        (dict(arch_freeze_fraction=0.0), ArchSettings(3e-2, 5e-4, 0)),
     ],
 )
 def test_flags_given_win_over_the_preset(flags, expected):
@@ -103,7 +103,7 @@ def test_results_report_the_resolved_search_and_the_cost(search_run):
     search = results["search"]
     assert search["preset"] == "par" and search["estimator"] == "mixture"
     assert (search["arch_lr"], search["arch_weight_decay"], search["arch_freeze_steps"]) == (
-        1e-2,
+        3e-2,
         5e-4,
         10,  # half of 2 epochs x 10 batches
     )
