@@ -1,15 +1,20 @@
-"""Every class a partf `.keras` file can name, registered with Keras.
+"""Every class a partf `.keras` file can name, made known to Keras by `import partf`.
 
 Keras loads a saved object by looking its registered name ("partf>PARTransformerXL")
-up among the classes registered so far; it never imports a module to find one. So the
-modules defining partf's serializable classes must have been imported before
-`keras.saving.load_model`: this module imports all of them, and `import partf` imports
-this module. That covers the model and its layers, every attention mechanism (they
-register when their module is imported), and, for a model saved compiled by
-partf-train, its learning-rate schedules and optimizer.
+up among the classes registered so far; it never imports a module to find one. A
+class registers when its module is imported, so loading a file after `import partf`
+alone would fail. Importing those modules from `import partf` would make every partf
+import pay for Keras and TensorFlow (seconds, and their start-up messages before the
+one-line errors of partf-build-data and the scripts). Instead, `import partf` calls
+`register_on_keras_import`:
 
-None of these modules imports TensorFlow itself, so the classes register on any Keras
-backend (a JAX-only machine too).
+* once Keras is imported (now, if it already is; otherwise right after the program
+  imports it), each name of `SAVED_CLASSES` not registered yet gets a stand-in;
+* a stand-in's `from_config` imports the class's module (which registers the class
+  itself, replacing the stand-in) and builds the object with the real class.
+
+So `import partf` costs nothing, and `keras.saving.load_model` reads any partf file,
+compiled or not, whichever of partf and Keras was imported first.
 
 Example:
     >>> import keras, partf
@@ -18,22 +23,116 @@ Example:
 
 from __future__ import annotations
 
-import partf.models  # noqa: F401  (the model, its layers and config)
-import partf.training.lr_schedules  # noqa: F401  (schedules of a compiled model)
-import partf.training.optimizer  # noqa: F401  (ArchSplitOptimizer)
-from partf.attention import attention_names, get_attention_class
+import importlib
+import importlib.abc
+import sys
+from typing import Any
+
+PACKAGE = "partf"
+
+#: Registered class name -> the module that defines (and registers) it. Every class
+#: decorated with `partf.serialization.register` must be here (a test checks).
+SAVED_CLASSES = {
+    "PARTransformerXL": "partf.models.par_transformer_xl",
+    "StochasticBlock": "partf.layers.stochastic_block",
+    "AdaptiveSoftmax": "partf.layers.adaptive_softmax",
+    "FeedForward": "partf.layers.feed_forward",
+    "Temperature": "partf.layers.temperature",
+    "Dropout": "partf.random",
+    "Projection": "partf.attention.base",
+    "RelativeAttention": "partf.attention.relative",
+    "SoftmaxAttention": "partf.attention.softmax",
+    "LocalAttention": "partf.attention.local",
+    "LinearAttention": "partf.attention.linear",
+    "PerformerAttention": "partf.attention.performer",
+    "FastformerAttention": "partf.attention.fastformer",
+    "NormAttention": "partf.attention.transnormer",
+    "DiagAttention": "partf.attention.transnormer",
+    "PrimalAttention": "partf.attention.primal",
+    "EVAAttention": "partf.attention.eva",
+    "LaraAttention": "partf.attention.lara",
+    # The learning-rate schedules and optimizer of a model saved compiled.
+    "WarmupCosine": "partf.training.lr_schedules",
+    "InverseSqrt": "partf.training.lr_schedules",
+    "Constant": "partf.training.lr_schedules",
+    "Delayed": "partf.training.lr_schedules",
+    "ArchSplitOptimizer": "partf.training.optimizer",
+}
 
 
-def register_all() -> list[str]:
-    """Imports every attention mechanism's module, registering its class.
+class StandIn:
+    """Registered in place of a partf class whose module is not imported yet.
 
-    Returns:
-        The registered attention names.
+    Keras calls `from_config` on what it finds under a registered name; the stand-in
+    imports the real class and lets it build the object.
     """
-    names = attention_names()
-    for name in names:
-        get_attention_class(name)
-    return names
+
+    def __init__(self, name: str, module: str) -> None:
+        self.name = name
+        self.module = module
+
+    def real_class(self) -> type:
+        """The class itself (importing its module registers it in our place)."""
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def from_config(self, config: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return self.real_class().from_config(config, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"StandIn({self.module}.{self.name})"
 
 
-register_all()
+def register_stand_ins() -> list[str]:
+    """Registers a stand-in for every class of `SAVED_CLASSES` Keras does not know yet.
+
+    Needs Keras imported. Returns the names that got one.
+    """
+    import keras
+
+    registered = keras.saving.get_custom_objects()
+    added = []
+    for name, module in SAVED_CLASSES.items():
+        key = f"{PACKAGE}>{name}"
+        if key not in registered:
+            registered[key] = StandIn(name, module)
+            added.append(name)
+    return added
+
+
+class _AfterKerasImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when the program imports `keras`, it hands back the spec
+    the other finders give, with the module's execution followed by `callback`."""
+
+    def __init__(self, callback: Any) -> None:
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "keras":
+            return None
+        sys.meta_path.remove(self)  # once; and the other finders below find the module
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute, callback = loader.exec_module, self.callback
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            callback()
+
+        loader.exec_module = exec_module  # this loader instance loads keras only
+        return spec
+
+
+def register_on_keras_import() -> None:
+    """Registers the stand-ins now if Keras is imported, else right after it is."""
+    if sys.modules.get("keras") is not None:
+        register_stand_ins()
+    elif not any(isinstance(finder, _AfterKerasImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterKerasImport(register_stand_ins))

@@ -1,7 +1,8 @@
 """`import partf` alone lets `keras.saving.load_model` read anything partf saves: a model
 saved compiled by partf-train's optimizer and schedule, the same model uncompiled, and a
 plain Keras model holding a partf attention layer. Each file is loaded in a fresh
-interpreter that imports nothing of partf but the package."""
+interpreter that imports nothing of partf but the package, before or after Keras; and
+`import partf` itself imports neither Keras nor TensorFlow."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import numpy as np
 
 LOAD = """
 import json, sys
+if sys.argv[3] == "partf first":
+    import partf
 import keras, numpy as np
 import partf
 out = {}
@@ -60,15 +63,47 @@ def test_import_partf_is_enough_to_load_what_partf_saved(tmp_path):
         model.save(files[name])
         feeds[name] = x.tolist()
         want[name] = np.asarray(model(x, training=False))
-    done = subprocess.run(
-        [sys.executable, "-c", LOAD, json.dumps(files), json.dumps(feeds)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    for order in ("partf first", "keras first"):
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD, json.dumps(files), json.dumps(feeds), order],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (order, done.stderr[-3000:])
+        loaded = json.loads(done.stdout.strip().splitlines()[-1])
+        assert loaded["compiled"][:2] == ["PARTransformerXL", "ArchSplitOptimizer"]
+        assert loaded["plain"][0] == "PARTransformerXL"
+        for name, (_, _, values) in loaded.items():
+            np.testing.assert_allclose(np.asarray(values), want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_import_partf_loads_neither_keras_nor_tensorflow():
+    """So partf-build-data and the scripts stay fast and print their one-line errors
+    without TensorFlow's start-up messages."""
+    check = (
+        "import sys, partf; print(sorted(m for m in ('keras', 'tensorflow') if m in sys.modules))"
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
-    assert loaded["compiled"][:2] == ["PARTransformerXL", "ArchSplitOptimizer"]
-    assert loaded["plain"][0] == "PARTransformerXL"
-    for name, (_, _, values) in loaded.items():
-        np.testing.assert_allclose(np.asarray(values), want[name], rtol=1e-5, atol=1e-6)
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_every_registered_partf_class_has_a_stand_in():
+    """SAVED_CLASSES lists every class partf registers, under its defining module."""
+    import importlib
+    import pkgutil
+
+    import partf
+    from partf.keras_objects import SAVED_CLASSES
+
+    for module in pkgutil.walk_packages(partf.__path__, "partf."):
+        importlib.import_module(module.name)
+    registered = {
+        key.split(">", 1)[1]: value.__module__
+        for key, value in keras.saving.get_custom_objects().items()
+        # Classes only: names still held by stand-ins, and those tests register, aside.
+        if key.startswith("partf>") and isinstance(value, type)
+        and value.__module__.startswith("partf.")
+    }  # fmt: skip
+    assert registered == SAVED_CLASSES
