@@ -25,8 +25,8 @@ Parts (`--parts`, all by default):
 * estimators: the sampled-path search (`--search_estimator=sampled`) against the
   all-candidates one: steps/s and the architecture found (short context).
 * sweep: the cost-aware search at several `--search_cost_weight` values: each searched
-  architecture's FLOPs per token against its test perplexity (argmax weights), a front
-  (long context), with a plot.
+  architecture's FLOPs per token against its test perplexity (argmax weights), a front,
+  with a plot (short context by default: a long-context search takes about an hour here).
 * which: candidates {relative, linear, norm, dense, identity} at the long context: which
   blocks keep softmax attention, which take a linear one; the derived model against
   Transformer-XL.
@@ -510,7 +510,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--contexts", nargs="+", default=["short", "long"])
     parser.add_argument("--cost_weights", type=float, nargs="+", default=[0.1, 0.3, 1.0])
-    parser.add_argument("--sweep_context", default="long", choices=["short", "long"])
+    parser.add_argument("--sweep_context", default="short", choices=["short", "long"])
     parser.add_argument("--out", default=str(ROOT / "data" / "bench" / "par_search"))
     parser.add_argument(
         "--max_steps", type=int, default=None, help="cut every run short (checks the script)"
@@ -535,10 +535,10 @@ def main() -> int:
         part_stage2(out, ctx, args.seeds[:2], args.contexts, report)
     if "estimators" in args.parts:
         part_estimators(out, ctx, args.seeds[:1], report)
-    if "sweep" in args.parts:
-        part_sweep(out, ctx, args.seeds, args.cost_weights, args.sweep_context, report)
     if "which" in args.parts:
         part_which(out, ctx, args.seeds, report)
+    if "sweep" in args.parts:
+        part_sweep(out, ctx, args.seeds, args.cost_weights, args.sweep_context, report)
     report_file.write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
     (out / "report.md").write_text(text)
