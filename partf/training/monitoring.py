@@ -209,11 +209,10 @@ class SpikeMonitor(EveryNSteps, RunStopper):
             logger.error("the last %d steps were all skipped: stopping.", self.MAX_STREAK)
 
     def _set_skipped(self, skipped: int) -> None:
-        self.skipped = self.progress.skipped_steps = skipped
+        self.skipped = skipped
 
     def _stop(self, step: int) -> None:
         self.stop_run(StopReason("spike", step))
-        self.progress.spike_stop = self.outcome.step
 
 
 class PiPlotter(EveryNSteps):

@@ -43,9 +43,6 @@ class RunProgress:
         epoch: the current epoch (0-based).
         step_in_epoch: batches of `epoch` done so far.
         segment: the `fit` call under way.
-        skipped_steps, spike_stop: copies of `SpikeMonitor.skipped` and of the step of its
-            `outcome`, kept for callers that look for them here; the trainer asks the
-            monitor itself.
     """
 
     batches_per_epoch: int
@@ -54,8 +51,6 @@ class RunProgress:
     epoch: int = 0
     step_in_epoch: int = 0
     segment: Segment | None = None
-    skipped_steps: int = 0
-    spike_stop: int | None = None
 
     @property
     def global_step(self) -> int:
