@@ -20,10 +20,11 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from shared_data import original_dir, shared_data_dir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("PARTF_SHARED_DATA", ROOT.parent / "shared" / "data"))
-TEXT = SHARED / "wikitext-2" / "valid.txt"
-MODEL = SHARED / "par-transformer-xl-original" / "tokenizer" / "wiki2_12k.model"
+TEXT = shared_data_dir() / "wikitext-2" / "valid.txt"
+MODEL = original_dir() / "tokenizer" / "wiki2_12k.model"
 
 
 def main() -> int:

@@ -57,6 +57,8 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from shared_data import SharedDataMissing, original_dir, require, shared_data_dir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("par_search")
 
@@ -84,14 +86,13 @@ WHICH_CANDIDATES = "relative,linear,norm,dense,identity"
 
 
 def shared_data() -> Path:
-    """The reference data folder: $PARTF_SHARED_DATA, else ../shared/data."""
-    folder = Path(os.environ.get("PARTF_SHARED_DATA", ROOT.parent / "shared" / "data"))
-    if not (folder / "par-transformer-xl-original").is_dir():
-        raise SystemExit(
-            f"par_search.py: error: no reference data in {folder}; set PARTF_SHARED_DATA to "
-            "the folder holding wikitext-2/ and par-transformer-xl-original/."
-        )
-    return folder
+    """The reference data folder (benchmarks/shared_data.py), or a one-line exit."""
+    try:
+        require(original_dir(), "the original project's records and tokenizer")
+        require(shared_data_dir() / "wikitext-2" / "test.txt", "WikiText-2 test text")
+    except SharedDataMissing as missing:
+        raise SystemExit(f"par_search.py: error: {missing}") from None
+    return shared_data_dir()
 
 
 @dataclasses.dataclass(frozen=True)

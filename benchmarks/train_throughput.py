@@ -38,8 +38,10 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from shared_data import original_dir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-ORIGINAL = ROOT.parent / "shared" / "data" / "par-transformer-xl-original"
+ORIGINAL = original_dir()
 SHAPES = {
     # base_model.sh's model (the original project's base configuration).
     "base": {"d_model": 128, "num_heads": 4, "d_ffn": 512, "num_layers": 6},
