@@ -70,6 +70,36 @@ def uniform(
     return ops.cast(minval + (maxval - minval) * unit, dtype)
 
 
+def normal(
+    shape: tuple[int, ...],
+    seed: keras.random.SeedGenerator | int | None,
+    mean: float = 0.0,
+    stddev: float = 1.0,
+    dtype: str = "float32",
+) -> Any:
+    """Normal draws by the Box-Muller transform of two `uniform` draws, so the numbers
+    are the same eagerly, in a graph and under XLA, on every backend (TensorFlow's own
+    normal draws change under XLA).
+
+    Args:
+        shape: shape of the result.
+        seed: the caller's own `keras.random.SeedGenerator` (advanced by two draws); an
+            int or None goes to `keras.random.normal` unchanged.
+        mean: mean of the draws.
+        stddev: standard deviation of the draws.
+        dtype: float dtype of the result.
+
+    Returns:
+        [*shape] normal samples.
+    """
+    if not isinstance(seed, keras.random.SeedGenerator):
+        return keras.random.normal(shape, mean, stddev, dtype=dtype, seed=seed)
+    # 1 - u lies in (0, 1], so the logarithm is finite.
+    radius = ops.sqrt(-2.0 * ops.log(1.0 - uniform(shape, seed)))
+    angle = np.float32(2.0 * np.pi) * uniform(shape, seed)
+    return ops.cast(mean + stddev * radius * ops.cos(angle), dtype)
+
+
 # lowbias32 (C. Wellons' hash-prospector): a bijection of uint32 with near-ideal
 # avalanche (each input bit flips each output bit with probability close to 1/2).
 _MIX_1 = np.uint32(0x7FEB352D)

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from partf.random import Dropout, dropout, random_bits, uniform
+from partf.random import Dropout, dropout, normal, random_bits, uniform
 from tests.layer_checks import assert_config_round_trip
 
 
@@ -32,6 +32,18 @@ def test_uniform_is_the_same_compiled_or_not():
     # The top 24 bits of the hashed bits, scaled into [minval, maxval).
     bits = _reference_bits((4, 33), 5, 0) >> 8
     np.testing.assert_allclose(eager, 1e-10 + bits * 2.0**-24, rtol=1e-6)
+
+
+def test_normal_moments_and_the_same_compiled_or_not():
+    z = np.asarray(normal((40000,), keras.random.SeedGenerator(3), mean=1.0, stddev=2.0))
+    # Standard errors: mean 0.01, standard deviation about 0.007: allow 5 of them.
+    assert abs(z.mean() - 1.0) < 0.05 and abs(z.std() - 2.0) < 0.035
+    # Normal tails: about 4.6% beyond two standard deviations.
+    assert abs(np.mean(np.abs(z - 1.0) > 4.0) - 0.0455) < 0.006
+    seed = keras.random.SeedGenerator(4)
+    compiled = tf.function(lambda: normal((3, 17), seed), jit_compile=True)
+    eager = np.asarray(normal((3, 17), keras.random.SeedGenerator(4)))
+    np.testing.assert_allclose(np.asarray(compiled()), eager, rtol=1e-5, atol=1e-6)
 
 
 def test_uniform_accepts_int_seed():
