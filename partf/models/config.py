@@ -27,21 +27,22 @@ _LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
 #: How tokens learn where they are (see `ModelConfig.position`).
 POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
 
-#: The position encoding `position="auto"` picks for each mechanism. Rotary where a
-#: query-key dot product can be rotated, sinusoidal where there is none (Fastformer,
-#: Primal: both seeds add absolute positions to the embeddings); relative attention
-#: keeps its own encoding. README "Positions" has the measured comparison.
+#: The position encoding `position="auto"` picks for each mechanism: the best of those
+#: measured for it (benchmarks/positions.py, README "Positions"). Rotary where it was
+#: at least as good as none; none for norm (rotary cost 23% perplexity there) and for
+#: Fastformer and Primal (no rotary; sinusoidal and learned positions cost 9 to 32%);
+#: relative attention keeps its own encoding.
 RECOMMENDED_POSITION = {
     "relative": "none",
     "softmax": "rotary",
     "local": "rotary",
     "diag": "rotary",
     "linear": "rotary",
-    "norm": "rotary",
     "performer": "rotary",
     "eva": "rotary",
-    "fastformer": "sinusoidal",
-    "primal": "sinusoidal",
+    "norm": "none",
+    "fastformer": "none",
+    "primal": "none",
     "lara": "none",
 }
 
@@ -178,8 +179,8 @@ class ModelConfig:
     position: str = setting(
         "none",
         "token positions: none; sinusoidal or learned (added to the embeddings); rotary "
-        "(inside each attention that has a query-key product); auto (each mechanism's "
-        "recommended one; relative attention keeps its own encoding)",
+        "(inside each attention that has a query-key product); auto (the measured best for "
+        "the chosen mechanisms; relative attention keeps its own encoding)",
         choices=POSITIONS,
     )
     max_positions: int = setting(
@@ -314,17 +315,15 @@ class ModelConfig:
 
     @property
     def recommended_position(self) -> str:
-        """The position encoding `position="auto"` stands for with these mechanisms:
-        each one's `RECOMMENDED_POSITION`; sinusoidal when they differ (it suits every
-        mechanism), none without attention or with relative attention only."""
+        """The position encoding `position="auto"` stands for with these mechanisms: the
+        `RECOMMENDED_POSITION` they share; none when they differ (one encoding serves the
+        whole model), without attention, or with relative attention only."""
         wanted = {
             RECOMMENDED_POSITION.get(name, "none")
             for name in self.attention_mechanisms
             if not get_attention_class(name).encodes_positions
-        } - {"none"}
-        if not wanted:
-            return "none"
-        return wanted.pop() if len(wanted) == 1 else "sinusoidal"
+        }
+        return wanted.pop() if len(wanted) == 1 else "none"
 
     @property
     def absolute_positions(self) -> bool:

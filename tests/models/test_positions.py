@@ -156,9 +156,9 @@ def test_auto_picks_each_mechanism_its_recommended_position():
 
     assert resolved() == "none"  # relative attention keeps its own encoding
     assert resolved(attention="performer") == "rotary"
-    assert resolved(attention="fastformer") == "sinusoidal"
+    assert resolved(attention="fastformer") == "none"
     assert resolved(candidates=("relative", "linear", "dense")) == "rotary"
-    assert resolved(candidates=("linear", "primal", "dense")) == "sinusoidal"
+    assert resolved(candidates=("linear", "norm", "dense")) == "none"  # they differ
     assert resolved(architecture="D I", num_layers=2) == "none"
     assert ModelConfig(**TINY).position == "none"  # the default keeps today's model
 
