@@ -32,7 +32,7 @@ import keras  # noqa: F401 (used by the docstring examples)
 from keras import ops
 
 from partf.attention.base import Attention, Projection, State
-from partf.attention.masking import MASKED
+from partf.attention.masking import masked_softmax
 from partf.attention.registry import register_attention
 from partf.random import Dropout
 
@@ -281,8 +281,7 @@ class RelativeAttention(Attention):
         scale = 1.0 / math.sqrt(self.head_dim)
         scores = ops.cast(content + position, "float32") * scale
         # The lone query is the last position: every valid key is visible.
-        scores = ops.where(key_mask[:, None, None, :], scores, MASKED)
-        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
+        weights = ops.cast(masked_softmax(scores, key_mask[:, None, None, :]), x.dtype)
         if self.attention_dropout_rate > 0:
             weights = self.attention_dropout(weights, training=training)
         out = ops.einsum("bhts,bshk->bthk", weights, values)
@@ -347,8 +346,8 @@ class RelativeAttention(Attention):
             key_pos = ops.arange(key_len)[None, :]
             query_pos = ops.arange(query_len)[:, None] + mem_len
             visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
-        scores = ops.where(visible, scores, MASKED)
-        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
+        # A query that sees no key (a stream that starts with padding) gets zero weights.
+        weights = ops.cast(masked_softmax(scores, visible), x.dtype)
         if self.attention_dropout_rate > 0:
             weights = self.attention_dropout(weights, training=training)
         out = ops.einsum("bhts,bshk->bthk", weights, v)  # [B, T, H, Dh]
@@ -387,86 +386,3 @@ class RelativeAttention(Attention):
             attention_dropout_rate=self.attention_dropout_rate,
         )
         return config
-
-
-def reference_relative_attention(
-    layer: RelativeAttention,
-    x: Any,
-    memory: Any | None = None,
-    memory_mask: Any | None = None,
-    mask: Any | None = None,
-) -> Any:
-    """Slow, explicit relative attention for tests (no dropout).
-
-    Loops over every (query, key) pair and adds the four Transformer-XL terms
-    (a) q.k, (b) q.W_r R, (c) u.k, (d) v.W_r R one by one, using `layer`'s
-    weights. Written in `keras.ops`, so gradients can be compared too.
-
-    Args:
-        layer: a built `RelativeAttention`.
-        x: [B, T, D] segment.
-        memory: optional [B, M, D] previous layer inputs.
-        memory_mask: optional [B, M], nonzero where a memory slot is valid.
-        mask: optional [B, T] bool, True for real tokens.
-
-    Returns:
-        [B, T, D] output before output dropout.
-    """
-    x = ops.convert_to_tensor(x, "float32")
-    batch, query_len, _ = x.shape
-    if memory is None:
-        memory = ops.zeros((batch, 0, layer.d_model))
-        memory_mask = ops.zeros((batch, 0), "int32")
-    mem_len = memory.shape[1]
-    if memory_mask is None:
-        memory_mask = ops.ones((batch, mem_len), "int32")
-    if mask is None:
-        mask = ops.ones((batch, query_len), "bool")
-    context = ops.concatenate([ops.convert_to_tensor(memory, "float32"), x], axis=1)
-    key_valid = ops.concatenate(
-        [ops.not_equal(ops.convert_to_tensor(memory_mask), 0), ops.cast(mask, "bool")], axis=1
-    )
-    key_len = mem_len + query_len
-    wq = layer.query_dense.kernel  # [D, H, Dh]
-    wk = layer.key_dense.kernel
-    wv = layer.value_dense.kernel
-    wr = layer.position_dense.kernel
-    u, v = layer.content_bias, layer.position_bias  # [H, Dh]
-    q = ops.einsum("btd,dhk->bthk", x, wq)
-    k = ops.einsum("bsd,dhk->bshk", context, wk)
-    val = ops.einsum("bsd,dhk->bshk", context, wv)
-    if layer.use_bias:
-        q = q + layer.query_dense.bias
-        k = k + layer.key_dense.bias
-        val = val + layer.value_dense.bias
-    # W_r R_d for every distance d that occurs: [H, Dh] each.
-    low, high = mem_len - (key_len - 1), mem_len + query_len - 1
-    if layer.clamp_len is not None:
-        low, high = max(low, -layer.clamp_len), min(high, layer.clamp_len)
-    encodings = sinusoidal_encoding(ops.arange(low, high + 1), layer.d_model)
-    projected = {d: ops.einsum("d,dhk->hk", encodings[d - low], wr) for d in range(low, high + 1)}
-    out_rows = []
-    for i in range(query_len):
-        scores = []
-        for j in range(key_len):
-            distance = mem_len + i - j
-            if layer.clamp_len is not None:
-                distance = max(-layer.clamp_len, min(layer.clamp_len, distance))
-            r = projected[distance]  # W_r R_{i-j}: [H, Dh]
-            qi, kj = q[:, i], k[:, j]  # [B, H, Dh]
-            term_a = ops.sum(qi * kj, axis=-1)
-            term_b = ops.sum(qi * r, axis=-1)
-            term_c = ops.sum(u * kj, axis=-1)
-            term_d = ops.sum(v * r, axis=-1)
-            score = (term_a + term_b + term_c + term_d) / math.sqrt(layer.head_dim)  # [B, H]
-            allowed = key_valid[:, j][:, None]
-            if layer.causal and j > mem_len + i:
-                allowed = ops.zeros_like(allowed)
-            scores.append(ops.where(allowed, score, MASKED))
-        weights = ops.softmax(ops.stack(scores, axis=-1), axis=-1)  # [B, H, K]
-        out_rows.append(ops.einsum("bhs,bshk->bhk", weights, val))
-    out = ops.stack(out_rows, axis=1)  # [B, T, H, Dh]
-    y = ops.einsum("bthk,hkd->btd", out, layer.output_dense.kernel)
-    if layer.use_bias:
-        y = y + layer.output_dense.bias
-    return y

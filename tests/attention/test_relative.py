@@ -181,15 +181,9 @@ def test_four_segments_with_memory_equal_one_pass():
     pads inside) with carried memory equal one call, on the outputs and the memory."""
     layer = make_layer(mem_len=40)
     x, mask = random_tokens(2, 37, D, seed=8)
-    mask[:, 0] = True  # every query sees a key (see the expected failure below)
     assert_segments_equal_one_call(layer, x, mask, CUTS_37)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="partf bug: relative attention gives a query that sees no key (a stream that "
-    "starts with padding) the mean of every value, later tokens included, instead of zeros",
-)
 def test_a_query_that_sees_no_key_outputs_zeros():
     """Every other mechanism (masked_softmax) gives zeros there: the pad's output then
     depends on nothing, in one call or in segments."""
@@ -208,7 +202,6 @@ def test_four_segments_with_a_short_memory_match_the_reference():
     as the reference computes them segment by segment, memory carried on both sides."""
     layer = make_layer(mem_len=6, clamp_len=5)
     x, mask = random_tokens(2, 37, D, seed=9)
-    mask[:, 0] = True  # every query sees a key (see the expected failure below)
     weights = {name: to_np(var) for name, var in weights_of(layer).items()}
     state = {name: to_np(value) for name, value in layer.get_initial_state(2).items()}
     layer_state = None
