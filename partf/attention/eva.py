@@ -63,6 +63,7 @@ from partf.attention.windowed import (
     next_offset,
     to_grid,
 )
+from partf.random import normal as normal_draws
 
 #: Proposal maps of `adaptive_proj`: a linear layer with ("qk") or without ("no-ln")
 #: a layer norm after it, as the authors' causal EVA names them.
@@ -289,7 +290,7 @@ class EVAAttention(Attention):
         k_bar = self.project_k(ops.sum(k * weight, axis=2))
         omega = q_bar + k_bar
         if training:
-            omega = omega + keras.random.normal(ops.shape(omega), seed=self.seed_generator)
+            omega = omega + normal_draws(tuple(ops.shape(omega)), self.seed_generator)
         log_w = chunk_log_weights(k, omega, self.head_dim)  # [B, n, C, H]
         probs = masked_softmax(log_w, (valid > 0.5)[..., None], axis=2)
         beta = ops.einsum("bnch,bnchd->bnhd", probs, v)
@@ -429,52 +430,3 @@ class EVAAttention(Attention):
             seed=self.seed,
         )
         return config
-
-
-def eva_reference(layer: EVAAttention, q: Any, k: Any, v: Any, mask: Any | None = None) -> Any:
-    """Slow evaluation-mode EVA over a whole stream from an empty state.
-
-    Token by token and chunk by chunk in plain loops: for query t, the exact
-    keys are those of its window up to t, the estimated ones the last
-    `mem_chunks` chunks ending at or before its window's start, each
-    summarised from its own tokens. Uses the layer's f_q, f_k.
-
-    Args:
-        q, k, v: [B, T, H, Dh]; mask: optional bool [B, T].
-
-    Returns:
-        [B, T, H, Dh] float32.
-    """
-    window, chunk, mem = layer.window_size, layer.chunk_size, layer.mem_chunks
-    q, k, v = (ops.cast(x, "float32") for x in (q, k, v))
-    batch, length, heads, dim = q.shape
-    valid = ops.cast(valid_tokens(mask, batch, length), "float32")
-    scale = 1.0 / math.sqrt(dim)
-    summaries = []  # (key [B, H, Dh], value [B, H, Dh], ok [B]) per chunk
-    for start in range(0, length, chunk):
-        part = slice(start, min(start + chunk, length))
-        w = valid[:, part]  # [B, c]
-        count = ops.sum(w, axis=1)
-        mean = lambda x, w=w, count=count: (
-            ops.sum(x * w[:, :, None, None], axis=1) / ops.maximum(count, 1.0)[:, None, None]
-        )
-        key = layer.project_k(mean(k[:, part]))
-        omega = layer.project_q(mean(q[:, part])) + key
-        log_w = chunk_log_weights(k[:, part], omega, dim)  # [B, c, H]
-        probs = masked_softmax(log_w, (w > 0.5)[:, :, None], axis=1)
-        value = ops.einsum("bch,bchd->bhd", probs, v[:, part])
-        summaries.append((key, value, count > 0))
-    outputs = []
-    for t in range(length):
-        start = (t // window) * window
-        logits = [ops.einsum("bhd,bjhd->bhj", q[:, t], k[:, start : t + 1]) * scale]
-        visible = [ops.broadcast_to((valid[:, start : t + 1] > 0.5)[:, None], logits[0].shape)]
-        values = [ops.transpose(v[:, start : t + 1], (0, 2, 1, 3))]  # [B, H, j, Dh]
-        first = max(0, start // chunk - mem)
-        for key, value, ok in summaries[first : start // chunk]:
-            logits.append(ops.einsum("bhd,bhd->bh", q[:, t], key)[..., None] * scale)
-            visible.append(ops.broadcast_to(ok[:, None, None], (batch, heads, 1)))
-            values.append(value[:, :, None])
-        probs = masked_softmax(ops.concatenate(logits, axis=-1), ops.concatenate(visible, axis=-1))
-        outputs.append(ops.einsum("bhj,bhjd->bhd", probs, ops.concatenate(values, axis=2)))
-    return ops.stack(outputs, axis=1)

@@ -32,6 +32,7 @@ from partf.attention.base import Attention, State
 from partf.attention.eva import ProjectionNet
 from partf.attention.masking import MASKED, masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
+from partf.random import normal as normal_draws
 
 
 def _logsumexp(x: Any, valid: Any, axis: int) -> Any:
@@ -118,7 +119,7 @@ class LaraAttention(Attention):
         mu = q_bar + k_bar  # [B, C, H, Dh]
         omega = mu
         if training:
-            omega = mu + keras.random.normal(ops.shape(mu), seed=self.seed_generator)
+            omega = mu + normal_draws(tuple(ops.shape(mu)), self.seed_generator)
         scale = 1.0 / math.sqrt(self.head_dim)
 
         def log_feature(x):  # (w_c . x_n - |x_n|^2 / 2) / sqrt(Dh): [B, C, H, T]

@@ -19,7 +19,6 @@ bfloat16, and no later token can change an earlier output.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
@@ -29,6 +28,7 @@ from partf.attention.base import State
 from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.linear import FeatureMapAttention
 from partf.attention.registry import register_attention
+from partf.random import normal as normal_draws
 
 
 def draw_orthogonal_features(num_heads: int, num_features: int, head_dim: int, seed: Any) -> Any:
@@ -39,14 +39,14 @@ def draw_orthogonal_features(num_heads: int, num_features: int, head_dim: int, s
     row is marginally N(0, I) while rows within a block are orthogonal.
     """
     blocks = -(-num_features // head_dim)
-    gaussian = keras.random.normal((num_heads, blocks, head_dim, head_dim), seed=seed)
+    gaussian = normal_draws((num_heads, blocks, head_dim, head_dim), seed)
     q, r = ops.qr(gaussian)  # orthonormal columns
     # Householder QR fixes the sign of each column (its first entry is always
     # of one sign): flip by sign(diag R) so the directions are uniform (Haar).
     q = q * ops.sign(ops.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
     rows = ops.reshape(ops.swapaxes(q, -1, -2), (num_heads, blocks * head_dim, head_dim))
     rows = rows[:, :num_features]
-    lengths = ops.norm(keras.random.normal((num_heads, num_features, head_dim), seed=seed), axis=-1)
+    lengths = ops.norm(normal_draws((num_heads, num_features, head_dim), seed), axis=-1)
     return rows * lengths[..., None]
 
 
@@ -178,14 +178,3 @@ class PerformerAttention(FeatureMapAttention):
         config = super().get_config()
         config.update(num_features=self.num_features, redraw=self.redraw, seed=self.seed)
         return config
-
-
-def performer_reference_features(x: Any, projection: Any, dtype: str = "float64") -> Any:
-    """exp(w . x' - |x'|^2 / 2) computed plainly in `dtype`, without any
-    stabiliser (the 1/sqrt(F) factor cancels in attention and is left out)."""
-    x = ops.cast(x, dtype)
-    head_dim = ops.shape(x)[-1]
-    x = x / math.pow(head_dim, 0.25)
-    equation = "bthd,hfd->bthf" if len(projection.shape) == 3 else "bthd,bhfd->bthf"
-    projected = ops.einsum(equation, x, ops.cast(projection, dtype))
-    return ops.exp(projected - 0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True))

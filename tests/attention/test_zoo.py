@@ -118,20 +118,10 @@ def test_every_mechanism_trains_in_one_plain_transformer():
     assert any(layer.losses for layer in model._flatten_layers() if layer.name.startswith("primal"))
 
 
-#: Mechanisms that draw with `keras.random` in training (EVA's proposals), whose
-#: TensorFlow stateless draws differ under XLA from the same seed in eager mode.
-XLA_DRAWS_DIFFER = {"eva"}
-RNG_BUG = (
-    "partf bug: EVA draws its proposals with keras.random.normal, whose TensorFlow "
-    "stateless draws differ between XLA and eager for the same seed state"
-)
-
-
 def _xla_cases():
     for name in ["relative", *ZOO]:
         yield pytest.param(name, False, id=f"{name}-evaluation")
-        marks = [pytest.mark.xfail(strict=True, reason=RNG_BUG)] if name in XLA_DRAWS_DIFFER else []
-        yield pytest.param(name, True, id=f"{name}-training", marks=marks)
+        yield pytest.param(name, True, id=f"{name}-training")
 
 
 @pytest.mark.slow
