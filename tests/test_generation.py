@@ -336,3 +336,26 @@ def test_argmax_blocks_and_attention_cache_equal_the_full_forward(tokens):
     _, state = generator.start(tokens[:, :4])
     assert "keys" in state[0][0] and "keys" in state[3][0]
     assert not np.any(ops.convert_to_numpy(state[1][0]["memory_mask"]))
+
+
+def test_learned_positions_past_their_table_are_refused_before_decoding():
+    """Inside the compiled loop a position past the table would give NaN: the generator
+    checks the longest stream it will read first."""
+    model = PARTransformerXL(
+        vocab_size=40,
+        d_model=16,
+        num_heads=2,
+        d_ffn=32,
+        num_layers=1,
+        mem_len=4,
+        cutoffs=(),
+        batch_size=1,
+        attention="softmax",
+        architecture="A",
+        position="learned",
+        max_positions=12,
+    )
+    generator = Generator(model)
+    assert generator.generate([[2, 5, 7]], 9, seed=0).tokens.shape == (1, 9)  # 12 tokens
+    with pytest.raises(ValueError, match="learned positions number 12 tokens"):
+        generator.generate([[2, 5, 7]], 10, seed=0)

@@ -327,6 +327,9 @@ class Generator:
         )
         prompt = _as_prompt(prompt)
         batch = prompt.shape[0]
+        # Learned positions past their table would give NaN inside the compiled loop.
+        longest = prompt.shape[1] + max_tokens if self.mode == "carried" else self.context_len
+        self.model.check_positions(longest)
         if max_tokens == 0:
             vocab = self.model.config.vocab_size
             return GenerationResult(

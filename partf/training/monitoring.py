@@ -96,6 +96,10 @@ class MetricsLogger(EveryNSteps, RunStopper):
             cost = self.expected_cost()
             if cost is not None:
                 tf.summary.scalar("search/expected_cost", cost)
+            # Primal's KSVD term (eta x J summed over its layers, the last step's), on its own.
+            ksvd = (logs or {}).get("ksvd_loss")
+            if ksvd is not None:
+                tf.summary.scalar("ksvd_loss", float(keras.ops.convert_to_numpy(ksvd)))
         speed = f" {tokens_per_second:,.0f} tok/s" if tokens_per_second else ""
         logger.info(
             "step %d/%d epoch %d: loss %.4f, lr %.3g, tau %.3f%s",

@@ -111,6 +111,14 @@ def build_model(
     model_config = _model_config(config, data.vocab_size, rows, data.total_steps)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model, schedule, guard = _compiled_model(config, model_config, data.total_steps, strategy)
+    # Learned positions cannot raise inside compiled code: refuse a split whose streams
+    # (one epoch, or one evaluation pass, between memory resets) outrun the table now.
+    for split in (data.train, data.valid, data.test):
+        if split is not None:
+            try:
+                model.check_positions(split.num_batches * split.seq_len)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
     full_config = {"model": model_config.to_dict(), "training": config.to_dict()}
     if model_config.is_stochastic:
         arch = config.arch_settings(data.total_steps)

@@ -226,6 +226,11 @@ TRAIN_CASES = {
     "unknown_candidate": (["--candidates=attention,nope"], 2, r"unknown candidate 'nope'"),
     "lara_in_causal_model": (["--attention=lara"], 2, r"non-causal only"),
     "invalid_eval_mode": (["--eval_mode=best"], 2, r"unknown eval_mode 'best'; choose"),
+    "learned_positions_past_their_table": (
+        ["--attention=softmax", "--position=learned", "--max_positions=8"],
+        2,
+        r"learned positions number 8 tokens .* set max_positions >= \d+",
+    ),
     "output_not_writable": (
         ["--output_dir={root}/a_file/out"],
         2,
