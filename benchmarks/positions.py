@@ -15,11 +15,12 @@ perplexity without positions, with each option tried, and the best option.
 These are short runs on a busy 2-core CPU: they rank encodings after a few hundred
 steps, not converged models. A run takes 1 to 3 minutes.
 
+By default the records are built (once, under <out>/records) from the reference
+data's WikiText-2 valid and test text with the original project's tokenizer, found
+through benchmarks/shared_data.py; --train, --test and --sp_model name others.
+
 Run:
-    nice -n 10 .venv/bin/python benchmarks/positions.py --steps 300 \\
-        --train /work/runs/data/wt2_bsz32_seqlen32_valid \\
-        --test /work/runs/data/wt2_bsz32_seqlen32_test \\
-        --sp_model /work/shared/data/par-transformer-xl-original/tokenizer/wiki2_12k
+    nice -n 10 .venv/bin/python benchmarks/positions.py --steps 300 [--out runs/positions]
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import SharedDataMissing, original_dir, require, shared_data_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +51,36 @@ OPTIONS = {
     "fastformer": ["sinusoidal", "learned"],
     "primal": ["sinusoidal", "learned"],
 }
+
+
+def default_records(out: Path) -> tuple[Path, Path, Path]:
+    """32 x 32 records of WikiText-2 valid and test with the original tokenizer, built
+    under <out>/records when missing; (train, test, tokenizer prefix)."""
+    tokenizer = original_dir() / "tokenizer" / "wiki2_12k"
+    text = shared_data_dir() / "wikitext-2"
+    try:
+        require(tokenizer.with_suffix(".model"), "the original project's tokenizer")
+        require(text / "test.txt", "WikiText-2 test text")
+    except SharedDataMissing as missing:
+        raise SystemExit(f"positions.py: error: {missing}") from None
+    folders = {}
+    for split in ("valid", "test"):
+        folder = out / "records" / f"wt2_bsz32_seqlen32_{split}"
+        folders[split] = folder
+        if (folder / "metadata.json").is_file():
+            continue
+        command = [
+            sys.executable,
+            "-m",
+            "partf.cli.build_data",
+            f"--text_file={text / f'{split}.txt'}",
+            f"--tfrecords_directory={folder}",
+            f"--sp_model_prefix={tokenizer}",
+            "--batch_size=32",
+            "--seq_len=32",
+        ]
+        subprocess.run(command, check=True, cwd=ROOT)
+    return folders["valid"], folders["test"], tokenizer
 
 
 def run_one(args: argparse.Namespace, mechanism: str, position: str, out: Path) -> dict:
@@ -99,13 +133,9 @@ def test_figures(report: dict) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train", default="/work/runs/data/wt2_bsz32_seqlen32_valid")
-    parser.add_argument("--test", default="/work/runs/data/wt2_bsz32_seqlen32_test")
-    parser.add_argument(
-        "--sp_model",
-        default="/work/shared/data/par-transformer-xl-original/tokenizer/wiki2_12k",
-        help="tokenizer prefix (checked against the records)",
-    )
+    parser.add_argument("--train", help="training records (default: built, see above)")
+    parser.add_argument("--test", help="test records (default: built, see above)")
+    parser.add_argument("--sp_model", help="tokenizer prefix (checked against the records)")
     parser.add_argument("--out", default="runs/positions", help="output folder of the runs")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--max_lr", type=float, default=1e-3)
@@ -122,6 +152,11 @@ def main() -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if not (args.train and args.test and args.sp_model):
+        train, test, tokenizer = default_records(out)
+        args.train = args.train or str(train)
+        args.test = args.test or str(test)
+        args.sp_model = args.sp_model or str(tokenizer)
 
     rows = {}
     for mechanism in args.mechanisms:
