@@ -370,11 +370,12 @@ def part_sweep(out, ctx, seeds, weights, context_name, report):
     report["sweep"] = rows
 
 
-def part_which(out, ctx, seeds, report):
+def part_which(out, ctx, seeds, report, context_name="long"):
     rows = []
-    context = ctx["long"]
+    context = ctx[context_name]
+    tokens = 32 * 32 if context_name == "short" else 8 * 256
     for seed in seeds[:1]:
-        name = f"long_which_s{seed}"
+        name = f"{context_name}_which_s{seed}"
         res = train(
             out,
             context,
@@ -382,7 +383,7 @@ def part_which(out, ctx, seeds, report):
             ["--search=par", f"--seed={seed}", f"--candidates={WHICH_CANDIDATES}"],
         )
         architecture = derived(res)
-        fixed_name = f"long_which_derived_s{seed}"
+        fixed_name = f"{context_name}_which_derived_s{seed}"
         fixed = train(
             out,
             context,
@@ -395,6 +396,7 @@ def part_which(out, ctx, seeds, report):
         )
         rows.append(
             {
+                "context": context_name,
                 "seed": seed,
                 "search_architecture": res["architecture"],
                 "pi": [[round(p, 3) for p in row] for row in res["pi"]],
@@ -403,7 +405,7 @@ def part_which(out, ctx, seeds, report):
                 "perplexity": fixed["test"]["perplexity"],
                 "flops_blocks": fixed["flops_per_token"]["blocks"],
                 "flops_total": fixed["flops_per_token"]["total"],
-                "steps_per_second": steps_per_second(out, fixed_name, 8 * 256),
+                "steps_per_second": steps_per_second(out, fixed_name, tokens),
                 "latency_ms": latency_ms(out, fixed_name, context.test),
             }
         )
@@ -520,6 +522,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--contexts", nargs="+", default=["short", "long"])
     parser.add_argument("--cost_weights", type=float, nargs="+", default=[0.1, 0.3, 1.0])
+    parser.add_argument("--which_context", default="long", choices=["short", "long"])
     parser.add_argument("--sweep_context", default="short", choices=["short", "long"])
     parser.add_argument(
         "--long_from_short",
@@ -551,7 +554,7 @@ def main() -> int:
     if "estimators" in args.parts:
         part_estimators(out, ctx, args.seeds[:1], report)
     if "which" in args.parts:
-        part_which(out, ctx, args.seeds, report)
+        part_which(out, ctx, args.seeds, report, args.which_context)
     if "sweep" in args.parts:
         part_sweep(out, ctx, args.seeds, args.cost_weights, args.sweep_context, report)
     report_file.write_text(json.dumps(report, indent=2) + "\n")
