@@ -132,7 +132,9 @@ class Attention(keras.layers.Layer):
             them) and on the output.
         causal: whether position t may only see positions <= t. Language
             modelling needs True; a mechanism that cannot be causal raises a
-            `ValueError` when asked to be.
+            `ValueError` when asked to be. False (an encoder) lets every real
+            token see every other; a mechanism without such a form
+            (`supports_noncausal`) raises a `ValueError`.
         use_bias: whether the projections have biases.
         rotary: rotary position embedding (RoPE) of queries and keys, by each token's
             absolute position in its stream (`partf.attention.positions`). The
@@ -143,6 +145,11 @@ class Attention(keras.layers.Layer):
 
     #: Whether the mechanism supports `causal=True`.
     supports_causal: ClassVar[bool] = True
+    #: Whether the mechanism has a non-causal form (`causal=False`): one whole sequence
+    #: per call, padded keys excluded, no carried context.
+    supports_noncausal: ClassVar[bool] = True
+    #: Why a mechanism has no non-causal form, and what to use instead (one line).
+    noncausal_help: ClassVar[str] = "choose another attention for a bidirectional model."
     #: Mechanism options exposed on the command line as `--attn_<name>`: constructor
     #: argument name -> one-line help. Each subclass declares its own.
     option_help: ClassVar[dict[str, str]] = {}
@@ -197,6 +204,11 @@ class Attention(keras.layers.Layer):
             raise ValueError(
                 f"{type(self).__name__} is non-causal only and cannot be used in a "
                 "causal (language-modelling) model; choose another attention."
+            )
+        if not causal and not self.supports_noncausal:
+            raise ValueError(
+                f"{type(self).__name__} has no non-causal form (causal=False); "
+                + self.noncausal_help
             )
         if rotary and not self.supports_rotary:
             raise ValueError(

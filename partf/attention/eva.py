@@ -166,6 +166,13 @@ class EVAAttention(Attention):
     """
 
     supports_rotary = True
+    # EVA's non-causal form (exact windows on both sides, control variates for every
+    # other chunk) is not written yet.
+    supports_noncausal = False
+    noncausal_help = (
+        "partf has its causal form only; use lara (the same authors' randomized "
+        "attention) or softmax in a bidirectional model."
+    )
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
         "chunk_size": CHUNK_SIZE_HELP,
@@ -196,8 +203,6 @@ class EVAAttention(Attention):
             )
         if mem_chunks < 0:
             raise ValueError(f"mem_chunks must be >= 0, got {mem_chunks}.")
-        if not self.causal:
-            raise ValueError("EVAAttention is causal only; use causal=True.")
         if adaptive_proj not in ADAPTIVE_PROJ:
             raise ValueError(
                 f"unknown adaptive_proj {adaptive_proj!r}; choose one of "

@@ -34,6 +34,7 @@ import keras
 from keras import ops
 
 from partf.attention.base import Attention, Projection, State
+from partf.attention.bidirectional import noncausal_linear_attention
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.masking import valid_tokens
 from partf.attention.registry import register_attention
@@ -114,7 +115,9 @@ class FastformerAttention(Attention):
     State: `q_s` [B, H, 1, Dh], `q_z` [B, H, 1], `q_m` [B, H] for the global
     query, and `k_*` alike for the global key, float32; with `convolve` and
     kernel_size > 1, also `conv_tail` [B, kernel_size - 1, D], the last inputs.
-    Exact.
+    Exact. With `causal=False` (Fastformer as published), the global query and key
+    pool every real token of the sequence, and there is no state; the convolution is
+    causal only.
 
     Example:
         >>> layer = FastformerAttention(d_model=32, num_heads=4)
@@ -144,8 +147,11 @@ class FastformerAttention(Attention):
         super().__init__(d_model, num_heads, **kwargs)
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
-        if not self.causal:
-            raise ValueError("FastformerAttention is causal only; use causal=True.")
+        if convolve and not self.causal:
+            raise ValueError(
+                "Fastformer's convolution is causal (the seed's language-model form); "
+                "use convolve=False with causal=False."
+            )
         if kernel_size <= 0:
             raise ValueError(f"kernel_size must be positive, got {kernel_size}.")
         if groups <= 0 or d_model % groups:
@@ -189,6 +195,8 @@ class FastformerAttention(Attention):
         return self.kernel_size - 1 if self.convolve else 0
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        if not self.causal:  # one whole sequence per call: nothing to carry
+            return {}
         spec = {}
         for prefix in ("q_", "k_"):
             spec.update(
@@ -223,17 +231,21 @@ class FastformerAttention(Attention):
         scale = 1.0 / math.sqrt(self.head_dim)
         q32 = ops.cast(q, "float32")
         query_logits = ops.einsum("bthd,hd->bth", q32, ops.cast(self.query_pool, "float32"))
-        global_q, q_state = causal_additive_pool(
-            q32, query_logits * scale, state, "q_", mask, self.chunk_size
-        )
+        global_q, q_state = self.additive_pool(q32, query_logits * scale, state, "q_", mask)
         mixed = global_q * ops.cast(k, "float32")  # p_i = g_q,i * k_i
         key_logits = ops.einsum("bthd,hd->bth", mixed, ops.cast(self.key_pool, "float32"))
-        global_k, k_state = causal_additive_pool(
-            mixed, key_logits * scale, state, "k_", mask, self.chunk_size
-        )
+        global_k, k_state = self.additive_pool(mixed, key_logits * scale, state, "k_", mask)
         weighted = ops.cast(global_k * ops.cast(v, "float32"), q.dtype)  # u_i = g_k,i * v_i
         out = self.transform(weighted) + q
         return out, {**q_state, **k_state}
+
+    def additive_pool(self, x, logits, state, prefix, mask) -> tuple[Any, State]:
+        """`causal_additive_pool`, or without the causal mask Fastformer's own global
+        vector, one softmax-weighted sum over every real token (no state)."""
+        if self.causal:
+            return causal_additive_pool(x, logits, state, prefix, mask, self.chunk_size)
+        ones = ops.ones(ops.shape(logits) + (1,), dtype="float32")
+        return noncausal_linear_attention(ones, ones, x, k_log_scale=logits, mask=mask), {}
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Two additive poolings (one feature each, chunk-wise like linear attention),

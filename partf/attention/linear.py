@@ -25,13 +25,18 @@ from typing import Any
 from keras import ops
 
 from partf.attention.base import Attention, State
+from partf.attention.bidirectional import noncausal_linear_attention
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.positions import apply_rotary
 from partf.attention.registry import register_attention
 
 
 class FeatureMapAttention(Attention):
-    """Base of causal linear attentions phi(q) . phi(k) with running sums as state.
+    """Base of linear attentions phi(q) . phi(k), causal with running sums as state.
+
+    With `causal=False` every query reads the sums over the whole sequence's real
+    keys (`partf.attention.bidirectional`), and there is no state (but the rotary
+    position, with `rotary`).
 
     Subclasses implement `features` and may set `normalize` (divide by
     phi(q) . z) and `log_scaled` (key features come with log-scales, see
@@ -56,8 +61,6 @@ class FeatureMapAttention(Attention):
         super().__init__(d_model, num_heads, **kwargs)
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
-        if not self.causal:
-            raise ValueError(f"{type(self).__name__} is causal only; use causal=True.")
         self.chunk_size = chunk_size
 
     @property
@@ -72,6 +75,8 @@ class FeatureMapAttention(Attention):
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         heads, features = self.num_heads, self.feature_dim
+        if not self.causal:  # every call reads its whole sequence: no sums to carry
+            return self.position_state_spec(batch_size)
         if self.rotates_features:
             spec = linear_state_spec(batch_size, heads, features, self.head_dim, normalize=False)
             if self.normalize:  # the unrotated denominator: a sum for a value of 1
@@ -101,7 +106,7 @@ class FeatureMapAttention(Attention):
             out, new_state = self._rotated(q_feat, k_feat, v, state, mask)
             new_state.update(extra)
             return ops.cast(self.finish(out), q.dtype), new_state
-        out, new_state = causal_linear_attention(
+        out, new_state = self.linear_kernel(
             q_feat,
             k_feat,
             v,
@@ -114,6 +119,16 @@ class FeatureMapAttention(Attention):
         new_state.update(extra)
         return ops.cast(self.finish(out), q.dtype), new_state
 
+    def linear_kernel(self, q_feat, k_feat, v, state, **kwargs: Any) -> tuple[Any, State]:
+        """`causal_linear_attention`, or without the causal mask its non-causal form
+        (no state: `chunk_size` and `prefix` only name the causal kernel's chunks and
+        state entries)."""
+        if self.causal:
+            return causal_linear_attention(q_feat, k_feat, v, state, **kwargs)
+        kwargs.pop("chunk_size", None)
+        kwargs.pop("prefix", None)
+        return noncausal_linear_attention(q_feat, k_feat, v, **kwargs), {}
+
     def _rotated(self, q_feat, k_feat, v, state, mask) -> tuple[Any, State]:
         """Linear attention with rotated features in the numerator (see the module
         docstring): float32 output [B, T, H, Dv] and the new sums."""
@@ -121,13 +136,11 @@ class FeatureMapAttention(Attention):
         positions = self.token_positions(state, mask, batch, length)
         q_rot, k_rot = apply_rotary(q_feat, positions), apply_rotary(k_feat, positions)
         common = dict(mask=mask, chunk_size=self.chunk_size, normalize=False)
-        num, new_state = causal_linear_attention(q_rot, k_rot, v, state, **common)
+        num, new_state = self.linear_kernel(q_rot, k_rot, v, state, **common)
         if not self.normalize:
             return num, new_state
         ones = ops.ones_like(ops.cast(v[..., :1], "float32"))
-        den, den_state = causal_linear_attention(
-            q_feat, k_feat, ones, state, prefix="den_", **common
-        )
+        den, den_state = self.linear_kernel(q_feat, k_feat, ones, state, prefix="den_", **common)
         # An empty prefix gives 0 / 0: answer 0 there, as the plain kernel does.
         out = num / ops.where(den > 0.0, den, 1.0)
         return out, {**new_state, **den_state}

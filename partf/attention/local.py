@@ -27,6 +27,9 @@ from partf.attention.windowed import (
 class LocalAttention(Attention):
     """Causal sliding-window softmax attention with the last window as state.
 
+    With `causal=False`, query i sees the real tokens within W of it on both
+    sides, and there is no state (but the rotary position).
+
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         window_size: W, the number of previous tokens each query sees besides
@@ -54,16 +57,18 @@ class LocalAttention(Attention):
         super().__init__(d_model, num_heads, **kwargs)
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}.")
-        if not self.causal:
-            raise ValueError("LocalAttention is causal only; use causal=True.")
         self.window_size = window_size
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        if not self.causal:  # one whole sequence per call: nothing to carry
+            return self.position_state_spec(batch_size)
         kv = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
         spec = {"win_k": kv, "win_v": kv, "win_valid": ((batch_size, self.window_size), "float32")}
         return {**spec, **self.position_state_spec(batch_size)}
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        if not self.causal:
+            return self.attend_both_sides(q, k, v, mask, training), {}
         window = self.window_size
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         valid = ops.cast(valid_tokens(mask, batch, length), "float32")
@@ -88,6 +93,39 @@ class LocalAttention(Attention):
             "win_valid": ops.concatenate([state["win_valid"], valid], axis=1)[:, -window:],
         }
         return ops.cast(out, q.dtype), new_state
+
+    def attend_both_sides(self, q, k, v, mask=None, training=None) -> Any:
+        """Non-causal form: query i sees the real keys j with |i - j| <= W.
+
+        Blocks of W queries each score their own block of keys and the blocks on
+        either side, 3W keys; the band and the padding mask pick the visible ones.
+        """
+        window = self.window_size
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        valid = ops.cast(valid_tokens(mask, batch, length), "float32")
+
+        def neighbourhoods(x):  # [B, T, ...] -> [B, n, 3W, ...]: blocks b - 1, b, b + 1
+            blocks = split_blocks(x, window)
+            empty = ops.zeros_like(blocks[:, :1])
+            before = ops.concatenate([empty, blocks[:, :-1]], axis=1)
+            after = ops.concatenate([blocks[:, 1:], empty], axis=1)
+            return ops.concatenate([before, blocks, after], axis=2)
+
+        q_blocks = split_blocks(ops.cast(q, "float32"), window)  # [B, n, W, H, Dh]
+        k_win = neighbourhoods(ops.cast(k, "float32"))  # [B, n, 3W, H, Dh]
+        v_win = neighbourhoods(ops.cast(v, "float32"))
+        valid_win = neighbourhoods(valid)  # [B, n, 3W]; padding added here is 0
+        logits = ops.einsum("bnihd,bnjhd->bnhij", q_blocks, k_win) / math.sqrt(self.head_dim)
+        # Key j of the neighbourhood sits j - W - i tokens after query i.
+        offset = ops.arange(3 * window)[None, :] - window - ops.arange(window)[:, None]
+        band = ops.abs(offset) <= window
+        visible = ops.logical_and(band[None, None, None], valid_win[:, :, None, None, :] > 0.5)
+        probs = self.dropout(masked_softmax(logits, visible), training=training)
+        # A pad's value gets weight 0, but 0 * inf would still be NaN.
+        v_win = ops.where(valid_win[..., None, None] > 0.5, v_win, 0.0)
+        out = ops.einsum("bnhij,bnjhd->bnihd", probs, v_win)
+        out = ops.reshape(out, (batch, -1, self.num_heads, self.head_dim))[:, :length]
+        return ops.cast(out, q.dtype)
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Blocks of W queries (the segment padded to whole blocks) each score 2W keys.

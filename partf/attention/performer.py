@@ -144,7 +144,7 @@ class PerformerAttention(FeatureMapAttention):
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         spec = super().state_spec(batch_size)
-        if self.redraw:
+        if self.redraw and self.causal:
             shape = (batch_size, self.num_heads, self.num_features, self.head_dim)
             spec["projection"] = (shape, "float32")
         return spec
@@ -153,6 +153,8 @@ class PerformerAttention(FeatureMapAttention):
         """[H, F, Dh], or [B, H, F, Dh] when each stream keeps its own draw."""
         if not self.redraw:
             return self.projection
+        if not self.causal:  # each call is a whole sequence: a fresh draw per call
+            return self.draw_features() if training else ops.convert_to_tensor(self.projection)
         fresh = self.draw_features() if training else ops.convert_to_tensor(self.projection)
         # A stream with no keys summed yet may take the new draw.
         empty = ops.sum(ops.abs(state["z"]), axis=(1, 2)) <= 0.0  # [B]
@@ -167,7 +169,7 @@ class PerformerAttention(FeatureMapAttention):
         q_feat = ops.exp(q_log - ops.stop_gradient(ops.max(q_log, axis=-1, keepdims=True)))
         k_scale = ops.stop_gradient(ops.max(k_log, axis=-1))
         k_feat = ops.exp(k_log - k_scale[..., None])
-        extra = {"projection": projection} if self.redraw else {}
+        extra = {"projection": projection} if self.redraw and self.causal else {}
         return q_feat, k_feat, k_scale, extra
 
     def feature_map_flops(self) -> float:

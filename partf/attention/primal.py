@@ -70,6 +70,14 @@ class PrimalAttention(Attention):
     """
 
     uses_values = False
+    # The layer's only token mixing is the causal running mean of q and k: over the
+    # whole sequence it is one mean shared by every position, so all outputs would be
+    # equal. The authors' non-causal Primal builds W_e, W_r from the data instead.
+    supports_noncausal = False
+    noncausal_help = (
+        "its token mixing is the causal running mean; use softmax, linear, norm or lara "
+        "in a bidirectional model."
+    )
     option_help = {
         "low_rank": "primal: rank s of the KSVD projections",
         "eta": "primal: weight of the KSVD regulariser in the loss",
@@ -89,8 +97,6 @@ class PrimalAttention(Attention):
             raise ValueError(f"low_rank must be positive, got {low_rank}.")
         if eta < 0:
             raise ValueError(f"eta must be >= 0, got {eta}.")
-        if not self.causal:
-            raise ValueError("PrimalAttention is causal only; use causal=True.")
         self.low_rank = low_rank
         self.eta = float(eta)
         self.seed = seed

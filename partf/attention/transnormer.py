@@ -37,6 +37,7 @@ from partf.attention.windowed import (
     grid_buffer,
     grid_valid,
     next_offset,
+    split_blocks,
     to_grid,
 )
 
@@ -84,7 +85,8 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
         norm_type: output normalisation over the concatenated heads:
             "simple_rms" (x / rms(x), released models), "layer" or "none".
 
-    State: `s` [B, H, Dh, Dh] = sum phi(k) v^T, float32. Exact.
+    State: `s` [B, H, Dh, Dh] = sum phi(k) v^T, float32. Exact. With `causal=False`,
+    the sum is over the whole sequence and there is no state.
 
     Example:
         >>> layer = NormAttention(d_model=32, num_heads=4)
@@ -153,7 +155,8 @@ class DiagAttention(_NormalizedOutput, Attention):
 
     State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open
     block's first tokens, left-aligned) and `offset` [B] int32 (how many),
-    so segments equal one call.
+    so segments equal one call. With `causal=False`, each query sees every real
+    token of its block, and there is no state (but the rotary position).
 
     Example:
         >>> layer = DiagAttention(d_model=32, num_heads=4, window_size=16)
@@ -181,8 +184,6 @@ class DiagAttention(_NormalizedOutput, Attention):
         super().__init__(d_model, num_heads, **kwargs)
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}.")
-        if not self.causal:
-            raise ValueError("DiagAttention is causal only; use causal=True.")
         _check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
         _check_choice("norm_type", norm_type, NORM_TYPES)
         self.window_size = window_size
@@ -194,6 +195,8 @@ class DiagAttention(_NormalizedOutput, Attention):
         self._build_norm()
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        if not self.causal:  # one whole sequence per call: no open block to carry
+            return self.position_state_spec(batch_size)
         kv = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
         return {
             "buf_k": kv,
@@ -204,6 +207,8 @@ class DiagAttention(_NormalizedOutput, Attention):
         }
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        if not self.causal:
+            return self.attend_blocks(q, k, v, mask, training), {}
         window, heads, dim = self.window_size, self.num_heads, self.head_dim
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         offset = state["offset"]
@@ -236,6 +241,27 @@ class DiagAttention(_NormalizedOutput, Attention):
             "offset": next_offset(offset, length, window),
         }
         return ops.cast(self._normalize(out), q.dtype), new_state
+
+    def attend_blocks(self, q, k, v, mask=None, training=None) -> Any:
+        """Non-causal form: each query sees every real token of its block."""
+        window, heads, dim = self.window_size, self.num_heads, self.head_dim
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        valid = valid_tokens(mask, batch, length, "float32")
+        q_blocks = split_blocks(ops.cast(q, "float32"), window)  # [B, n, W, H, Dh]
+        k_blocks = split_blocks(ops.cast(k, "float32"), window)
+        v_blocks = split_blocks(ops.cast(v, "float32"), window)
+        visible = split_blocks(valid, window)[:, :, None, None, :] > 0.5  # [B, n, 1, 1, W]
+        logits = ops.einsum("bnihd,bnjhd->bnhij", q_blocks, k_blocks) / math.sqrt(dim)
+        if self.diag_activation == "softmax":
+            weights = masked_softmax(logits, visible)
+        else:
+            weights = ops.where(visible, ops.relu(logits), 0.0)
+        weights = self.dropout(weights, training=training)
+        # A pad's value gets weight 0, but 0 * inf would still be NaN.
+        v_blocks = ops.where(visible[:, :, 0, 0, :, None, None], v_blocks, 0.0)
+        out = ops.einsum("bnhij,bnjhd->bnihd", weights, v_blocks)
+        out = ops.reshape(out, (batch, -1, heads, dim))[:, :length]
+        return ops.cast(self._normalize(out), q.dtype)
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Softmax (or ReLU) attention within each window of W tokens.

@@ -591,3 +591,140 @@ REFERENCES = {
     "eva": eva,
     "lara": lara,
 }
+
+
+# ------------------------------------------------------------------ non-causal forms
+# One whole sequence per call, no state: each function returns (output, {}). Written as
+# the explicit quadratic form, every query against every key it may see, one query at a
+# time; `mask[b, j]` False means key j counts for nothing.
+
+
+def _weighted_mean(weights: Array, values: Array) -> Array:
+    """sum_j w_j v_j / sum_j w_j per head: weights [H, T], values [T, H, D]; 0 if no weight."""
+    num = np.einsum("hj,jhd->hd", weights, values)
+    den = weights.sum(axis=-1)[:, None]
+    return num / np.where(den > 0, den, 1.0)
+
+
+def softmax_noncausal(config, params, q, k, v, state, mask):
+    """Every query against every real key, scaled dot-product softmax."""
+    q, k, v = f64(q), f64(k), f64(v)
+    batch, length, heads, dim = q.shape
+    out = np.zeros_like(q)
+    for b in range(batch):
+        for t in range(length):
+            logits = np.einsum("hd,jhd->hj", q[b, t], k[b]) / math.sqrt(dim)
+            out[b, t] = np.einsum("hj,jhd->hd", visible_softmax(logits, mask[b][None]), v[b])
+    return out, {}
+
+
+def _kernel_noncausal(f: Array, g: Array, v: Array, mask, normalize: bool = True) -> Array:
+    """out_i = sum_j m_j (f_i . g_j) v_j, divided by sum_j m_j (f_i . g_j) if normalising."""
+    v = f64(v)
+    batch, length = f.shape[:2]
+    out = np.zeros(f.shape[:3] + v.shape[-1:])
+    for b in range(batch):
+        for t in range(length):
+            scores = np.einsum("hf,jhf->hj", f[b, t], g[b]) * np.asarray(mask[b], float)[None]
+            if normalize:
+                out[b, t] = _weighted_mean(scores, v[b])
+            else:
+                out[b, t] = np.einsum("hj,jhd->hd", scores, v[b])
+    return out
+
+
+def linear_noncausal(config, params, q, k, v, state, mask):
+    """Katharopoulos et al. 2020 without the causal mask: phi(x) = elu(x) + 1."""
+    return _kernel_noncausal(elu(f64(q)) + 1.0, elu(f64(k)) + 1.0, v, mask), {}
+
+
+def norm_noncausal(config, params, q, k, v, state, mask):
+    """TransNormer's NormAttention over the whole sequence: phi(Q) phi(K)^T V without a
+    denominator, then the output normalisation."""
+    phi = {"elu": elu, "elu+1": lambda x: elu(x) + 1.0, "relu": lambda x: np.maximum(x, 0.0)}[
+        config["feature_map"]
+    ]
+    out = _kernel_noncausal(phi(f64(q)), phi(f64(k)), v, mask, normalize=False)
+    return _normalized(config, params, out), {}
+
+
+def performer_noncausal(config, params, q, k, v, state, mask):
+    """FAVOR+ (Choromanski et al. 2021) without the causal mask: positive random features
+    phi(x)_r = exp(w_r . x' - |x'|^2 / 2), x' = x / Dh^(1/4), in float64 directly."""
+    projection = f64(params["projection"])
+
+    def phi(x):
+        x = f64(x) / f64(x).shape[-1] ** 0.25
+        return np.exp(np.einsum("bthd,hfd->bthf", x, projection) - 0.5 * (x**2).sum(-1)[..., None])
+
+    return _kernel_noncausal(phi(q), phi(k), v, mask), {}
+
+
+def local_noncausal(config, params, q, k, v, state, mask):
+    """Sliding-window softmax on both sides: query i sees the real keys j, |i - j| <= W."""
+    q, k, v = f64(q), f64(k), f64(v)
+    batch, length, heads, dim = q.shape
+    window = config["window_size"]
+    out = np.zeros_like(q)
+    positions = np.arange(length)
+    for b in range(batch):
+        for t in range(length):
+            visible = (np.abs(positions - t) <= window) & np.asarray(mask[b], bool)
+            logits = np.einsum("hd,jhd->hj", q[b, t], k[b]) / math.sqrt(dim)
+            out[b, t] = np.einsum("hj,jhd->hd", visible_softmax(logits, visible[None]), v[b])
+    return out, {}
+
+
+def diag_noncausal(config, params, q, k, v, state, mask):
+    """TransNormer's DiagAttention without the causal mask: query i sees the real keys of
+    its block (positions floor(i / W) * W up to the next multiple of W), softmax or relu
+    scores, then the output normalisation."""
+    q, k, v = f64(q), f64(k), f64(v)
+    batch, length, heads, dim = q.shape
+    window = config["window_size"]
+    out = np.zeros_like(q)
+    block = np.arange(length) // window
+    for b in range(batch):
+        for t in range(length):
+            visible = (block == block[t]) & np.asarray(mask[b], bool)
+            logits = np.einsum("hd,jhd->hj", q[b, t], k[b]) / math.sqrt(dim)
+            if config["diag_activation"] == "softmax":
+                weights = visible_softmax(logits, visible[None])
+            else:
+                weights = np.where(visible[None], np.maximum(logits, 0.0), 0.0)
+            out[b, t] = np.einsum("hj,jhd->hd", weights, v[b])
+    return _normalized(config, params, out), {}
+
+
+def fastformer_noncausal(config, params, q, k, v, state, mask):
+    """Fastformer as published (Wu et al. 2021): alpha = softmax over the real tokens of
+    q . w_q / sqrt(Dh) pools the queries into one global query g_q; p = g_q * k is pooled
+    the same way (w_k) into g_k; u = g_k * v; the output is W u plus the query."""
+    q, k, v = f64(q), f64(k), f64(v)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    visible = np.asarray(mask, bool)  # [B, T]
+
+    def pool(x, w):  # one global vector per example and head: [B, 1, H, Dh]
+        logits = np.einsum("bthd,hd->bht", x, f64(w)) * scale
+        alpha = visible_softmax(logits, visible[:, None, :])  # [B, H, T]
+        return np.einsum("bht,bthd->bhd", alpha, x)[:, None]
+
+    global_q = pool(q, params["query_pool"])
+    mixed = global_q * k
+    global_k = pool(mixed, params["key_pool"])
+    u = global_k * v
+    out = np.einsum("bthk,hkgj->btgj", u, f64(params["transform_kernel"]))
+    if "transform_bias" in params:
+        out = out + f64(params["transform_bias"])
+    return out + q, {}
+
+
+NONCAUSAL_REFERENCES = {
+    "softmax": softmax_noncausal,
+    "linear": linear_noncausal,
+    "norm": norm_noncausal,
+    "performer": performer_noncausal,
+    "local": local_noncausal,
+    "diag": diag_noncausal,
+    "fastformer": fastformer_noncausal,
+}
