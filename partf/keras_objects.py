@@ -34,6 +34,7 @@ PACKAGE = "partf"
 #: decorated with `partf.serialization.register` must be here (a test checks).
 SAVED_CLASSES = {
     "PARTransformerXL": "partf.models.par_transformer_xl",
+    "Encoder": "partf.models.encoder",
     "StochasticBlock": "partf.layers.stochastic_block",
     "AdaptiveSoftmax": "partf.layers.adaptive_softmax",
     "FeedForward": "partf.layers.feed_forward",

@@ -1,0 +1,310 @@
+"""Encoder: a bidirectional Transformer over whole sequences, for classification and MLM.
+
+Token ids -> embedding * sqrt(d_model) (+ absolute positions) -> dropout -> a stack of
+blocks -> hidden states [B, T, D], then optional heads: sequence classification (mean
+over the real tokens or the first token, then a two-layer MLP, as the Long Range Arena
+classifiers) and masked-language-model logits over the vocabulary (BERT's transform,
+layer norm and output tied to the embedding).
+
+Each block is one letter of `architecture`, as in the causal model: "A" an attention of
+the chosen mechanism, "D" a feed-forward network, "I" the identity, or an attention's
+registry name; each with its residual connection and post-LayerNorm, as the PAR
+model's blocks (LayerNorm(x + sublayer(x))). Every attention is built with
+`causal=False`: each real token sees every other, padding is seen by none. A mechanism
+without a non-causal form is refused when the model is built.
+
+Token id 0 is padding unless a mask is given. Positions count the real tokens before
+each token (the convention of the causal model), so padding inside a sequence does not
+shift the positions of the tokens after it.
+
+References:
+    Devlin et al., "BERT", NAACL 2019 (the MLM head).
+    Tay et al., "Long Range Arena", ICLR 2021 (the classification setting).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+from keras import ops
+
+from partf.attention import attention_names, create_attention, get_attention_class
+from partf.attention.positions import sinusoid, stream_positions
+from partf.layers.feed_forward import FeedForward
+from partf.models.config import parse_architecture
+from partf.random import Dropout
+from partf.serialization import register
+
+#: Absolute position encodings of the encoder ("rotary" rotates inside the attentions).
+ENCODER_POSITIONS = ("none", "sinusoidal", "learned", "rotary")
+#: How the classification head reads a sequence.
+POOLINGS = ("mean", "first")
+
+
+def noncausal_attention_names() -> list[str]:
+    """The registry names of the mechanisms that have a non-causal form."""
+    return [name for name in attention_names() if get_attention_class(name).supports_noncausal]
+
+
+@register
+class Encoder(keras.Model):
+    """A bidirectional Transformer encoder with optional classification and MLM heads.
+
+    Args:
+        vocab_size: number of token ids (0 is padding).
+        d_model, num_heads, d_ffn: widths of the blocks.
+        architecture: one token per block, e.g. "A D A D": A (`attention`), D (dense),
+            I (identity) or an attention registry name.
+        attention: the registry name "A" stands for; it must have a non-causal form.
+        attention_options: mechanism options (`window_size`, `num_features`, ...);
+            options a mechanism does not take are ignored, as in `create_attention`.
+        position: "sinusoidal", "learned" (a table of `max_positions`), "rotary"
+            (inside the attentions that have a query-key product) or "none".
+        max_positions: tokens learned positions can number.
+        dropout_rate: dropout on the embeddings, attention weights and block outputs.
+        num_classes: classes of the sequence-classification head (0: no head).
+        pooling: "mean" over the real tokens or the "first" token, for that head.
+        mlm_head: whether to add the masked-language-model head.
+
+    Call args:
+        inputs: token ids int [B, T], or a dict with "tokens" and optionally "mask"
+            (bool or 0/1 [B, T], True for real tokens; else tokens != 0).
+
+    Returns:
+        hidden states [B, T, D] without heads; class logits [B, num_classes] or MLM
+        logits [B, T, vocab_size] with one head; {"classes", "mlm"} with both.
+        Logits are float32.
+
+    Example:
+        >>> model = Encoder(vocab_size=20, d_model=16, num_heads=2, d_ffn=32,
+        ...                 architecture="A D", attention="linear", num_classes=10)
+        >>> tuple(model(keras.ops.ones((3, 7), "int32")).shape)
+        (3, 10)
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        d_ffn: int = 512,
+        architecture: str = "A D A D",
+        attention: str = "softmax",
+        attention_options: dict[str, Any] | None = None,
+        position: str = "sinusoidal",
+        max_positions: int = 2048,
+        dropout_rate: float = 0.1,
+        num_classes: int = 0,
+        pooling: str = "mean",
+        mlm_head: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if vocab_size <= 0 or d_model <= 0 or d_ffn <= 0 or max_positions <= 0:
+            raise ValueError(
+                f"vocab_size, d_model, d_ffn and max_positions must be positive, got "
+                f"{vocab_size}, {d_model}, {d_ffn}, {max_positions}."
+            )
+        if position not in ENCODER_POSITIONS:
+            raise ValueError(
+                f"unknown position {position!r}; choose one of {', '.join(ENCODER_POSITIONS)}."
+            )
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
+        if num_classes < 0:
+            raise ValueError(f"num_classes must be >= 0, got {num_classes}.")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ffn = d_ffn
+        self.architecture = architecture
+        self.attention = attention
+        self.attention_options = dict(attention_options or {})
+        self.position = position
+        self.max_positions = max_positions
+        self.dropout_rate = dropout_rate
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.mlm_head = bool(mlm_head)
+
+        policy = self.dtype_policy
+        self.kinds = [self._block_kind(name) for name in parse_architecture(architecture)]
+        self.embedding = keras.layers.Embedding(vocab_size, d_model, dtype=policy, name="embedding")
+        self.position_embedding = None
+        if position == "learned":
+            self.position_embedding = keras.layers.Embedding(
+                max_positions, d_model, dtype=policy, name="position_embedding"
+            )
+        self.input_dropout = Dropout(dropout_rate, dtype=policy, name="input_dropout")
+        options = dict(self.attention_options)
+        if position == "rotary":
+            options["rotary"] = True
+        # One sublayer and one LayerNorm per block (None for the identity).
+        self.sublayers: list[keras.layers.Layer | None] = []
+        self.norms: list[keras.layers.LayerNormalization | None] = []
+        for i, kind in enumerate(self.kinds):
+            if kind == "identity":
+                self.sublayers.append(None)
+                self.norms.append(None)
+                continue
+            if kind == "dense":
+                layer = FeedForward(
+                    d_model, d_ffn, dropout_rate=dropout_rate, dtype=policy, name=f"dense_{i}"
+                )
+            else:
+                layer = create_attention(
+                    kind,
+                    d_model,
+                    num_heads,
+                    causal=False,
+                    dropout_rate=dropout_rate,
+                    dtype=policy,
+                    name=f"attention_{i}",
+                    **options,
+                )
+            self.sublayers.append(layer)
+            self.norms.append(
+                keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name=f"norm_{i}")
+            )
+        self.classifier_hidden = self.classifier = None
+        if num_classes:
+            self.classifier_hidden = keras.layers.Dense(
+                d_model, activation="relu", dtype=policy, name="classifier_hidden"
+            )
+            # Logits in float32 under mixed precision, as the causal model's softmax.
+            self.classifier = keras.layers.Dense(
+                num_classes, dtype=policy.variable_dtype, name="classifier"
+            )
+        self.mlm_transform = self.mlm_norm = None
+        if self.mlm_head:
+            self.mlm_transform = keras.layers.Dense(
+                d_model, activation="gelu", dtype=policy, name="mlm_transform"
+            )
+            self.mlm_norm = keras.layers.LayerNormalization(
+                epsilon=1e-5, dtype=policy, name="mlm_norm"
+            )
+
+    def _block_kind(self, name: str) -> str:
+        """ "dense", "identity" or the registry name of the block's attention."""
+        if name in ("dense", "identity"):
+            return name
+        mechanism = self.attention if name == "attention" else name
+        if not get_attention_class(mechanism).supports_noncausal:
+            raise ValueError(
+                f"attention {mechanism!r} is causal only and cannot be used in an Encoder; "
+                f"choose one of {', '.join(noncausal_attention_names())}."
+            )
+        return mechanism
+
+    def build(self, input_shape: Any = None) -> None:
+        hidden = (None, None, self.d_model)
+        self.embedding.build((None, None))
+        if self.position_embedding is not None:
+            self.position_embedding.build((None, None))
+        for layer, norm in zip(self.sublayers, self.norms, strict=True):
+            if layer is not None:
+                layer.build(hidden)
+                norm.build(hidden)
+        if self.num_classes:
+            self.classifier_hidden.build((None, self.d_model))
+            self.classifier.build((None, self.d_model))
+        if self.mlm_head:
+            self.mlm_transform.build(hidden)
+            self.mlm_norm.build(hidden)
+            self.mlm_bias = self.add_weight(
+                name="mlm_bias", shape=(self.vocab_size,), initializer="zeros", dtype="float32"
+            )
+        self.built = True
+
+    # ------------------------------------------------------------------ call
+    def check_length(self, length: int) -> None:
+        """Refuses sequences longer than learned positions can number (one line)."""
+        if self.position == "learned" and length > self.max_positions:
+            raise ValueError(
+                f"learned positions number {self.max_positions} tokens (max_positions) but "
+                f"these sequences have {length}; set max_positions >= {length} or shorten them."
+            )
+
+    def encode(self, tokens: Any, mask: Any, training: bool | None = None) -> Any:
+        """Hidden states [B, T, D] of token ids [B, T] with padding mask bool [B, T]."""
+        if tokens.shape[1] is not None:
+            self.check_length(int(tokens.shape[1]))
+        x = self.embedding(tokens)
+        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
+        if self.position in ("sinusoidal", "learned"):
+            start = ops.zeros((ops.shape(tokens)[0],), "int32")
+            positions, _ = stream_positions(start, mask)  # [B, T]
+            if self.position == "sinusoidal":
+                x = x + sinusoid(positions, self.d_model, x.dtype)
+            else:
+                limit = self.max_positions - 1
+                x = x + self.position_embedding(ops.minimum(positions, limit))
+        x = self.input_dropout(x, training=training)
+        for layer, norm in zip(self.sublayers, self.norms, strict=True):
+            if layer is None:
+                continue
+            if isinstance(layer, FeedForward):
+                y = layer(x, training=training)
+            else:
+                y, _ = layer(x, mask=mask, training=training)
+            x = norm(x + y)
+        return x
+
+    def pool(self, hidden: Any, mask: Any) -> Any:
+        """[B, D]: the mean over the real tokens, or the first token."""
+        if self.pooling == "first":
+            return hidden[:, 0]
+        weights = ops.cast(mask, hidden.dtype)[..., None]
+        total = ops.sum(hidden * weights, axis=1)
+        return total / ops.maximum(ops.sum(weights, axis=1), 1.0)
+
+    def classify(self, hidden: Any, mask: Any) -> Any:
+        """Class logits [B, num_classes], float32."""
+        pooled = self.classifier_hidden(self.pool(hidden, mask))
+        return ops.cast(self.classifier(ops.cast(pooled, "float32")), "float32")
+
+    def mlm_logits(self, hidden: Any) -> Any:
+        """Logits over the vocabulary [B, T, vocab_size], float32, from the output
+        embedding tied to the input one (BERT)."""
+        h = ops.cast(self.mlm_norm(self.mlm_transform(hidden)), "float32")
+        table = ops.cast(self.embedding.embeddings, "float32")  # [V, D]
+        return ops.matmul(h, ops.transpose(table)) + self.mlm_bias
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        if isinstance(inputs, dict):
+            tokens = ops.cast(inputs["tokens"], "int32")
+            mask = inputs.get("mask")
+            mask = ops.not_equal(tokens, 0) if mask is None else ops.cast(mask, "bool")
+        else:
+            tokens = ops.cast(inputs, "int32")
+            mask = ops.not_equal(tokens, 0)
+        hidden = self.encode(tokens, mask, training=training)
+        outputs = {}
+        if self.num_classes:
+            outputs["classes"] = self.classify(hidden, mask)
+        if self.mlm_head:
+            outputs["mlm"] = self.mlm_logits(hidden)
+        if not outputs:
+            return hidden
+        return outputs if len(outputs) > 1 else next(iter(outputs.values()))
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ffn=self.d_ffn,
+            architecture=self.architecture,
+            attention=self.attention,
+            attention_options=dict(self.attention_options),
+            position=self.position,
+            max_positions=self.max_positions,
+            dropout_rate=self.dropout_rate,
+            num_classes=self.num_classes,
+            pooling=self.pooling,
+            mlm_head=self.mlm_head,
+        )
+        return config

@@ -1,0 +1,133 @@
+"""The bidirectional Encoder: heads, padding, positions, refusals and a .keras round trip."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from partf.models import Encoder
+from partf.models.encoder import noncausal_attention_names
+from tests.attention.helpers import to_np
+
+VOCAB = 13
+
+
+def small(**overrides) -> Encoder:
+    settings = dict(
+        vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, dropout_rate=0.0,
+        architecture="A D A D",
+    )  # fmt: skip
+    settings.update(overrides)
+    return Encoder(**settings)
+
+
+def tokens_with_padding(seed: int = 0) -> np.ndarray:
+    """int32 [2, 9]: the first row padded at the end, the second in full."""
+    tokens = np.random.default_rng(seed).integers(1, VOCAB, size=(2, 9)).astype("int32")
+    tokens[0, 6:] = 0
+    return tokens
+
+
+# Each mechanism with a non-causal form, one option set that keeps its windows short.
+MECHANISMS = {
+    "softmax": {},
+    "relative": {},
+    "linear": {},
+    "norm": {},
+    "performer": {"num_features": 8},
+    "local": {"window_size": 2},
+    "diag": {"window_size": 4},
+    "fastformer": {},
+    "lara": {"num_landmarks": 2},
+}
+
+
+def test_every_noncausal_mechanism_is_listed():
+    assert sorted(MECHANISMS) == sorted(noncausal_attention_names())
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_hidden_states_ignore_padding(mechanism):
+    """Outputs at real tokens do not change when the padding ids change (with an
+    explicit mask) or when the sequence is padded further (but LARA's, whose landmarks
+    are segments of the padded length); they are finite."""
+    model = small(attention=mechanism, attention_options=MECHANISMS[mechanism])
+    tokens = tokens_with_padding()
+    mask = tokens != 0
+    hidden = to_np(model({"tokens": tokens, "mask": mask}))
+    assert hidden.shape == (2, 9, 16) and np.isfinite(hidden).all()
+    other = np.where(mask, tokens, 5).astype("int32")  # pads hold real ids, masked
+    hidden_other = to_np(model({"tokens": other, "mask": mask}))
+    np.testing.assert_allclose(hidden_other[mask], hidden[mask], rtol=1e-4, atol=1e-4)
+    if mechanism == "lara":
+        return
+    longer = np.pad(tokens, [(0, 0), (0, 4)])
+    np.testing.assert_allclose(to_np(model(longer))[:, :9][mask], hidden[mask], atol=1e-4)
+
+
+def test_bidirectional():
+    """A later token changes an earlier token's hidden state."""
+    model = small(attention="linear")
+    tokens = tokens_with_padding()[1:]
+    changed = tokens.copy()
+    changed[0, -1] = tokens[0, -1] % (VOCAB - 1) + 1
+    assert not np.allclose(to_np(model(changed))[0, 0], to_np(model(tokens))[0, 0])
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_heads(pooling):
+    model = small(num_classes=10, pooling=pooling, mlm_head=True, position="learned")
+    out = model(tokens_with_padding())
+    assert tuple(out["classes"].shape) == (2, 10) and out["classes"].dtype == "float32"
+    assert tuple(out["mlm"].shape) == (2, 9, VOCAB)
+    assert tuple(small(num_classes=3)(tokens_with_padding()).shape) == (2, 3)
+
+
+def test_mean_pooling_reads_real_tokens_only():
+    model = small(num_classes=4)
+    tokens = tokens_with_padding()
+    hidden = model.encode(keras.ops.convert_to_tensor(tokens), tokens != 0)
+    pooled = to_np(model.pool(hidden, tokens != 0))
+    np.testing.assert_allclose(pooled[0], to_np(hidden)[0, :6].mean(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_causal_only_mechanism_is_refused_in_one_line():
+    for name in ("primal", "eva"):
+        with pytest.raises(ValueError, match="causal only and cannot be used in an Encoder") as e:
+            small(attention=name)
+        assert "\n" not in str(e.value) and "linear" in str(e.value)
+    with pytest.raises(ValueError, match="causal only"):
+        small(architecture="A primal")
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="unknown position"):
+        small(position="relative")
+    with pytest.raises(ValueError, match="unknown pooling"):
+        small(pooling="max")
+    with pytest.raises(ValueError, match="max_positions >= 9"):
+        small(position="learned", max_positions=8)(tokens_with_padding())
+
+
+def test_fit_step_and_keras_round_trip(tmp_path):
+    """One fit step on classes, then save and load: same config, same outputs."""
+    model = small(
+        architecture="A D I diag",
+        attention="local",
+        attention_options={"window_size": 3},
+        num_classes=4,
+        position="rotary",
+    )
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    tokens = tokens_with_padding()
+    model.fit(tokens, np.array([1, 3]), epochs=1, verbose=0)
+    path = tmp_path / "encoder.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, Encoder)
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_allclose(to_np(loaded(tokens)), to_np(model(tokens)), rtol=1e-5, atol=1e-5)
