@@ -131,3 +131,38 @@ def test_fit_step_and_keras_round_trip(tmp_path):
     assert isinstance(loaded, Encoder)
     assert loaded.get_config() == model.get_config()
     np.testing.assert_allclose(to_np(loaded(tokens)), to_np(model(tokens)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mechanism", ["softmax", "linear"])
+def test_learns_depth_one_listops(mechanism):
+    """A tiny encoder learns one-operator ListOps well above chance (10%) and above the
+    most frequent class in 300 steps of plain `fit` (about 5 s on 2 CPU cores; it
+    reached 63% with softmax and 54% with linear attention when written)."""
+    from partf.data.listops import ListOpsSettings, generate_listops
+
+    keras.utils.set_random_seed(0)
+    settings = ListOpsSettings(max_depth=1, max_args=6, min_length=4, max_length=8)
+
+    def arrays(count, seed):
+        examples = generate_listops(count, seed, settings)
+        tokens = np.zeros((count, settings.max_length), "int32")
+        for i, (ids, _) in enumerate(examples):
+            tokens[i, : len(ids)] = ids
+        return tokens, np.array([label for _, label in examples], "int32")
+
+    train_x, train_y = arrays(9600, seed=0)
+    test_x, test_y = arrays(1000, seed=1)
+    model = Encoder(
+        vocab_size=16, d_model=32, num_heads=2, d_ffn=64, architecture="A D A D",
+        attention=mechanism, dropout_rate=0.0, num_classes=10,
+    )  # fmt: skip
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.fit(train_x, train_y, batch_size=32, epochs=1, verbose=0)
+    _, accuracy = model.evaluate(test_x, test_y, verbose=0)
+    majority = np.bincount(test_y).max() / len(test_y)
+    assert accuracy > max(0.3, majority + 0.15), (accuracy, majority)
