@@ -30,6 +30,8 @@ from pathlib import Path
 
 from absl import flags
 
+from partf.cli import exits
+
 PROG = "partf-build-data"
 logger = logging.getLogger("partf.cli.build_data")
 
@@ -296,7 +298,7 @@ def run(argv: list[str] | None = None) -> int:
     except Exception as e:  # one line for anything unforeseen, the traceback on request
         if fv.verbose:
             logger.exception("traceback")
-        _error(f"unexpected {type(e).__name__}: {e}; rerun with --verbose for the traceback")
+        _error(exits.unexpected(e))
         return 1
     finally:
         package_logger.removeHandler(handler)

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from partf.cli import exits
+from partf.cli.exits import wants_verbose
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
 
 PROG = "partf-evaluate"
@@ -259,15 +261,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name; default sys.argv[1:].
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = any(arg in ("--verbose", "--verbose=true", "--verbose=True") for arg in argv)
+    verbose = wants_verbose(argv)
 
     def fail(message: str, status: int, error: BaseException | None = None) -> int:
-        if verbose and error is not None:
-            import traceback
-
-            traceback.print_exception(error)
-        print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
-        return status
+        return exits.fail(PROG, message, status, error, verbose)
 
     try:
         args = build_parser().parse_args(argv)
@@ -278,14 +275,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("partf: %(message)s"))
-    package_logger = logging.getLogger("partf")
-    package_logger.addHandler(handler)
-    old_level = package_logger.level
-    package_logger.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
-        report = evaluate(args)
+        with exits.package_logging(args.verbose):
+            report = evaluate(args)
     except UsageExit as e:
         return fail(str(e), 2, e)
     except RuntimeExit as e:
@@ -295,15 +287,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         return fail(f"{e.strerror or e}: {e.filename or ''}", 1, e)
     except Exception as e:  # anything else is a bug or an environment problem
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return fail(
-            f"unexpected {type(e).__name__}: {first} (rerun with --verbose for the traceback)",
-            1,
-            e,
-        )
-    finally:
-        package_logger.removeHandler(handler)
-        package_logger.setLevel(old_level)
+        return fail(exits.unexpected(e), 1, e)
     print(json.dumps(report) if args.json else _format(report))
     return 0
 

@@ -34,6 +34,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from partf.cli import exits
+from partf.cli.exits import wants_verbose
+
 # Loading lives in its own module; its names stay importable from here.
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
 
@@ -239,15 +242,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name; default sys.argv[1:].
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = any(arg in ("--verbose", "--verbose=true", "--verbose=True") for arg in argv)
+    verbose = wants_verbose(argv)
 
     def fail(message: str, status: int, error: BaseException | None = None) -> int:
-        if verbose and error is not None:
-            import traceback
-
-            traceback.print_exception(error)
-        print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
-        return status
+        return exits.fail(PROG, message, status, error, verbose)
 
     try:
         args = build_parser().parse_args(argv)
@@ -257,14 +255,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("partf: %(message)s"))
-    package_logger = logging.getLogger("partf")
-    package_logger.addHandler(handler)
-    old_level = package_logger.level
-    package_logger.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
-        text = _main(args)
+        with exits.package_logging(args.verbose):
+            text = _main(args)
     except UsageExit as e:
         return fail(str(e), 2, e)
     except RuntimeExit as e:
@@ -272,15 +265,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         return fail("interrupted", 130, e)
     except Exception as e:  # anything else is a bug or an environment problem
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return fail(
-            f"unexpected {type(e).__name__}: {first} (rerun with --verbose for the traceback)",
-            1,
-            e,
-        )
-    finally:
-        package_logger.removeHandler(handler)
-        package_logger.setLevel(old_level)
+        return fail(exits.unexpected(e), 1, e)
     print(text)
     return 0
 

@@ -32,7 +32,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from partf.cli import flags
+from partf.cli import exits, flags
+from partf.cli.exits import wants_verbose
 
 PROG = "partf-train"
 
@@ -250,17 +251,12 @@ def _os_error_message(error: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = any(arg in ("--verbose", "--verbose=true", "--verbose=True") for arg in argv)
+    verbose = wants_verbose(argv)
     if not verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     def fail(message: str, status: int, error: BaseException | None = None) -> int:
-        if verbose and error is not None:
-            import traceback
-
-            traceback.print_exception(error)
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return status
+        return exits.fail(PROG, message, status, error, verbose)
 
     try:
         config, verbose = parse_args(argv)
@@ -288,12 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         return fail(_os_error_message(e), 1, e)
     except Exception as e:  # anything else is a bug or an environment problem
-        return fail(
-            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-            "(rerun with --verbose for the traceback).",
-            1,
-            e,
-        )
+        return fail(exits.unexpected(e), 1, e)
     finally:
         logging.getLogger("partf").removeHandler(handler)
     return 0
