@@ -61,6 +61,7 @@ from partf.attention.windowed import (
     grid_buffer,
     grid_valid,
     next_offset,
+    split_blocks,
     to_grid,
 )
 from partf.random import normal as normal_draws
@@ -157,6 +158,11 @@ class EVAAttention(Attention):
     With `rotary`, queries and keys are rotated first and `position` [B] int32
     counts the tokens read.
 
+    With `causal=False` (the authors' encoder form) a query sees every real token of
+    its own window exactly and every chunk of the sequence outside it through its
+    summary (`mem_chunks` does not apply); there is no state (but the rotary
+    position), and `overlap_window` and `use_t5_rpe` are refused.
+
     Example:
         >>> layer = EVAAttention(d_model=32, num_heads=4, window_size=16, chunk_size=4)
         >>> y, state = layer(x)
@@ -166,13 +172,6 @@ class EVAAttention(Attention):
     """
 
     supports_rotary = True
-    # EVA's non-causal form (exact windows on both sides, control variates for every
-    # other chunk) is not written yet.
-    supports_noncausal = False
-    noncausal_help = (
-        "partf has its causal form only; use lara (the same authors' randomized "
-        "attention) or softmax in a bidirectional model."
-    )
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
         "chunk_size": CHUNK_SIZE_HELP,
@@ -203,6 +202,11 @@ class EVAAttention(Attention):
             )
         if mem_chunks < 0:
             raise ValueError(f"mem_chunks must be >= 0, got {mem_chunks}.")
+        if not self.causal and (overlap_window or use_t5_rpe):
+            raise ValueError(
+                "overlap_window and use_t5_rpe are options of EVA's causal form; leave them "
+                "off with causal=False."
+            )
         if adaptive_proj not in ADAPTIVE_PROJ:
             raise ValueError(
                 f"unknown adaptive_proj {adaptive_proj!r}; choose one of "
@@ -246,6 +250,8 @@ class EVAAttention(Attention):
             )
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        if not self.causal:  # one whole sequence per call: nothing to carry
+            return self.position_state_spec(batch_size)
         window = ((batch_size, self.window_size, self.num_heads, self.head_dim), "float32")
         flags = ((batch_size, self.window_size), "float32")
         spec = {
@@ -302,6 +308,8 @@ class EVAAttention(Attention):
         return k_bar, beta, count > 0.0
 
     def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+        if not self.causal:
+            return self.attend_noncausal(q, k, v, mask, training), {}
         window, chunk, mem = self.window_size, self.chunk_size, self.mem_chunks
         heads, dim = self.num_heads, self.head_dim
         per_window = window // chunk
@@ -415,12 +423,60 @@ class EVAAttention(Attention):
         out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
         return ops.cast(out, dtype), new_state
 
+    def attend_noncausal(self, q, k, v, mask=None, training=None) -> Any:
+        """Non-causal EVA, as the authors' encoder: a query attends exactly to the real
+        tokens of its window and, through one summary each, to every chunk of the
+        sequence outside its window; all logits share one softmax."""
+        window, chunk = self.window_size, self.chunk_size
+        heads, dim = self.num_heads, self.head_dim
+        dtype = q.dtype
+        q, k, v = (ops.cast(t, "float32") for t in (q, k, v))
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        valid = valid_tokens(mask, batch, length, "float32")
+        # [B, n, W, ...], the sequence padded to whole windows (padding is not valid).
+        q_win, k_win, v_win = (split_blocks(t, window) for t in (q, k, v))
+        valid_win = split_blocks(valid, window)  # [B, n, W]
+        num_windows = ops.shape(q_win)[1]
+
+        def chunks(x):  # [B, n, W, ...] -> [B, n W / C, C, ...]
+            return ops.reshape(x, (batch, -1, chunk) + tuple(ops.shape(x)[3:]))
+
+        keys, values, ok = self.summarize(
+            chunks(q_win), chunks(k_win), chunks(v_win), chunks(valid_win), training
+        )  # [B, m, H, Dh], [B, m, H, Dh], [B, m]
+        scale = 1.0 / math.sqrt(dim)
+        logits = ops.einsum("bnihd,bnjhd->bnhij", q_win, k_win) * scale  # [B, n, H, W, W]
+        chunk_logits = ops.einsum("bnihd,bmhd->bnhim", q_win, keys) * scale  # [..., m]
+        # Chunk c lies in window c // (W / C): the exact part covers it there.
+        chunk_window = ops.arange(ops.shape(keys)[1]) // (window // chunk)  # [m]
+        outside = chunk_window[None, :] != ops.arange(num_windows)[:, None]  # [n, m]
+        visible = ops.concatenate(
+            [
+                valid_win[:, :, None, None, :] > 0.5,
+                ops.logical_and(outside[None, :, None, None, :], ok[:, None, None, None, :]),
+            ],
+            axis=-1,
+        )  # [B, n, 1, 1, W + m]
+        logits = ops.concatenate([logits, chunk_logits], axis=-1)
+        probs = self.dropout(masked_softmax(logits, visible), training=training)
+        # A pad's value gets weight 0, but 0 * inf would still be NaN.
+        v_win = ops.where(valid_win[..., None, None] > 0.5, v_win, 0.0)
+        out = ops.einsum("bnhij,bnjhd->bnihd", probs[..., :window], v_win)
+        out = out + ops.einsum("bnhim,bmhd->bnihd", probs[..., window:], values)
+        out = ops.reshape(out, (batch, -1, heads, dim))[:, :length]
+        return ops.cast(out, dtype)
+
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Exact softmax within the window (W keys, 2W with overlap) plus the
         # `mem_chunks` chunk summaries each query sees; summarising costs about
         # 4 H Dh per token.
+        # Non-causal: its own window and the summaries of every chunk of the sequence.
         width = self.num_heads * self.head_dim
         exact = (1 + self.carried_windows) * self.window_size
+        if not self.causal:
+            padded = -(-seq_len // self.window_size) * self.window_size
+            summaries = padded // self.chunk_size
+            return (4.0 * (exact + summaries) * width * padded / seq_len) + 4.0 * width
         return 4.0 * (exact + self.mem_chunks) * width + 4.0 * width
 
     def get_config(self) -> dict[str, Any]:

@@ -719,7 +719,56 @@ def fastformer_noncausal(config, params, q, k, v, state, mask):
     return out + q, {}
 
 
+def eva_noncausal(config, params, q, k, v, state, mask, noise=None):
+    """EVA's encoder form (Zheng et al. 2023): query i of window w (positions wW ..
+    wW + W - 1) sees every real token of window w exactly, and every chunk c of C
+    tokens outside window w through one logit q . key_c / sqrt(Dh) and value beta_c,
+
+        mu_c = f_q(mean q) + f_k(mean k),  omega_c = mu_c (+ noise[b, c] in training)
+        key_c = f_k(mean k),  beta_c = sum_{j in c} softmax_j((omega_c . k_j - |k_j|^2 / 2)
+        / sqrt(Dh)) v_j
+
+    (means over the chunk's real tokens; a chunk with none is not seen). All logits
+    share one softmax. Chunks count from the sequence's first token."""
+    q, k, v = f64(q), f64(k), f64(v)
+    batch, length, heads, dim = q.shape
+    window, chunk, eps = config["window_size"], config["chunk_size"], config["epsilon"]
+    scale = 1.0 / math.sqrt(dim)
+    out = np.zeros_like(q)
+    for b in range(batch):
+        valid = np.asarray(mask[b], bool)
+        summaries = []  # (first position, key, beta) of the chunks holding a real token
+        for start in range(0, length, chunk):
+            members = [p for p in range(start, min(start + chunk, length)) if valid[p]]
+            if not members:
+                continue
+            key = projection_net(params, "fk", k[b, members].mean(axis=0), eps)
+            omega = projection_net(params, "fq", q[b, members].mean(axis=0), eps) + key
+            if noise is not None:
+                omega = omega + f64(noise[b, start // chunk])
+            log_w = np.einsum("nhd,hd->hn", k[b, members], omega)
+            log_w = (log_w - 0.5 * (k[b, members] ** 2).sum(-1).T) * scale
+            beta = np.einsum("hn,nhd->hd", visible_softmax(log_w, True), v[b, members])
+            summaries.append((start, key, beta))
+        for t in range(length):
+            first = (t // window) * window
+            exact = [j for j in range(first, min(first + window, length)) if valid[j]]
+            remote = [s for s in summaries if not first <= s[0] < first + window]
+            logits = [np.einsum("hd,jhd->hj", q[b, t], k[b, exact]) * scale]
+            values = [v[b, exact]]
+            if remote:
+                remote_keys = np.stack([s[1] for s in remote])
+                logits.append(np.einsum("hd,chd->hc", q[b, t], remote_keys) * scale)
+                values.append(np.stack([s[2] for s in remote]))
+            logits = np.concatenate(logits, axis=1)
+            if logits.shape[1]:
+                weights = visible_softmax(logits, True)
+                out[b, t] = np.einsum("hj,jhd->hd", weights, np.concatenate(values))
+    return out, {}
+
+
 NONCAUSAL_REFERENCES = {
+    "eva": eva_noncausal,
     "softmax": softmax_noncausal,
     "linear": linear_noncausal,
     "norm": norm_noncausal,

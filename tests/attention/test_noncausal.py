@@ -111,6 +111,7 @@ LAYERS = [
     ("diag", {"window_size": 4}),
     ("fastformer", {}),
     ("lara", {"num_landmarks": 3, "seed": 2}),
+    ("eva", {"window_size": 4, "chunk_size": 2}),
 ]
 
 
@@ -137,7 +138,53 @@ def test_pads_do_not_matter(name, options):
     assert not np.allclose(to_np(y_changed)[1, 0], to_np(y)[1, 0])
 
 
-@pytest.mark.parametrize("name", ["primal", "eva"])
+def eva_variables(layer, rng) -> dict:
+    """EVA's proposal maps with non-trivial biases and layer-norm scales, by the names
+    the reference takes them under."""
+    found = {}
+    for prefix, name in (("fq", "project_q"), ("fk", "project_k")):
+        dense, norm = getattr(layer, f"{name}_dense"), getattr(layer, f"{name}_norm")
+        for weight in (dense.bias, norm.gamma, norm.beta):
+            weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.5 + 0.5)
+        found.update(
+            {
+                f"{prefix}_kernel": dense.kernel,
+                f"{prefix}_bias": dense.bias,
+                f"{prefix}_gamma": norm.gamma,
+                f"{prefix}_beta": norm.beta,
+            }
+        )
+    return found
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
+@pytest.mark.parametrize("window,chunk", [(4, 2), (6, 3)])
+def test_eva_matches_reference(fixed_noise, training, window, chunk):
+    """EVA's encoder form: exact windows plus every other chunk's summary; in training
+    the proposals take the draws the reference is given (one per chunk)."""
+    layer = create_attention(
+        "eva", HEADS * DIM, HEADS, causal=False, window_size=window, chunk_size=chunk
+    )
+    layer.build((None, None, HEADS * DIM))
+    variables = eva_variables(layer, np.random.default_rng(4))
+    config = {"window_size": window, "chunk_size": chunk, "epsilon": layer.project_q_norm.epsilon}
+    q, k, v = random_heads(BATCH, LENGTH, HEADS, DIM)
+    layer.attend(q, k, v, {}, mask=padding_mask(), training=training)  # draws the noise
+    noise = next(iter(fixed_noise.by_shape.values())) if training else None
+    assert layer.state_spec(BATCH) == {}
+    check_attend(
+        layer, references.NONCAUSAL_REFERENCES["eva"], config, q, k, v, {}, padding_mask(),
+        variables=variables, training=training, extra={"noise": noise}, rtol=2e-4,
+        grad_rtol=2e-3,
+    )  # fmt: skip
+
+
+def test_eva_causal_only_options_are_refused():
+    with pytest.raises(ValueError, match="leave them off with causal=False"):
+        create_attention("eva", 8, 2, causal=False, overlap_window=True)
+
+
+@pytest.mark.parametrize("name", ["primal"])
 def test_causal_only_mechanisms_refuse_in_one_line(name):
     cls = get_attention_class(name)
     assert not cls.supports_noncausal

@@ -40,6 +40,7 @@ MECHANISMS = {
     "diag": {"window_size": 4},
     "fastformer": {},
     "lara": {"num_landmarks": 2},
+    "eva": {"window_size": 4, "chunk_size": 2},
 }
 
 
@@ -93,7 +94,7 @@ def test_mean_pooling_reads_real_tokens_only():
 
 
 def test_causal_only_mechanism_is_refused_in_one_line():
-    for name in ("primal", "eva"):
+    for name in ("primal",):
         with pytest.raises(ValueError, match="causal only and cannot be used in an Encoder") as e:
             small(attention=name)
         assert "\n" not in str(e.value) and "linear" in str(e.value)
