@@ -196,3 +196,18 @@ def test_causal_only_mechanisms_refuse_in_one_line(name):
 def test_fastformer_convolution_is_causal_only():
     with pytest.raises(ValueError, match="convolve=False with causal=False"):
         create_attention("fastformer", 8, 2, causal=False, convolve=True)
+
+
+def test_performer_redraw_draws_per_call_in_training_only():
+    """Non-causal redraw: every training call takes fresh features (nothing is carried),
+    evaluation always reads the build-time draw."""
+    layer = create_attention(
+        "performer", HEADS * DIM, HEADS, causal=False, num_features=8, redraw=True, seed=0
+    )
+    x = np.random.default_rng(0).normal(size=(BATCH, LENGTH, HEADS * DIM)).astype("float32")
+    mask = padding_mask()
+    assert layer.state_spec(BATCH) == {}
+    first, second = (to_np(layer(x, mask=mask, training=True)[0]) for _ in range(2))
+    assert not np.allclose(first, second)
+    evaluation = [to_np(layer(x, mask=mask)[0]) for _ in range(2)]
+    np.testing.assert_array_equal(evaluation[0], evaluation[1])

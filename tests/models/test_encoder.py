@@ -123,6 +123,7 @@ def test_fit_step_and_keras_round_trip(tmp_path):
     model.compile(
         optimizer="adam",
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,  # Keras' "auto" would compile with XLA: slow, and not the point
     )
     tokens = tokens_with_padding()
     model.fit(tokens, np.array([1, 3]), epochs=1, verbose=0)
@@ -162,6 +163,7 @@ def test_learns_depth_one_listops(mechanism):
         optimizer=keras.optimizers.Adam(3e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        jit_compile=False,
     )
     model.fit(train_x, train_y, batch_size=32, epochs=1, verbose=0)
     _, accuracy = model.evaluate(test_x, test_y, verbose=0)
