@@ -270,7 +270,8 @@ class Encoder(keras.Model):
         embedding tied to the input one (BERT)."""
         h = ops.cast(self.mlm_norm(self.mlm_transform(hidden)), "float32")
         table = ops.cast(self.embedding.embeddings, "float32")  # [V, D]
-        return ops.matmul(h, ops.transpose(table)) + self.mlm_bias
+        # Read in float32: Keras would autocast the variable to the compute dtype here.
+        return ops.matmul(h, ops.transpose(table)) + ops.cast(self.mlm_bias, "float32")
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         if isinstance(inputs, dict):

@@ -85,6 +85,18 @@ def test_heads(pooling):
     assert tuple(small(num_classes=3)(tokens_with_padding()).shape) == (2, 3)
 
 
+@pytest.mark.parametrize("mechanism", ["linear", "eva"])
+def test_mixed_precision_heads_are_float32(mechanism):
+    options = {"window_size": 4, "chunk_size": 2}
+    model = small(
+        attention=mechanism, attention_options=options, num_classes=3, mlm_head=True,
+        dtype="mixed_bfloat16",
+    )  # fmt: skip
+    out = model(tokens_with_padding())
+    for logits in out.values():
+        assert logits.dtype == "float32" and np.isfinite(to_np(logits)).all()
+
+
 def test_mean_pooling_reads_real_tokens_only():
     model = small(num_classes=4)
     tokens = tokens_with_padding()
