@@ -15,6 +15,11 @@ discrete architecture, default), pi itself ("expected"), or a sample as in
 training ("sample", what the original did). Every candidate runs at every
 step, so each stateful candidate's memory is updated whatever its weight.
 
+The block is causal by default (language modelling: each token sees only itself, the
+tokens before it and the memory). With `causal=False` every attention candidate is built
+in its non-causal form, each real token seeing the whole sequence (an encoder's block,
+`partf.models.Encoder`); mechanisms without that form are refused, and there is no memory.
+
 A search can also train on sampled paths (`run_sampled`): one candidate per block,
 drawn from pi, computes the block output, and the others compute only their carried
 state. The logits then learn from a score-function estimate (see
@@ -32,7 +37,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention import Attention, attention_names, create_attention
+from partf.attention import Attention, attention_names, create_attention, get_attention_class
 from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_noise, gumbel_softmax
 from partf.serialization import register
@@ -40,6 +45,11 @@ from partf.serialization import register
 EVAL_MODES = ("argmax", "expected", "sample")
 #: Candidate names that are not attention registry names.
 BUILTIN_CANDIDATES = ("attention", "dense", "identity")
+
+
+def noncausal_attention_names() -> list[str]:
+    """The registry names of the mechanisms that have a non-causal form."""
+    return [name for name in attention_names() if get_attention_class(name).supports_noncausal]
 
 
 def candidate_kind(name: str, attention: str) -> tuple[str, str | None]:
@@ -86,6 +96,9 @@ class StochasticBlock(keras.layers.Layer):
         sample_per_example: one Gumbel sample per example instead of one per
             call (per training step).
         seed: seed of the block's Gumbel noise.
+        causal: build the attentions causal (True, language modelling) or non-causal
+            (False: every real token sees the whole sequence; needs mem_len=0 and
+            mechanisms with a non-causal form).
 
     Call args:
         x: [B, T, D].
@@ -127,11 +140,17 @@ class StochasticBlock(keras.layers.Layer):
         eval_mode: str = "argmax",
         sample_per_example: bool = False,
         seed: int | None = None,
+        causal: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if not candidates:
             raise ValueError("candidates is empty; give at least one, e.g. ('attention',).")
+        if not causal and mem_len:
+            raise ValueError(
+                f"a non-causal block sees its whole sequence and keeps no memory, got "
+                f"mem_len={mem_len}; set mem_len=0."
+            )
         if eval_mode not in EVAL_MODES:
             raise ValueError(
                 f"unknown eval_mode {eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
@@ -149,10 +168,19 @@ class StochasticBlock(keras.layers.Layer):
         self.eval_mode = eval_mode
         self.sample_per_example = sample_per_example
         self.seed = seed
+        self.causal = bool(causal)
         # `mask` is the padding argument, not Keras mask propagation.
         self.supports_masking = True
 
         self.kinds = [candidate_kind(name, attention) for name in self.candidates]
+        if not self.causal:
+            for name, (_, mechanism) in zip(self.candidates, self.kinds, strict=True):
+                if mechanism is not None and not get_attention_class(mechanism).supports_noncausal:
+                    raise ValueError(
+                        f"candidate {name!r} ({mechanism} attention) is causal only and cannot "
+                        f"be in a non-causal block; use dense, identity or one of "
+                        f"{', '.join(noncausal_attention_names())}."
+                    )
         # One entry per candidate in both lists: its sublayer (an attention or the
         # feed-forward network) and its LayerNorm, None for the identity. The names
         # `sublayers` and `norms` are where `.keras` files store these weights, and
@@ -178,7 +206,9 @@ class StochasticBlock(keras.layers.Layer):
                     "dtype": self.dtype_policy,
                     "name": f"{mechanism}_{index}",
                 }
-                layer = create_attention(mechanism, d_model, num_heads, causal=True, **options)
+                layer = create_attention(
+                    mechanism, d_model, num_heads, causal=self.causal, **options
+                )
             self.sublayers.append(layer)
             self.norms.append(
                 keras.layers.LayerNormalization(
@@ -418,5 +448,6 @@ class StochasticBlock(keras.layers.Layer):
             eval_mode=self.eval_mode,
             sample_per_example=self.sample_per_example,
             seed=self.seed,
+            causal=self.causal,
         )
         return config

@@ -13,6 +13,13 @@ model's blocks (LayerNorm(x + sublayer(x))). Every attention is built with
 `causal=False`: each real token sees every other, padding is seen by none. A mechanism
 without a non-causal form is refused when the model is built.
 
+PAR search (`candidates`): every block is instead a non-causal `StochasticBlock`, a
+Gumbel-softmax mix of the candidates (non-causal attentions, "dense", "identity") with
+its own architecture logits, as in the causal model. The temperature tau anneals from
+the model's own step counter (`Temperature`, so a compiled `fit` needs no callback);
+`pi()` and `architecture_string()` read the search, and the string it gives is a valid
+`architecture` for training the fixed encoder it found.
+
 Token id 0 is padding unless a mask is given. Positions count the real tokens before
 each token (the convention of the causal model), so padding inside a sequence does not
 shift the positions of the tokens after it.
@@ -28,12 +35,20 @@ import math
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
-from partf.attention import attention_names, create_attention, get_attention_class
+from partf.attention import create_attention, get_attention_class
 from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.feed_forward import FeedForward
-from partf.models.config import parse_architecture
+from partf.layers.stochastic_block import (
+    EVAL_MODES,
+    StochasticBlock,
+    candidate_kind,
+    noncausal_attention_names,
+)
+from partf.layers.temperature import Temperature
+from partf.models.config import architecture_token, parse_architecture
 from partf.random import Dropout
 from partf.serialization import register
 
@@ -41,11 +56,6 @@ from partf.serialization import register
 ENCODER_POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 #: How the classification head reads a sequence.
 POOLINGS = ("mean", "first")
-
-
-def noncausal_attention_names() -> list[str]:
-    """The registry names of the mechanisms that have a non-causal form."""
-    return [name for name in attention_names() if get_attention_class(name).supports_noncausal]
 
 
 @register
@@ -67,6 +77,19 @@ class Encoder(keras.Model):
         num_classes: classes of the sequence-classification head (0: no head).
         pooling: "mean" over the real tokens or the "first" token, for that head.
         mlm_head: whether to add the masked-language-model head.
+        candidates: None for the fixed `architecture`; else a PAR search: every block
+            a stochastic block choosing among these names ("attention" for `attention`,
+            "dense", "identity" or non-causal registry names), e.g.
+            ("softmax", "dense", "identity") or ("linear", "eva", "dense").
+        num_layers: blocks of a search (None: as many as `architecture` has).
+        eval_mode: a search's block weights at evaluation: "argmax" (the discrete
+            architecture), "expected" (pi) or "sample".
+        straight_through: one-hot forward block weights with soft gradients.
+        sample_per_example: one Gumbel sample per example, not per step.
+        tau_schedule, tau_start, tau_end, tau_steps, tau_is_trainable: the Gumbel
+            temperature (`Temperature`): annealed from tau_start to tau_end over
+            tau_steps training calls (set it to the run's steps), or learned.
+        seed: seed of the blocks' Gumbel noise (block i uses seed + i).
 
     Call args:
         inputs: token ids int [B, T], or a dict with "tokens" and optionally "mask"
@@ -99,6 +122,17 @@ class Encoder(keras.Model):
         num_classes: int = 0,
         pooling: str = "mean",
         mlm_head: bool = False,
+        candidates: tuple[str, ...] | list[str] | None = None,
+        num_layers: int | None = None,
+        eval_mode: str = "argmax",
+        straight_through: bool = False,
+        sample_per_example: bool = False,
+        tau_schedule: str = "exponential",
+        tau_start: float = 1.0,
+        tau_end: float = 0.1,
+        tau_steps: int = 1,
+        tau_is_trainable: bool = False,
+        seed: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -115,6 +149,17 @@ class Encoder(keras.Model):
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0, got {num_classes}.")
+        if eval_mode not in EVAL_MODES:
+            raise ValueError(
+                f"unknown eval_mode {eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
+            )
+        if num_layers is not None and num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1 (or None), got {num_layers}.")
+        if candidates is not None and not candidates:
+            raise ValueError(
+                "candidates is empty; give the search's choices, e.g. "
+                "('softmax', 'dense', 'identity'), or None for a fixed architecture."
+            )
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.num_heads = num_heads
@@ -128,9 +173,22 @@ class Encoder(keras.Model):
         self.num_classes = num_classes
         self.pooling = pooling
         self.mlm_head = bool(mlm_head)
+        self.candidates = None if candidates is None else tuple(candidates)
+        self.num_layers = num_layers
+        self.eval_mode = eval_mode
+        self.straight_through = bool(straight_through)
+        self.sample_per_example = bool(sample_per_example)
+        self.tau_schedule = tau_schedule
+        self.tau_start = float(tau_start)
+        self.tau_end = float(tau_end)
+        self.tau_steps = int(tau_steps)
+        self.tau_is_trainable = bool(tau_is_trainable)
+        self.seed = seed
 
         policy = self.dtype_policy
-        self.kinds = [self._block_kind(name) for name in parse_architecture(architecture)]
+        blocks = parse_architecture(architecture)
+        # A search has no fixed blocks: `kinds`, `sublayers` and `norms` stay empty.
+        self.kinds = [] if self.is_search else [self._block_kind(name) for name in blocks]
         self.embedding = keras.layers.Embedding(vocab_size, d_model, dtype=policy, name="embedding")
         self.position_embedding = None
         if position == "learned":
@@ -168,6 +226,44 @@ class Encoder(keras.Model):
             self.norms.append(
                 keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name=f"norm_{i}")
             )
+        # The search's blocks, temperature and step counter, made only for a search so a
+        # fixed encoder keeps exactly the variables (and .keras layout) it had before.
+        self.blocks: list[StochasticBlock] = []
+        self.temperature = self.step = None
+        if self.is_search:
+            for name in self.candidates:
+                candidate_kind(name, attention)  # unknown names, listing the valid ones
+                self._block_kind(name)  # causal-only mechanisms, in the encoder's words
+            self.blocks = [
+                StochasticBlock(
+                    d_model,
+                    num_heads,
+                    d_ffn,
+                    candidates=self.candidates,
+                    attention=attention,
+                    attention_options=options,
+                    dropout_rate=dropout_rate,
+                    straight_through=self.straight_through,
+                    eval_mode=eval_mode,
+                    sample_per_example=self.sample_per_example,
+                    seed=None if seed is None else seed + i,
+                    causal=False,
+                    dtype=policy,
+                    name=f"block_{i}",
+                )
+                for i in range(num_layers or len(blocks))
+            ]
+            self.temperature = Temperature(
+                tau_schedule, tau_start, tau_end, tau_steps, tau_is_trainable, name="temperature"
+            )
+            self.step = self.add_weight(
+                name="step",
+                shape=(),
+                dtype="int64",
+                initializer="zeros",
+                trainable=False,
+                aggregation="only_first_replica",
+            )
         self.classifier_hidden = self.classifier = None
         if num_classes:
             self.classifier_hidden = keras.layers.Dense(
@@ -198,6 +294,11 @@ class Encoder(keras.Model):
             )
         return mechanism
 
+    @property
+    def is_search(self) -> bool:
+        """Whether the blocks are PAR stochastic blocks (`candidates` given)."""
+        return self.candidates is not None
+
     def build(self, input_shape: Any = None) -> None:
         hidden = (None, None, self.d_model)
         self.embedding.build((None, None))
@@ -207,6 +308,8 @@ class Encoder(keras.Model):
             if layer is not None:
                 layer.build(hidden)
                 norm.build(hidden)
+        for block in self.blocks:
+            block.build(hidden)
         if self.num_classes:
             self.classifier_hidden.build((None, self.d_model))
             self.classifier.build((None, self.d_model))
@@ -242,6 +345,13 @@ class Encoder(keras.Model):
                 limit = self.max_positions - 1
                 x = x + self.position_embedding(ops.minimum(positions, limit))
         x = self.input_dropout(x, training=training)
+        if self.is_search:
+            # Only sampled weights read tau: training, or eval_mode="sample".
+            sampling = bool(training) or self.eval_mode == "sample"
+            tau = self.tau() if sampling else None
+            for block in self.blocks:
+                x, _ = block(x, tau=tau, mask=mask, training=training)
+            return x
         for layer, norm in zip(self.sublayers, self.norms, strict=True):
             if layer is None:
                 continue
@@ -282,6 +392,8 @@ class Encoder(keras.Model):
             tokens = ops.cast(inputs, "int32")
             mask = ops.not_equal(tokens, 0)
         hidden = self.encode(tokens, mask, training=training)
+        if training and self.is_search:
+            self.step.assign_add(1)
         outputs = {}
         if self.num_classes:
             outputs["classes"] = self.classify(hidden, mask)
@@ -290,6 +402,40 @@ class Encoder(keras.Model):
         if not outputs:
             return hidden
         return outputs if len(outputs) > 1 else next(iter(outputs.values()))
+
+    # ----------------------------------------------------------------- search
+    def tau(self) -> Any:
+        """The current Gumbel-softmax temperature (float32 scalar) of a search."""
+        if not self.is_search:
+            raise ValueError("a fixed-architecture encoder has no temperature; give candidates.")
+        return self.temperature(ops.convert_to_tensor(self.step))
+
+    @property
+    def candidate_names(self) -> list[str]:
+        """Names of the candidates that `pi()` columns stand for."""
+        if self.is_search:
+            return list(self.candidates)
+        return list(dict.fromkeys(parse_architecture(self.architecture)))
+
+    @property
+    def arch_variables(self) -> list[keras.Variable]:
+        """The architecture-logit variables of a search (paths contain "arch_logits")."""
+        return [block.arch_logits for block in self.blocks if block.arch_logits is not None]
+
+    def pi(self) -> np.ndarray:
+        """[blocks, candidates]: softmax of each block's architecture logits; one-hot rows
+        for a fixed architecture (columns `candidate_names`)."""
+        if not self.is_search:
+            names = self.candidate_names
+            blocks = parse_architecture(self.architecture)
+            return np.eye(len(names), dtype=np.float32)[[names.index(b) for b in blocks]]
+        return np.stack([np.asarray(ops.convert_to_numpy(b.pi()), np.float32) for b in self.blocks])
+
+    def architecture_string(self) -> str:
+        """The most likely candidate per block, e.g. "softmax D I softmax": a valid
+        `architecture` for the fixed encoder (identity blocks included)."""
+        names = self.candidate_names
+        return " ".join(architecture_token(names[i]) for i in np.argmax(self.pi(), axis=1))
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -307,5 +453,16 @@ class Encoder(keras.Model):
             num_classes=self.num_classes,
             pooling=self.pooling,
             mlm_head=self.mlm_head,
+            candidates=None if self.candidates is None else list(self.candidates),
+            num_layers=self.num_layers,
+            eval_mode=self.eval_mode,
+            straight_through=self.straight_through,
+            sample_per_example=self.sample_per_example,
+            tau_schedule=self.tau_schedule,
+            tau_start=self.tau_start,
+            tau_end=self.tau_end,
+            tau_steps=self.tau_steps,
+            tau_is_trainable=self.tau_is_trainable,
+            seed=self.seed,
         )
         return config

@@ -208,3 +208,53 @@ def test_unknown_candidate_and_mode():
         StochasticBlock(D, 2, 16, eval_mode="best")
     with pytest.raises(ValueError, match="needs tau"):
         StochasticBlock(D, 2, 16).mixing_weights(training=True)
+
+
+# ------------------------------------------------------------- non-causal blocks
+def noncausal_block(**overrides) -> StochasticBlock:
+    settings = dict(
+        candidates=("softmax", "lara", "dense", "identity"), attention_options={"num_landmarks": 2},
+        eval_mode="expected", causal=False, seed=3,
+    )  # fmt: skip
+    settings.update(overrides)
+    layer = StochasticBlock(D, 2, 16, **settings)
+    layer.build((B, T, D))
+    return layer
+
+
+def test_noncausal_block_sees_later_tokens_and_causal_does_not(x):
+    changed = ops.concatenate([x[:, :-1], x[:, -1:] + 1.0], axis=1)
+    for causal, candidates in [(False, ("softmax", "lara", "dense")), (True, ("softmax", "dense"))]:
+        layer = noncausal_block(candidates=candidates, causal=causal)
+        assert all(attention.causal is causal for _, attention in layer.attentions())
+        first = np.asarray(layer(x, training=False)[0])[:, 0]
+        first_changed = np.asarray(layer(changed, training=False)[0])[:, 0]
+        assert np.allclose(first, first_changed, atol=1e-6) is causal
+
+
+def test_noncausal_block_ignores_what_pads_hold(x):
+    """Real tokens' outputs do not depend on the padded positions' contents (LARA is
+    left out: its landmarks are segments of the padded length, still mask-aware)."""
+    layer = noncausal_block(candidates=("softmax", "linear", "dense", "identity"))
+    mask = np.ones((B, T), bool)
+    mask[0, 3:] = False
+    other = np.where(mask[..., None], np.asarray(x), 7.0).astype("float32")
+    y, _ = layer(x, mask=mask, training=False)
+    y_other, _ = layer(other, mask=mask, training=False)
+    np.testing.assert_allclose(np.asarray(y_other)[mask], np.asarray(y)[mask], atol=1e-5)
+
+
+def test_noncausal_config_round_trip():
+    clone = assert_config_round_trip(noncausal_block(name="nc"))
+    assert clone.causal is False and clone.sublayers[1].registry_name == "lara"
+    assert StochasticBlock(D, 2, 16).get_config()["causal"] is True
+
+
+def test_noncausal_block_refusals():
+    with pytest.raises(ValueError, match="'primal' .* is causal only") as error:
+        noncausal_block(candidates=("primal", "dense"))
+    assert "\n" not in str(error.value) and "softmax" in str(error.value)
+    with pytest.raises(ValueError, match="causal only"):
+        noncausal_block(candidates=("attention", "dense"), attention="primal")
+    with pytest.raises(ValueError, match="set mem_len=0"):
+        noncausal_block(mem_len=4)
