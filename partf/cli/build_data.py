@@ -93,6 +93,13 @@ def _define_flags() -> flags.FlagValues:
         flag_values=fv,
     )
     flags.DEFINE_boolean("overwrite", False, "Replace outputs that exist.", flag_values=fv)
+    flags.DEFINE_boolean(
+        "mask_symbol",
+        False,
+        "With --train_tokenizer: also reserve a [MASK] symbol (id 5), for partf-train "
+        "--objective=mlm. Off keeps the original project's ids.",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "source",
         None,
@@ -215,6 +222,7 @@ def _main(fv: flags.FlagValues) -> None:
         seq_len=fv.seq_len,
         shards=fv.shards,
         overwrite=fv.overwrite,
+        mask_symbol=fv.mask_symbol,
     )
     if fv.train_tokenizer:
         logger.info("tokenizer: %s", sp_model)

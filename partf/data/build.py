@@ -22,7 +22,9 @@ from partf.data.text_stats import TextStats, file_sha256, text_stats
 from partf.data.tfrecords import write_shards
 from partf.data.tokenizer import (
     DEFAULT_VOCAB_SIZE,
+    MASK_PIECE,
     load_sentencepiece,
+    mask_id_of,
     model_path,
     read_token_file,
     tokenize_file,
@@ -75,6 +77,7 @@ def _build_into(
             eos_per_line=True,
             source_file=text_file.name,
             tokenizer_file=tokenizer_name or sp_model.name,
+            mask_id=mask_id_of(sp_model),
         )
         del batches, tokens  # release the memory map before deleting its file
     finally:
@@ -149,6 +152,7 @@ def build_data(
     seq_len: int = 32,
     shards: int = 1,
     overwrite: bool = False,
+    mask_symbol: bool = False,
 ) -> dict[str, RecordsMetadata]:
     """Builds several record folders (e.g. train, valid, test), all or nothing.
 
@@ -167,6 +171,8 @@ def build_data(
         seq_len: L.
         shards: record files per folder.
         overwrite: replace existing outputs (tokenizer included when trained).
+        mask_symbol: a newly trained tokenizer reserves `[MASK]` (masked language
+            modelling); an existing one must already have it.
 
     Returns:
         name -> metadata of its record folder.
@@ -191,13 +197,25 @@ def build_data(
             staged.check(final_model)
         elif not final_model.is_file():
             load_sentencepiece(final_model)  # raises the one-line "train one" message
+        if mask_symbol and train_tokenizer_on is None and mask_id_of(final_model) is None:
+            raise UsageError(
+                f"tokenizer {final_model} has no {MASK_PIECE} symbol; add --train_tokenizer "
+                "to train one with it (--mask_symbol), or drop --mask_symbol"
+            )
         stats = {name: text_stats(path) for name, path in text_files.items()}
 
         sp_model = final_model
         if train_tokenizer_on is not None:
             sp_model = staged.file_for(final_model)
             staged_vocab = staged.file_for(final_model.with_suffix(".vocab"))
-            train_tokenizer(train_tokenizer_on, sp_model, vocab_size, lowercase, overwrite=True)
+            train_tokenizer(
+                train_tokenizer_on,
+                sp_model,
+                vocab_size,
+                lowercase,
+                overwrite=True,
+                mask_symbol=mask_symbol,
+            )
             os.replace(sp_model.with_suffix(".vocab"), staged_vocab)
         results = {}
         for name, text in text_files.items():

@@ -43,6 +43,8 @@ class RecordsMetadata:
             num_words + num_lines (each line end is predicted like a word).
         eos_per_line: each line of the source ends with the eos token.
         source_file, tokenizer_file: names, for people reading the file.
+        mask_id: the tokenizer's `[MASK]` id (masked language modelling), None when
+            it has none (and in records built before the field existed).
     """
 
     batch_size: int
@@ -63,6 +65,7 @@ class RecordsMetadata:
     eos_per_line: bool | None = None
     source_file: str | None = None
     tokenizer_file: str | None = None
+    mask_id: int | None = None
 
     @property
     def num_target_tokens(self) -> int:
@@ -83,6 +86,8 @@ class RecordsMetadata:
             for name, count in zip(self.shards, self.shard_batches, strict=True)
         ]
         del fields["shard_batches"]
+        if fields["mask_id"] is None:
+            del fields["mask_id"]  # records without a mask symbol read as before
         version = fields.pop("format_version")
         return json.dumps({"format": FORMAT, "format_version": version, **fields}, indent=2) + "\n"
 

@@ -31,6 +31,9 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 DEFAULT_VOCAB_SIZE = 12000
 # WikiText writes hyphens inside words as " @-@ "; one piece keeps it intact.
 USER_SYMBOLS = ("@-@",)
+# The masked-language-model symbol, added only when asked (`mask_symbol=True`): adding it
+# shifts every later piece's id, and the original project's ids must stay as they were.
+MASK_PIECE = "[MASK]"
 
 
 def model_path(sp_model_prefix: str | os.PathLike) -> Path:
@@ -49,6 +52,7 @@ def train_tokenizer(
     lowercase: bool = True,
     overwrite: bool = False,
     input_sentence_size: int = 0,
+    mask_symbol: bool = False,
 ) -> Path:
     """Trains a SentencePiece unigram model with the original project's settings.
 
@@ -65,6 +69,8 @@ def train_tokenizer(
         overwrite: replace an existing model.
         input_sentence_size: train on this many random lines (0: all), which
             bounds time and memory on very large corpora.
+        mask_symbol: also reserve `[MASK]` (a user-defined symbol after `@-@`, id 5)
+            for masked language modelling; off keeps the original's ids.
 
     Returns:
         Path of the `.model` file.
@@ -107,7 +113,7 @@ def train_tokenizer(
                 input=str(text_file),
                 model_prefix=str(staging / out_model.stem),
                 vocab_size=vocab_size,
-                user_defined_symbols=list(USER_SYMBOLS),
+                user_defined_symbols=[*USER_SYMBOLS, *([MASK_PIECE] if mask_symbol else [])],
                 normalization_rule_name="nfkc_cf" if lowercase else "nfkc",
                 pad_id=PAD_ID,
                 bos_id=BOS_ID,
@@ -161,6 +167,14 @@ def load_sentencepiece(sp_model: str | os.PathLike) -> spm.SentencePieceProcesso
         return spm.SentencePieceProcessor(model_file=str(sp_model))
     except (RuntimeError, OSError) as e:
         raise DataError(f"{sp_model} is not a SentencePiece model ({e}); check the path") from None
+
+
+def mask_id_of(sp_model: str | os.PathLike) -> int | None:
+    """The id of `[MASK]` in a SentencePiece model file, or None when it has none."""
+    sp = load_sentencepiece(sp_model)
+    piece_id = sp.piece_to_id(MASK_PIECE)
+    # sentencepiece answers unk's id for a piece it does not know.
+    return piece_id if sp.id_to_piece(piece_id) == MASK_PIECE else None
 
 
 def vocab_size_of(sp_model: str | os.PathLike) -> int:

@@ -85,3 +85,24 @@ def test_training_refuses_to_overwrite(tiny_corpus, tiny_tokenizer, tmp_path):
     (tmp_path / "junk.model").write_bytes(b"not a model")
     with pytest.raises(DataError, match="not a SentencePiece model"):
         load_sentencepiece(tmp_path / "junk.model")
+
+
+def test_mask_symbol_is_opt_in(tiny_corpus, tiny_tokenizer, tmp_path):
+    from partf.data import MASK_PIECE, mask_id_of
+
+    assert mask_id_of(tiny_tokenizer) is None  # the original's settings have none
+    model = train_tokenizer(
+        tiny_corpus / "train.txt", tmp_path / "masked", vocab_size=TINY_VOCAB, mask_symbol=True
+    )
+    sp = load_sentencepiece(model)
+    assert mask_id_of(model) == 5 and sp.id_to_piece(5) == MASK_PIECE
+    assert sp.get_piece_size() == TINY_VOCAB
+    # The special ids and @-@ keep theirs; [MASK] is never produced from text.
+    assert (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id(), sp.piece_to_id("@-@")) == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
+    assert 5 not in sp.encode("the mask is not [ mask ] here")
