@@ -35,6 +35,7 @@ PACKAGE = "partf"
 SAVED_CLASSES = {
     "PARTransformerXL": "partf.models.par_transformer_xl",
     "Encoder": "partf.models.encoder",
+    "MaskedLanguageModel": "partf.models.masked_lm",
     "StochasticBlock": "partf.layers.stochastic_block",
     "AdaptiveSoftmax": "partf.layers.adaptive_softmax",
     "FeedForward": "partf.layers.feed_forward",

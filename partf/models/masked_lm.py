@@ -1,0 +1,98 @@
+"""MaskedLanguageModel: the Encoder with its MLM head, shaped for partf's trainer.
+
+The trainer pipeline (partf.training) and its `Evaluator` drive a model through a small
+contract: `model(inputs, training)`, `compute_loss`, `token_nll(outputs, targets)`,
+`reset_state(which)` and, for the logs and results, `pi()`, `candidate_names`,
+`architecture_string()` (the Encoder's own) and `tau()`. `PARTransformerXL` is one such
+model; this is the other: an `Encoder` (mlm_head=True) scored on the masked positions
+only.
+
+The batches come masked (partf.data.masking): inputs [B, T] with the chosen tokens
+replaced, targets [B, T] holding the original token at each chosen position and 0
+everywhere else. So the loss and the evaluator's exact perplexity, which skip targets
+equal to 0, are the masked-token cross-entropy and perplexity. There is no memory: each
+row is a sequence of its own.
+
+Example:
+    >>> model = MaskedLanguageModel(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
+    ...                             architecture="A D", attention="linear")
+    >>> logits = model(keras.ops.ones((2, 8), "int32"))   # [2, 8, 100]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras import ops
+
+from partf.models.encoder import Encoder
+from partf.serialization import register
+
+
+def masked_token_nll(logits: Any, targets: Any) -> Any:
+    """float32 [B, T] -log softmax(logits)[target]; 0 where target == 0 (not chosen).
+
+    Args:
+        logits: float [B, T, V].
+        targets: int [B, T], 0 where nothing is scored.
+    """
+    logits = ops.cast(logits, "float32")
+    targets = ops.cast(targets, "int32")
+    picked = ops.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    nll = ops.logsumexp(logits, axis=-1) - picked
+    return ops.where(ops.not_equal(targets, 0), nll, ops.zeros_like(nll))
+
+
+@register
+class MaskedLanguageModel(Encoder):
+    """An `Encoder` with its MLM head (tied to the embedding) and the trainer's contract.
+
+    Args: those of `Encoder` except `num_classes` and `mlm_head` (always on).
+
+    Call args:
+        inputs: masked token ids int [B, T] (0: padding).
+
+    Returns:
+        float32 logits [B, T, vocab_size].
+    """
+
+    def __init__(self, vocab_size: int, **kwargs: Any) -> None:
+        kwargs.pop("mlm_head", None)
+        kwargs.pop("num_classes", None)
+        super().__init__(vocab_size, mlm_head=True, num_classes=0, **kwargs)
+
+    # -------------------------------------------------------------- the loss
+    def token_nll(self, logits: Any, targets: Any) -> Any:
+        """float32 [B, T] NLL of each chosen position's original token; 0 elsewhere."""
+        return masked_token_nll(logits, targets)
+
+    def compute_loss(
+        self,
+        x: Any = None,
+        y: Any = None,
+        y_pred: Any = None,
+        sample_weight: Any = None,
+        training: bool = True,
+    ) -> Any:
+        """Mean NLL over the chosen positions (targets != 0), plus any layer losses."""
+        weights = ops.cast(ops.not_equal(y, 0), "float32")
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, "float32")
+            if len(sample_weight.shape) == 1:
+                sample_weight = sample_weight[:, None]
+            weights = weights * sample_weight
+        nll = self.token_nll(y_pred, y)
+        # A batch in which nothing was chosen contributes a zero loss, not a NaN.
+        loss = ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+        for extra in self.losses:
+            loss = loss + ops.cast(extra, "float32")
+        return loss
+
+    # ------------------------------------------------- what the trainer asks
+    def reset_state(self, which: str = "all") -> None:
+        """Nothing to reset: an encoder keeps no memory between batches."""
+
+    def tau(self) -> Any:
+        """The search's Gumbel temperature; None for a fixed architecture (the Encoder
+        itself refuses to answer there)."""
+        return super().tau() if self.is_search else None
