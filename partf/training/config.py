@@ -19,6 +19,10 @@ from partf.training.optimizer import OPTIMIZERS
 #: Values of `TrainConfig.distribution_strategy` (see partf.training.distribution).
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
+#: Values of `TrainConfig.objective`: next-token prediction with the PAR Transformer-XL,
+#: or masked language modelling with the bidirectional encoder (partf.models.masked_lm).
+OBJECTIVES = ("causal", "mlm")
+
 #: Values of `TrainConfig.spike_guard` (see partf.training.spike_guard).
 SPIKE_GUARDS = ("off", "skip", "stop")
 
@@ -98,6 +102,15 @@ class TrainConfig:
     epochs: int = setting(20, "passes over the training data", group=OPTIMIZATION)
     max_steps: int | None = setting(
         None, "stop after this many steps (default: all)", group=OPTIMIZATION
+    )
+    objective: str = setting(
+        "causal",
+        "causal (next-token prediction, the PAR Transformer-XL) or mlm (masked language "
+        "modelling with the bidirectional Encoder: 15% of tokens chosen, 80/10/10 "
+        "mask/random/keep; needs records built with partf-build-data --mask_symbol; "
+        "mem_len and cutoffs do not apply)",
+        group=OPTIMIZATION,
+        choices=OBJECTIVES,
     )
     # Optimization
     max_lr: float = setting(1e-4, "peak learning rate", group=OPTIMIZATION)
@@ -225,6 +238,15 @@ class TrainConfig:
             )
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps == 0:
             raise ConfigError("--lr_schedule inverse_sqrt needs --warmup_steps > 0.")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(
+                f"unknown --objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}."
+            )
+        if self.objective == "mlm" and self.distribution_strategy != "default":
+            raise ConfigError(
+                "--objective=mlm trains on one device only so far; drop "
+                f"--distribution_strategy={self.distribution_strategy}."
+            )
         if self.distribution_strategy not in DISTRIBUTION_STRATEGIES:
             raise ConfigError(
                 f"unknown --distribution_strategy {self.distribution_strategy!r}; valid: "

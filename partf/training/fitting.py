@@ -6,6 +6,10 @@
 - `plan_segments(start, B, total) -> [Segment]`: the `fit` calls, whole epochs where
   possible; a resumed run first finishes its epoch, skipping the batches consumed.
 - `run_fit(...) -> history`: one `fit` per segment, until the end or a stop.
+
+With `--objective=mlm` (`data.masking` set) each segment is one epoch, so that each
+`fit` call's batches can be masked with seeds of their own global steps: fresh masks
+every step, the same ones after a resume (partf.data.masking).
 """
 
 from __future__ import annotations
@@ -153,7 +157,8 @@ def make_callbacks(
             writers.train,
             built.schedule.value_at,
             config.log_every,
-            seq_len=data.train.seq_len,
+            # The search's expected cost (none for the encoder of --objective=mlm).
+            seq_len=None if data.masking is not None else data.train.seq_len,
         ),
         plotter=PiPlotter(progress, writers.train, paths.plots, config.plot_every),
         validation=validation,
@@ -192,6 +197,15 @@ def plan_segments(start_step: int, batches_per_epoch: int, total_steps: int) -> 
     return segments
 
 
+def one_epoch_each(segments: Sequence[Segment]) -> list[Segment]:
+    """`segments` with every multi-epoch segment cut into one segment per epoch."""
+    return [
+        Segment(epoch, epoch + 1, segment.skip, segment.limit)
+        for segment in segments
+        for epoch in range(segment.initial_epoch, segment.epochs)
+    ]
+
+
 def run_fit(
     model: keras.Model,
     data: RunData,
@@ -214,9 +228,14 @@ def run_fit(
     train_data = data.train.dataset.cache()
     history: dict[str, list[float]] = {}
     segments = plan_segments(progress.global_step, data.batches_per_epoch, data.total_steps)
+    if data.masking is not None:
+        segments = one_epoch_each(segments)
     for segment in segments:
         progress.begin(segment)
         batches = train_data.skip(segment.skip).take(segment.limit - segment.skip)
+        if data.masking is not None:
+            first_step = segment.initial_epoch * data.batches_per_epoch + segment.skip
+            batches = data.masking.training_batches(batches, first_step)
         batches = batches.prefetch(tf.data.AUTOTUNE)
         batches = distribute_rows(strategy, batches, data.train.batch_size)
         fit = model.fit(

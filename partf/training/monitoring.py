@@ -78,7 +78,8 @@ class MetricsLogger(EveryNSteps, RunStopper):
             steps = step - self._timed_from
             tokens_per_second = steps * self.progress.tokens_per_batch / (now - self._last_time)
         self._timed_from, self._last_time = step, now
-        tau = float(keras.ops.convert_to_numpy(self.model.tau()))
+        tau = self.model.tau()  # None: no temperature (the encoder of --objective=mlm)
+        tau = None if tau is None else float(keras.ops.convert_to_numpy(tau))
         lr = self.lr_value(max(step - 1, 0))  # the rate of the update that made `step`
         pi = np.asarray(self.model.pi())
         names = list(self.model.candidate_names)
@@ -87,7 +88,8 @@ class MetricsLogger(EveryNSteps, RunStopper):
             if math.isfinite(loss):
                 tf.summary.scalar("perplexity", math.exp(min(loss, 700.0)))
             tf.summary.scalar("lr", lr)
-            tf.summary.scalar("tau", tau)
+            if tau is not None:
+                tf.summary.scalar("tau", tau)
             if tokens_per_second is not None:
                 tf.summary.scalar("tokens_per_second", tokens_per_second)
             for block in range(pi.shape[0]):
@@ -102,13 +104,13 @@ class MetricsLogger(EveryNSteps, RunStopper):
                 tf.summary.scalar("ksvd_loss", float(keras.ops.convert_to_numpy(ksvd)))
         speed = f" {tokens_per_second:,.0f} tok/s" if tokens_per_second else ""
         logger.info(
-            "step %d/%d epoch %d: loss %.4f, lr %.3g, tau %.3f%s",
+            "step %d/%d epoch %d: loss %.4f, lr %.3g%s%s",
             step,
             self.progress.total_steps,
             self.progress.epoch + 1,
             loss,
             lr,
-            tau,
+            "" if tau is None else f", tau {tau:.3f}",
             speed,
         )
         if not math.isfinite(loss):

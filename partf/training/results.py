@@ -115,13 +115,14 @@ def finish(
         },
         "valid": scores.get("valid"),
         "test": scores.get("test"),
-        "tau": float(keras.ops.convert_to_numpy(model.tau())),
+        "objective": config.objective,
+        "tau": _tau(model),
         "pi": pi.tolist(),
         "candidates": list(model.candidate_names),
         "architecture": model.architecture_string(),
         # Forward FLOPs per token at this run's segment length: the discrete architecture
         # (blocks, output layer, total) and, for a search, the blocks expected under pi.
-        "flops_per_token": model_flops(model, data.train.seq_len),
+        "flops_per_token": None if data.masking else model_flops(model, data.train.seq_len),
         "search": search_summary(config, built, data),
         "config": built.full_config,
     }
@@ -141,7 +142,7 @@ def search_summary(config: TrainConfig, built: Built, data: RunData) -> dict[str
     """How the architecture logits were trained (the preset resolved), and the blocks'
     FLOPs per token expected under the final pi; None for a fixed architecture."""
     model = built.model
-    if not model.config.is_stochastic:
+    if data.masking is not None or not model.config.is_stochastic:
         return None
     arch = config.arch_settings(data.total_steps)
     expected = float(keras.ops.convert_to_numpy(expected_flops(model, data.train.seq_len)))
@@ -168,6 +169,12 @@ def save_model(model: keras.Model, final: Path) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
     logger.info("model saved to %s", final)
+
+
+def _tau(model: keras.Model) -> float | None:
+    """The final temperature; None for a model without one (--objective=mlm)."""
+    tau = model.tau()
+    return None if tau is None else float(keras.ops.convert_to_numpy(tau))
 
 
 def _fmt(value: float | None) -> str:

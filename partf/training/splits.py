@@ -4,6 +4,10 @@
 the splits as datasets of (inputs, targets), and the numbers the rest of the run is
 built from (vocabulary size, batches per epoch, steps in all). Everything here can
 reject the inputs, and nothing here writes.
+
+With `--objective=mlm` the validation and test splits come masked, each with its fixed
+seed (partf.data.masking), and `RunData.masking` says how `run_fit` masks the training
+batches, step by step.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from partf.data.masking import Masking
 from partf.errors import DataError
 from partf.training.config import ConfigError, TrainConfig
 
@@ -31,6 +36,7 @@ class Split:
     seq_len: int
     vocab_size: int | None
     text_counts: dict[str, int | None]
+    mask_id: int | None = None
 
 
 def load_split(directory: str, what: str, sp_model_prefix: str | None = None) -> Split:
@@ -84,6 +90,7 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
         int(metadata.seq_len),
         metadata.vocab_size,
         text_counts,
+        metadata.mask_id,
     )
 
 
@@ -122,6 +129,7 @@ class RunData:
         test: the test split, or None.
         vocab_size: from the records' metadata, else the tokenizer.
         total_steps: updates the run makes: epochs x batches per epoch, capped by max_steps.
+        masking: how the training batches are masked (--objective=mlm), else None.
     """
 
     train: Split
@@ -129,6 +137,7 @@ class RunData:
     test: Split | None
     vocab_size: int
     total_steps: int
+    masking: Masking | None = None
 
     @property
     def batches_per_epoch(self) -> int:
@@ -168,6 +177,18 @@ def load_data(config: TrainConfig) -> RunData:
                 "--batch_size and --seq_len."
             )
     vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
+    masking = None
+    if config.objective == "mlm":
+        masking = Masking(_mask_id(config, train, valid, test), vocab_size, seed=config.seed)
+        # Fixed masks per split; word and character counts do not apply to masked tokens.
+        if valid is not None:
+            valid = dataclasses.replace(
+                valid, dataset=masking.evaluation_batches(valid.dataset, "valid"), text_counts={}
+            )
+        if test is not None:
+            test = dataclasses.replace(
+                test, dataset=masking.evaluation_batches(test.dataset, "test"), text_counts={}
+            )
     total_steps = config.epochs * train.num_batches
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
@@ -178,4 +199,24 @@ def load_data(config: TrainConfig) -> RunData:
             config.warmup_steps,
             total_steps,
         )
-    return RunData(train, valid, test, vocab_size, total_steps)
+    return RunData(train, valid, test, vocab_size, total_steps, masking)
+
+
+def _mask_id(config: TrainConfig, train: Split, *others: Split | None) -> int:
+    """The `[MASK]` id every split's tokenizer reserved; refuses records without one."""
+    fix = (
+        "rebuild the records with partf-build-data --train_tokenizer --mask_symbol "
+        "(or train with --objective=causal)"
+    )
+    if train.mask_id is None:
+        raise ConfigError(
+            f"--objective=mlm needs a [MASK] token but the train records "
+            f"{config.train_directory} were built with a tokenizer without one; {fix}."
+        )
+    for split, what in zip(others, ("valid", "test"), strict=True):
+        if split is not None and split.mask_id != train.mask_id:
+            raise ConfigError(
+                f"the {what} records' [MASK] id is {split.mask_id} but the train records' "
+                f"{train.mask_id}; {fix}, all splits with the same tokenizer."
+            )
+    return int(train.mask_id)

@@ -70,12 +70,17 @@ class Built:
 def _model_config(config: TrainConfig, vocab_size: int, batch_size: int, total_steps: int):
     from partf.models.config import ModelConfig
 
+    fields = dict(config.model)
+    if config.objective == "mlm":
+        # The encoder has no XL memory and a full softmax tied to the embedding: record
+        # that (mem_len 0, no cutoffs) instead of values given for the causal model.
+        fields.update(mem_len=0, cutoffs=(), proj_dims=None)
     try:
         return ModelConfig(
             vocab_size=vocab_size,
             batch_size=batch_size,
             tau_steps=total_steps,
-            **config.model,
+            **fields,
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(str(e).rstrip(".") + ".") from None
@@ -113,10 +118,14 @@ def build_model(
         model, schedule, guard = _compiled_model(config, model_config, data.total_steps, strategy)
     # Learned positions cannot raise inside compiled code: refuse a split whose streams
     # (one epoch, or one evaluation pass, between memory resets) outrun the table now.
+    # An encoder's sequences are the rows of one batch.
     for split in (data.train, data.valid, data.test):
         if split is not None:
             try:
-                model.check_positions(split.num_batches * split.seq_len)
+                if config.objective == "mlm":
+                    model.check_length(split.seq_len)
+                else:
+                    model.check_positions(split.num_batches * split.seq_len)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
     full_config = {"model": model_config.to_dict(), "training": config.to_dict()}
@@ -135,6 +144,49 @@ def build_model(
     return Built(model, model_config, schedule, guard, full_config)
 
 
+def masked_lm(model_config: Any) -> Any:
+    """The `MaskedLanguageModel` of `--objective=mlm`, from the run's `ModelConfig`.
+
+    The encoder takes the widths, the fixed architecture, the attention and its options,
+    the positions and the dropout. The rest belongs to the causal model and is ignored:
+    the XL memory (`mem_len`; an encoder sees its whole sequence), the adaptive softmax
+    (`cutoffs`, `proj_*`, `tie_embeddings`: the MLM head is a full softmax tied to the
+    embedding; `_model_config` records mem_len 0 and no cutoffs) and the search's
+    settings (a search needs `architecture` unset, refused).
+
+    Raises:
+        ConfigError: no fixed architecture.
+        ValueError: what the Encoder refuses (a causal-only attention, ...).
+    """
+    from partf.models.masked_lm import MaskedLanguageModel
+
+    if model_config.architecture is None:
+        raise ConfigError(
+            "--objective=mlm trains a fixed architecture (no PAR search over non-causal "
+            "blocks in partf-train yet); pass --architecture, e.g. --architecture=plain."
+        )
+    logger.info(
+        "objective mlm: a bidirectional encoder; --mem_len and the adaptive softmax "
+        "(--cutoffs, --proj_*) do not apply and are ignored"
+    )
+    model = MaskedLanguageModel(
+        model_config.vocab_size,
+        d_model=model_config.d_model,
+        num_heads=model_config.num_heads,
+        d_ffn=model_config.d_ffn,
+        architecture=model_config.architecture,
+        attention=model_config.attention,
+        attention_options=model_config.attention_options,
+        position=model_config.position,
+        max_positions=model_config.max_positions,
+        dropout_rate=model_config.dropout_rate,
+        name="masked_language_model",
+    )
+    # Its variables must exist before the optimizer is built and a checkpoint restored.
+    model.build((model_config.batch_size, None))
+    return model
+
+
 def _compiled_model(
     config: TrainConfig,
     model_config: Any,
@@ -145,7 +197,10 @@ def _compiled_model(
     from partf.models.par_transformer_xl import PARTransformerXL
 
     try:
-        model = PARTransformerXL(model_config, name="par_transformer_xl")
+        if config.objective == "mlm":
+            model = masked_lm(model_config)
+        else:
+            model = PARTransformerXL(model_config, name="par_transformer_xl")
     except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
         raise ConfigError(str(e).rstrip(".") + ".") from None
     schedule, optimizer = config.schedule_and_optimizer(total_steps)

@@ -145,6 +145,11 @@ BUILD_CASES = {
         1,
         r"a_file.*check the path",
     ),
+    "mask_symbol_missing_from_the_tokenizer": (
+        ["--text_file={root}/corpus/valid.txt", "--mask_symbol"],
+        2,
+        r"tiny.model has no \[MASK\] symbol; add --train_tokenizer to train one with it",
+    ),
 }
 
 
@@ -231,6 +236,13 @@ TRAIN_CASES = {
         2,
         r"learned positions number 8 tokens .* set max_positions >= \d+",
     ),
+    "mlm_without_a_mask_symbol": (
+        ["--objective=mlm", "--architecture=A D", "--attention=softmax"],
+        2,
+        r"--objective=mlm needs a \[MASK\] token .*; rebuild the records with partf-build-data "
+        r"--train_tokenizer --mask_symbol",
+    ),
+    "unknown_objective": (["--objective=bert"], 2, r"--objective.*invalid choice"),
     "output_not_writable": (
         ["--output_dir={root}/a_file/out"],
         2,

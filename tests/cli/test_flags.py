@@ -152,10 +152,12 @@ ADDED_FLAGS = {
         None,
     ),
     "--attn_use_t5_rpe": ("attn_use_t5_rpe", "bool=", None),
+    # Masked language modelling (issue 16).
+    "--objective": ("objective", "str", "causal", ("causal", "mlm")),
 }
 
 #: TrainConfig settings added since, at their defaults (the recorded behaviour).
-ADDED_DEFAULTS = {"arch_freeze_fraction": None, "search": "original"}
+ADDED_DEFAULTS = {"arch_freeze_fraction": None, "search": "original", "objective": "causal"}
 
 RECORDED_DEFAULTS = {
     "train_directory": f"{_RECORDS}_train",

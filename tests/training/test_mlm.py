@@ -1,0 +1,163 @@
+"""--objective=mlm through the trainer pipeline: results, TensorBoard, .keras, resume.
+
+Records of a learnable Markov stream (tests/training/test_trainer.py's) whose metadata
+names a mask id; an uninterrupted run of 2 epochs of 6 batches beside one stopped by
+SIGINT mid-epoch and resumed. No XLA, to stay cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from partf.data import Masking, load_tfrecords
+from partf.training.checkpoint import CheckpointManager
+from partf.training.config import ConfigError, TrainConfig
+from partf.training.perplexity import Evaluator
+from partf.training.trainer import RunPaths, TrainingInterrupted, train
+from tests.training.test_trainer import _markov_stream, _SigintAt
+
+VOCAB = 200
+MASK_ID = 5
+ENCODER = {
+    "d_model": 16,
+    "num_heads": 2,
+    "d_ffn": 32,
+    "num_layers": 2,
+    "architecture": "A D",
+    "attention": "linear",
+    "position": "sinusoidal",
+}
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """train (6 batches of 8 x 16), valid and test (2 each), metadata with mask_id 5;
+    and train_nomask, the same without a mask id (records built before --mask_symbol;
+    every causal test trains on such records)."""
+    from partf.data import context_batches, write_tfrecords
+
+    root = tmp_path_factory.mktemp("mlm_records")
+    for name, num_batches, seed, mask_id in (
+        ("train", 6, 0, MASK_ID),
+        ("valid", 2, 1, MASK_ID),
+        ("test", 2, 2, MASK_ID),
+        ("train_nomask", 6, 0, None),
+    ):
+        stream = _markov_stream(num_batches * 8 * 16 + 1, seed)
+        write_tfrecords(
+            context_batches(stream, 8, 16),
+            root / name,
+            vocab_size=VOCAB,
+            num_tokens=len(stream),
+            mask_id=mask_id,
+        )
+    return root
+
+
+def _config(root: Path, out: Path, **changes) -> TrainConfig:
+    values = dict(
+        train_directory=str(root / "train"),
+        valid_directory=str(root / "valid"),
+        test_directory=str(root / "test"),
+        sp_model_prefix="",
+        model_name="mlm",
+        output_dir=str(out),
+        objective="mlm",
+        epochs=2,
+        max_lr=3e-3,
+        warmup_steps=2,
+        jit_compile=False,
+        steps_per_execution=2,
+        log_every=2,
+        ckpt_every=0,
+        model=dict(ENCODER),
+    )
+    values.update(changes)
+    return TrainConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def runs(records, tmp_path_factory):
+    """(whole config, whole results, resumed config, resumed results, interruption)."""
+    whole = _config(records, tmp_path_factory.mktemp("whole"))
+    whole_results = train(whole)
+    split = _config(records, tmp_path_factory.mktemp("split"))
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(split, callbacks=[_SigintAt(batch=1)])
+    return whole, whole_results, split, train(split), stopped.value
+
+
+def test_results_report_the_masked_perplexity(runs):
+    whole, results, _, _, _ = runs
+    assert results["objective"] == "mlm" and results["steps"] == 12
+    assert results["architecture"] == "A D" and results["tau"] is None
+    for split in ("valid", "test"):
+        report = results[split]
+        assert report["perplexity"] == pytest.approx(math.exp(report["loss"]))
+        # Only the chosen positions count: about 15% of the 2 x 8 x 16 tokens.
+        assert 0.08 * 256 < report["num_tokens"] < 0.25 * 256
+        assert report["word_perplexity"] is None
+        assert math.isfinite(report["perplexity"])
+    paths = RunPaths(Path(whole.output_dir), "mlm")
+    assert paths.results.is_file() and paths.model_file.is_file()
+    assert (paths.logs / "train").is_dir() and (paths.logs / "valid").is_dir()
+
+
+def test_saved_model_loads_and_scores_the_same(runs, records):
+    whole, results, _, _, _ = runs
+    model = keras.saving.load_model(RunPaths(Path(whole.output_dir), "mlm").model_file)
+    assert type(model).__name__ == "MaskedLanguageModel"
+    masking = Masking(MASK_ID, VOCAB)
+    test = masking.evaluation_batches(load_tfrecords(records / "test"), "test")
+    stats = Evaluator(model, jit_compile=False).evaluate(test)
+    assert stats.total_nll / stats.num_tokens == pytest.approx(results["test"]["loss"], rel=1e-5)
+    assert stats.num_tokens == results["test"]["num_tokens"]
+
+
+def test_resumed_run_ends_like_an_uninterrupted_one(runs):
+    whole, whole_results, split, resumed_results, stopped = runs
+    assert stopped.signum > 0
+    assert resumed_results["steps"] == whole_results["steps"]
+    assert resumed_results["train"]["loss"] == pytest.approx(
+        whole_results["train"]["loss"], rel=1e-6
+    )
+    assert resumed_results["test"]["loss"] == pytest.approx(whole_results["test"]["loss"], rel=1e-6)
+    a, _, _ = CheckpointManager(RunPaths(Path(whole.output_dir), "mlm").checkpoints).load_latest()
+    b, _, _ = CheckpointManager(RunPaths(Path(split.output_dir), "mlm").checkpoints).load_latest()
+    for group in ("model", "optimizer"):
+        for x, y in zip(a[group], b[group], strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+
+
+def test_training_logs_no_temperature(runs):
+    whole, _, _, _, _ = runs
+    log = RunPaths(Path(whole.output_dir), "mlm").training_log.read_text()
+    assert "step 12/12 epoch 2: loss" in log and "tau" not in log.split("model summary")[-1]
+
+
+def test_records_without_a_mask_id_are_refused(records, tmp_path):
+    config = _config(records, tmp_path, train_directory=str(records / "train_nomask"))
+    with pytest.raises(ConfigError, match="--mask_symbol"):
+        train(config)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({**ENCODER, "attention": "primal"}, "causal only"),
+        ({k: v for k, v in ENCODER.items() if k != "architecture"}, "--architecture"),
+        ({**ENCODER, "position": "learned", "max_positions": 8}, "max_positions"),
+    ],
+)
+def test_bad_model_settings_are_refused_before_anything_is_written(
+    records, tmp_path, model, message
+):
+    with pytest.raises(ConfigError, match=message):
+        train(_config(records, tmp_path, model=model))
+    assert not any(tmp_path.iterdir())
