@@ -62,9 +62,20 @@ def _load_keras(path: Path) -> Any:
     except Exception as e:  # a damaged member, another Keras version, a foreign file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RuntimeExit(f"cannot load {path}: {first}") from e
+    if type(model).__name__ == "MaskedLanguageModel":
+        raise UsageExit(_masked_lm_refusal(path))
     if not isinstance(model, PARTransformerXL):
         raise UsageExit(f"{path} holds a {type(model).__name__}, not a partf PARTransformerXL")
     return model
+
+
+def _masked_lm_refusal(path: Path) -> str:
+    """Why an --objective=mlm run is not scored here, and where its figures are."""
+    return (
+        f"{path} holds a masked language model (partf-train --objective=mlm); partf-evaluate "
+        "and partf-generate take causal models only: its exact masked-token perplexity is in "
+        "the run's results.json"
+    )
 
 
 def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
@@ -78,6 +89,9 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
             "run's checkpoints/<model_name> folder"
         )
     groups, meta, path = found
+    training = (run_config or {}).get("training") or meta.get("config", {}).get("training") or {}
+    if training.get("objective") == "mlm":
+        raise UsageExit(_masked_lm_refusal(run_dir))
     model_fields = (run_config or {}).get("model") or meta.get("config", {}).get("model")
     if not model_fields:
         raise RuntimeExit(f"{path} has no model configuration and {run_dir} no config.json")
