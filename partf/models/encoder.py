@@ -281,6 +281,11 @@ class Encoder(keras.Model):
             self.mlm_norm = keras.layers.LayerNormalization(
                 epsilon=1e-5, dtype=policy, name="mlm_norm"
             )
+        # Everything is known from the arguments: build now. Keras would otherwise build
+        # the model inside the first traced training step, and under XLA a variable whose
+        # initial value is computed from a seed (Performer's random features) cannot be
+        # created there.
+        self.build(None)
 
     def _block_kind(self, name: str) -> str:
         """ "dense", "identity" or the registry name of the block's attention."""
@@ -300,6 +305,8 @@ class Encoder(keras.Model):
         return self.candidates is not None
 
     def build(self, input_shape: Any = None) -> None:
+        if self.built:
+            return
         hidden = (None, None, self.d_model)
         self.embedding.build((None, None))
         if self.position_embedding is not None:

@@ -181,3 +181,17 @@ def test_learns_depth_one_listops(mechanism):
     _, accuracy = model.evaluate(test_x, test_y, verbose=0)
     majority = np.bincount(test_y).max() / len(test_y)
     assert accuracy > max(0.3, majority + 0.15), (accuracy, majority)
+
+
+def test_built_on_construction_so_xla_fit_creates_no_variable():
+    """Keras builds an unbuilt model inside the first traced step, where Performer's
+    random features (an initial value drawn from a seed) cannot be created under XLA:
+    the encoder is built when constructed, and an XLA-compiled fit step runs."""
+    model = small(attention="performer", attention_options={"num_features": 4}, num_classes=2)
+    assert model.built and any("projection" in w.path for w in model.weights)
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    model.fit(tokens_with_padding(), np.array([0, 1]), epochs=1, verbose=0)
