@@ -248,11 +248,16 @@ class FastformerAttention(Attention):
         return noncausal_linear_attention(ones, ones, x, k_log_scale=logits, mask=mask), {}
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
-        # Two additive poolings (one feature each, chunk-wise like linear attention),
-        # their pooling logits, and the transform W u, a D x D map.
+        # Two additive poolings (one feature each, chunk-wise like linear attention;
+        # non-causally one weighted sum over the sequence and its normaliser), their
+        # pooling logits, and the transform W u, a D x D map.
         chunk = min(self.chunk_size, seq_len)
         width = self.num_heads * self.head_dim
-        pooling = 2 * (2.0 * chunk * (1 + self.head_dim) + 4.0 * self.head_dim) * self.num_heads
+        if self.causal:
+            pool = 2.0 * chunk * (1 + self.head_dim) + 4.0 * self.head_dim
+        else:
+            pool = 4.0 * self.head_dim + 2.0
+        pooling = 2 * pool * self.num_heads
         flops = pooling + 2 * 2.0 * width + 2.0 * width * width
         if self.convolve:  # kernel_size taps, each a (D / G) x (D / G) product per group
             flops += 2.0 * self.kernel_size * self.d_model * self.d_model / self.groups

@@ -159,9 +159,14 @@ class LaraAttention(Attention):
         return ops.cast(out, q.dtype), {}
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
-        # Per landmark: key and query log-features, the landmark values, the
-        # query-dependent weights and the output mix, each about 2 H Dh per token.
-        return 10.0 * self.num_landmarks * self.num_heads * self.head_dim
+        # Every token's query and key through the proposal nets (Dh x Dh each), then per
+        # landmark 2 H Dh each: pooling queries and keys into landmarks, the query and
+        # key log-features, the landmark values, the query-dependent weights and the
+        # output mix; the landmarks' own densities (C x C) are shared by the T tokens.
+        landmarks, width = self.num_landmarks, self.num_heads * self.head_dim
+        nets = 2 * 2.0 * width * self.head_dim
+        proposals = 2.0 * landmarks * landmarks * width / seq_len
+        return nets + 14.0 * landmarks * width + proposals
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

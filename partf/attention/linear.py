@@ -154,8 +154,16 @@ class FeatureMapAttention(Attention):
         # attention; between chunks, phi(q) S (F x Dv) and the chunk's phi(k)^T v
         # added to S. Rotated features with a denominator run the kernel once more
         # for a one-column value.
-        chunk = min(self.chunk_size, seq_len)
         features, values = self.feature_dim, self.head_dim
+        if not self.causal:
+            # One sum over the sequence, S = sum_j g_j v_j^T (F x Dv), read by every query
+            # (f_i S); the denominator f_i . z (z a plain sum), or with rotated features a
+            # second pass for a one-column value.
+            per_head = 4.0 * features * values
+            if self.normalize:
+                per_head += (4.0 if self.rotates_features else 2.0) * features
+            return self.num_heads * (per_head + self.feature_map_flops())
+        chunk = min(self.chunk_size, seq_len)
         per_head = 2.0 * chunk * (features + values) + 4.0 * features * values
         if self.rotates_features and self.normalize:
             per_head += 2.0 * chunk * (features + 1) + 4.0 * features

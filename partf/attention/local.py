@@ -128,10 +128,12 @@ class LocalAttention(Attention):
         return ops.cast(out, q.dtype)
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
-        # Blocks of W queries (the segment padded to whole blocks) each score 2W keys.
+        # Blocks of W queries (the segment padded to whole blocks) each score 2W keys:
+        # their own block and the one before; non-causally 3W, the one after too.
         window = self.window_size
         padded = -(-seq_len // window) * window
-        return 4.0 * 2 * window * self.num_heads * self.head_dim * padded / seq_len
+        keys = (2 if self.causal else 3) * window
+        return 4.0 * keys * self.num_heads * self.head_dim * padded / seq_len
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

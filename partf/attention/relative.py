@@ -372,11 +372,16 @@ class RelativeAttention(Attention):
         # relative positions (memory + segment + 1) are projected once per call, shared by
         # the rows; content scores, position scores and the weighted values each cost
         # 2 (T + M) H Dh per query.
+        # Non-causally the distances run from keys - 1 down to -T (keys + T of them), so
+        # the position encodings and scores cover keys + T columns.
         width = self.num_heads * self.head_dim
         keys = seq_len + self.mem_len
         memory = 4.0 * self.d_model * width * self.mem_len / seq_len
-        positions = 2.0 * self.d_model * width * (keys + 1) / (seq_len * batch_size)
-        return memory + positions + 6.0 * keys * width
+        columns = keys + 1 if self.causal else keys + seq_len
+        positions = 2.0 * self.d_model * width * columns / (seq_len * batch_size)
+        if self.causal:
+            return memory + positions + 6.0 * keys * width
+        return memory + positions + (4.0 * keys + 2.0 * columns) * width
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

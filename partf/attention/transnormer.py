@@ -264,8 +264,13 @@ class DiagAttention(_NormalizedOutput, Attention):
         return ops.cast(self._normalize(out), q.dtype)
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
-        # Softmax (or ReLU) attention within each window of W tokens.
-        return 4.0 * self.window_size * self.num_heads * self.head_dim
+        # Softmax (or ReLU) attention within each window of W tokens; non-causally the
+        # sequence is cut into whole blocks of W, the last one padded.
+        flops = 4.0 * self.window_size * self.num_heads * self.head_dim
+        if self.causal:
+            return flops
+        padded = -(-seq_len // self.window_size) * self.window_size
+        return flops * padded / seq_len
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

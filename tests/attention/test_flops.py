@@ -1,5 +1,6 @@
 """Each mechanism's analytic FLOP count (what the cost-aware search charges) against the
-FLOPs XLA counts in the compiled call (JAX backend's cost analysis, in a subprocess)."""
+FLOPs XLA counts in the compiled call (JAX backend's cost analysis, in a subprocess), for
+the causal forms and the non-causal ones (`causal=False`, an encoder's attention)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,22 @@ MECHANISMS = {
     "eva": dict(window_size=16, chunk_size=4, mem_chunks=8),
 }
 
+# The non-causal forms: no memory, and a length (60) that windows and blocks of 16 do not
+# divide, so the counts of the padded last block are checked too.
+NONCAUSAL = {
+    "relative": {},
+    "softmax": {},
+    "local": dict(window_size=16),
+    "linear": {},
+    "performer": dict(num_features=32),
+    "fastformer": {},
+    "norm": {},
+    "diag": dict(window_size=16),
+    "eva": dict(window_size=16, chunk_size=4),
+    "lara": dict(num_landmarks=8),
+}
+NONCAUSAL_LENGTH = 60
+
 SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -32,7 +49,8 @@ SCRIPT = textwrap.dedent(
     from partf.attention import create_attention
     from partf.layers.feed_forward import FeedForward
 
-    B, T, D, H = 4, 64, 64, 4
+    causal = sys.argv[2] == "causal"
+    B, T, D, H = 4, int(sys.argv[3]), 64, 4
     x = np.random.default_rng(0).standard_normal((B, T, D)).astype("float32")
 
     def xla_flops_per_token(layer, **call_kwargs):
@@ -50,7 +68,7 @@ SCRIPT = textwrap.dedent(
 
     out = {}
     for name, options in json.loads(sys.argv[1]).items():
-        layer = create_attention(name, D, H, **options)
+        layer = create_attention(name, D, H, causal=causal, **options)
         measured = xla_flops_per_token(layer, state=layer.get_initial_state(B))
         out[name] = (layer.flops_per_token(T, B), measured)
     dense = FeedForward(D, 4 * D)
@@ -60,13 +78,13 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def counts():
+def xla_counts(mechanisms: dict, mode: str, length: int) -> dict:
+    """{name: (analytic, XLA) FLOPs per token}, "dense" included, from a JAX subprocess."""
     if importlib.util.find_spec("jax") is None:
         pytest.skip("jax is not installed (pip install 'jax[cpu]')")
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(MECHANISMS)],
+        [sys.executable, "-c", SCRIPT, json.dumps(mechanisms), mode, str(length)],
         env=env,
         capture_output=True,
         text=True,
@@ -76,9 +94,26 @@ def counts():
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def counts():
+    return xla_counts(MECHANISMS, "causal", 64)
+
+
+@pytest.fixture(scope="module")
+def noncausal_counts():
+    return xla_counts(NONCAUSAL, "noncausal", NONCAUSAL_LENGTH)
+
+
 @pytest.mark.parametrize("name", [*MECHANISMS, "dense"])
 def test_analytic_flops_match_xla_cost_analysis(counts, name):
     """The analytic count covers the matrix products; XLA also counts element-wise work,
     so ours may be a little lower, never higher, and within 20%."""
     ours, xla = counts[name]
+    assert 0.8 * xla <= ours <= 1.02 * xla, (name, ours, xla)
+
+
+@pytest.mark.parametrize("name", NONCAUSAL)
+def test_noncausal_flops_match_xla_cost_analysis(noncausal_counts, name):
+    """The same bounds for the non-causal forms: an encoder's search charges these."""
+    ours, xla = noncausal_counts[name]
     assert 0.8 * xla <= ours <= 1.02 * xla, (name, ours, xla)
