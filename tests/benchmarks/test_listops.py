@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from partf.models.encoder import noncausal_attention_names
+from tests.models.test_encoder import partf_noncausal_names
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "listops.py"
 
@@ -23,7 +23,7 @@ def listops():
 def test_defaults_follow_lra_and_cover_every_noncausal_mechanism(listops):
     args = listops.parse_args([])
     assert (args.max_len, args.min_len, args.max_depth) == (2000, 500, 10)
-    assert sorted(args.mechanisms) == sorted(noncausal_attention_names())
+    assert sorted(args.mechanisms) == partf_noncausal_names()
     assert args.d_ffn == 2 * args.d_model and args.warmup_steps == args.steps // 10
 
 
