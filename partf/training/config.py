@@ -108,7 +108,8 @@ class TrainConfig:
         "causal (next-token prediction, the PAR Transformer-XL) or mlm (masked language "
         "modelling with the bidirectional Encoder: 15% of tokens chosen, 80/10/10 "
         "mask/random/keep; needs records built with partf-build-data --mask_symbol; "
-        "mem_len and cutoffs do not apply)",
+        "without --architecture a PAR search over non-causal candidates; mem_len, cutoffs "
+        "and the sampled or cost-aware search do not apply)",
         group=OPTIMIZATION,
         choices=OBJECTIVES,
     )

@@ -78,7 +78,7 @@ class MetricsLogger(EveryNSteps, RunStopper):
             steps = step - self._timed_from
             tokens_per_second = steps * self.progress.tokens_per_batch / (now - self._last_time)
         self._timed_from, self._last_time = step, now
-        tau = self.model.tau()  # None: no temperature (the encoder of --objective=mlm)
+        tau = self.model.tau()  # None: a fixed encoder (--objective=mlm)
         tau = None if tau is None else float(keras.ops.convert_to_numpy(tau))
         lr = self.lr_value(max(step - 1, 0))  # the rate of the update that made `step`
         pi = np.asarray(self.model.pi())

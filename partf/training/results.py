@@ -140,16 +140,19 @@ def finish(
 
 def search_summary(config: TrainConfig, built: Built, data: RunData) -> dict[str, Any] | None:
     """How the architecture logits were trained (the preset resolved), and the blocks'
-    FLOPs per token expected under the final pi; None for a fixed architecture."""
+    FLOPs per token expected under the final pi; None for a fixed architecture. The
+    encoder of --objective=mlm has no FLOP counts here (expected_flops_per_token None)."""
     model = built.model
-    if data.masking is not None or not model.config.is_stochastic:
+    if not built.model_config.is_stochastic:
         return None
     arch = config.arch_settings(data.total_steps)
-    expected = float(keras.ops.convert_to_numpy(expected_flops(model, data.train.seq_len)))
+    expected = None
+    if data.masking is None:
+        expected = float(keras.ops.convert_to_numpy(expected_flops(model, data.train.seq_len)))
     return {
         "preset": config.search,
-        "estimator": model.config.search_estimator,
-        "cost_weight": model.config.search_cost_weight,
+        "estimator": built.model_config.search_estimator,
+        "cost_weight": built.model_config.search_cost_weight,
         "arch_lr": arch.lr,
         "arch_weight_decay": arch.weight_decay,
         "arch_freeze_steps": arch.freeze_steps,
@@ -172,7 +175,7 @@ def save_model(model: keras.Model, final: Path) -> None:
 
 
 def _tau(model: keras.Model) -> float | None:
-    """The final temperature; None for a model without one (--objective=mlm)."""
+    """The final temperature; None for a model without one (a fixed mlm encoder)."""
     tau = model.tau()
     return None if tau is None else float(keras.ops.convert_to_numpy(tau))
 

@@ -77,3 +77,57 @@ def test_a_tiny_mlm_run(built, capsys):
     )
     model = keras.saving.load_model(folder / "mlm.keras")
     assert type(model).__name__ == "MaskedLanguageModel" and model.architecture_string() == "A D"
+
+
+def _mlm_argv(root: Path, name: str, *extra: str) -> list[str]:
+    return [
+        f"--train_directory={root / 'rec_train'}",
+        f"--valid_directory={root / 'rec_valid'}",
+        f"--test_directory={root / 'rec_test'}",
+        f"--sp_model_prefix={root / 'tok' / 'tiny'}",
+        "--objective=mlm",
+        "--attention=softmax",
+        "--d_model=16",
+        "--num_heads=2",
+        "--d_ffn=32",
+        "--num_layers=2",
+        "--nojit_compile",
+        "--steps_per_execution=2",
+        "--log_every=2",
+        "--warmup_steps=2",
+        f"--output_dir={root / 'runs'}",
+        f"--model_name={name}",
+        *extra,
+    ]
+
+
+def test_an_mlm_search_then_its_architecture(built):
+    """Without --architecture, --objective=mlm searches over non-causal candidates;
+    --from_search then trains the architecture it found as a fixed encoder."""
+    root = built
+    # No identity candidate, so the found architecture cannot be empty.
+    argv = _mlm_argv(root, "mlm_search", "--candidates=attention,dense", "--search=par")
+    assert main([*argv, "--max_steps=4", "--tau_start=2.0"]) == 0
+    folder = root / "runs" / "checkpoints" / "mlm_search"
+    results = json.loads((folder / "results.json").read_text())
+    assert results["objective"] == "mlm" and results["candidates"] == ["attention", "dense"]
+    assert len(results["pi"]) == 2 and results["search"]["preset"] == "par"
+    assert results["tau"] is not None and results["config"]["model"]["tau_start"] == 2.0
+    model = keras.saving.load_model(folder / "mlm_search.keras")
+    assert model.is_search and model.architecture_string() == results["architecture"]
+
+    assert main(_mlm_argv(root, "found", f"--from_search={folder}", "--max_steps=2")) == 0
+    fixed = json.loads((root / "runs" / "checkpoints" / "found" / "results.json").read_text())
+    assert fixed["objective"] == "mlm" and fixed["search"] is None and fixed["tau"] is None
+    assert fixed["architecture"] == results["architecture"]
+    assert fixed["config"]["model"]["architecture"] == results["architecture"]
+
+
+def test_a_causal_only_candidate_is_refused(built, tmp_path, capsys):
+    argv = _mlm_argv(built, "refused", "--candidates=primal,dense")
+    argv = [a if not a.startswith("--output_dir") else f"--output_dir={tmp_path}" for a in argv]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("partf-train: error: --objective=mlm needs non-causal")
+    assert "primal (--candidates) is causal only" in lines[-1]
+    assert not any(tmp_path.iterdir())

@@ -13,11 +13,15 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from partf.data import Masking, load_tfrecords
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
+from partf.training.optimizer import ArchSplitOptimizer, is_arch_variable
 from partf.training.perplexity import Evaluator
+from partf.training.splits import load_data
+from partf.training.state import build_model
 from partf.training.trainer import RunPaths, TrainingInterrupted, train
 from tests.training.test_trainer import _markov_stream, _SigintAt
 
@@ -31,6 +35,13 @@ ENCODER = {
     "architecture": "A D",
     "attention": "linear",
     "position": "sinusoidal",
+}
+
+
+#: The encoder's PAR search: the blocks choose among these non-causal candidates.
+SEARCH = {
+    **{k: v for k, v in ENCODER.items() if k != "architecture"},
+    "candidates": ("attention", "dense", "identity"),
 }
 
 
@@ -151,7 +162,9 @@ def test_records_without_a_mask_id_are_refused(records, tmp_path):
     ("model", "message"),
     [
         ({**ENCODER, "attention": "primal"}, "causal only"),
-        ({k: v for k, v in ENCODER.items() if k != "architecture"}, "--architecture"),
+        ({**SEARCH, "candidates": ("softmax", "primal")}, r"primal \(--candidates\)"),
+        ({**SEARCH, "search_estimator": "sampled"}, "--search_estimator=sampled"),
+        ({**SEARCH, "search_cost_weight": 0.1}, "--search_cost_weight"),
         ({**ENCODER, "position": "learned", "max_positions": 8}, "max_positions"),
     ],
 )
@@ -161,3 +174,64 @@ def test_bad_model_settings_are_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match=message):
         train(_config(records, tmp_path, model=model))
     assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------- the search
+@pytest.fixture(scope="module")
+def searched(records, tmp_path_factory):
+    """(config, results) of a PAR search over non-causal blocks: one epoch of 6 steps,
+    --search=par (the logits frozen for the first 3 steps)."""
+    config = _config(
+        records, tmp_path_factory.mktemp("search"), model=dict(SEARCH), epochs=1, search="par"
+    )
+    return config, train(config)
+
+
+def test_a_search_reports_its_architecture_pi_and_tau(searched):
+    config, results = searched
+    assert results["objective"] == "mlm" and results["steps"] == 6
+    assert results["candidates"] == ["attention", "dense", "identity"]
+    pi = np.asarray(results["pi"])
+    assert pi.shape == (2, 3)
+    np.testing.assert_allclose(pi.sum(axis=1), 1.0, rtol=1e-5)
+    # The architecture is each block's most likely candidate, in --architecture's tokens.
+    assert results["architecture"] == " ".join("ADI"[i] for i in pi.argmax(axis=1))
+    assert 0.1 <= results["tau"] < 1.0  # annealed over the run's 6 steps
+    search = results["search"]
+    assert search["preset"] == "par" and search["estimator"] == "mixture"
+    assert search["arch_lr"] == 3e-2 and search["arch_freeze_steps"] == 3
+    assert search["expected_flops_per_token"] is None
+    assert results["config"]["model"]["architecture"] is None
+    assert math.isfinite(results["test"]["perplexity"])
+
+
+def test_a_search_logs_pi_and_tau(searched):
+    config, _ = searched
+    paths = RunPaths(Path(config.output_dir), "mlm")
+    events = EventAccumulator(str(paths.logs / "train"))
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"tau", "pi/block_0/attention", "pi/block_1/identity"} <= tags
+    assert "tau" in paths.training_log.read_text().split("model summary")[-1]
+
+
+def test_the_searched_model_loads_with_its_pi(searched):
+    config, results = searched
+    model = keras.saving.load_model(RunPaths(Path(config.output_dir), "mlm").model_file)
+    assert type(model).__name__ == "MaskedLanguageModel" and model.is_search
+    np.testing.assert_allclose(model.pi(), results["pi"], rtol=1e-6)
+    assert model.architecture_string() == results["architecture"]
+
+
+def test_the_search_logits_get_their_own_optimizer(records, tmp_path):
+    """--search=par (or --arch_*) routes the encoder's logits as it does the causal model's."""
+    config = _config(records, tmp_path, model=dict(SEARCH), arch_lr=1e-2, arch_freeze_steps=4)
+    built = build_model(config, load_data(config), None)
+    optimizer = built.model.optimizer
+    assert isinstance(optimizer, ArchSplitOptimizer)
+    arch = built.model.arch_variables
+    assert len(arch) == 2 and all(is_arch_variable(v) for v in arch)
+    assert sum(is_arch_variable(v) for v in built.model.trainable_variables) == 2
+    # Frozen for 4 steps, then the own rate.
+    rate = optimizer.arch._learning_rate  # the schedule (`learning_rate` reads its value now)
+    assert rate.value_at(3) == 0.0 and rate.value_at(4) == pytest.approx(1e-2)
