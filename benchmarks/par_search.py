@@ -10,7 +10,7 @@ WikiText-2 valid and scored on test (the offline stand-in), at two contexts:
 * long: records of 8 rows of 256 tokens built here from the same text with the same
   tokenizer (line ends kept), memory 256, 10 epochs (1,550 steps of 2,048 tokens, half the
   short runs' tokens), 1,000 warm-up steps. Here a relative-attention block costs about
-  2.5 dense blocks.
+  2.3 dense blocks (0.60 against 0.26 MFLOPs per token).
 
 Parts (`--parts`, all by default):
 
@@ -22,6 +22,9 @@ Parts (`--parts`, all by default):
   width ("A D A D A D") trained from scratch with the same data, steps and schedule:
   exact test perplexity (mean and spread over seeds), forward FLOPs per token (analytic,
   `partf.models.cost`), training steps/s and evaluation latency per segment.
+* speed: training steps/s of the stage-2 architectures measured back to back (short
+  fresh runs alternating the architectures), since the stage-2 runs themselves were
+  trained at different times under different load.
 * estimators: the sampled-path search (`--search_estimator=sampled`) against the
   all-candidates one: steps/s and the architecture found (short context).
 * sweep: the cost-aware search at several `--search_cost_weight` values: each searched
@@ -319,6 +322,42 @@ def part_stage2(out, ctx, seeds, names, report, long_from_short=False):
     report["stage2"] = rows
 
 
+def part_speed(out, ctx, report, repeats=2):
+    """Training steps/s of every stage-2 architecture measured back to back: short fresh
+    runs, alternating the architectures, so the machine's load is shared alike (the
+    stage-2 runs themselves were trained hours apart, some in another session)."""
+    rows = []
+    for context_name in sorted({r["context"] for r in report.get("stage2", [])}):
+        context = ctx[context_name]
+        tokens, steps = (32 * 32, 384) if context_name == "short" else (8 * 256, 192)
+        stage2 = [r for r in report["stage2"] if r["context"] == context_name]
+        archs = sorted({r["architecture"] for r in stage2})
+        rates: dict[str, list[float]] = {a: [] for a in archs}
+        for repeat in range(repeats):
+            for arch in archs:
+                slug = arch.replace(" ", "")
+                name = f"speed_{context_name}_{slug}_r{repeat}"
+                flags = [
+                    f"--architecture={arch}",
+                    f"--num_layers={len(arch.split())}",
+                    f"--max_steps={steps}",
+                    "--log_every=32",
+                    "--seed=0",
+                ]
+                train(out, context, name, flags)
+                rates[arch].append(steps_per_second(out, name, tokens))
+        for arch in archs:
+            rows.append(
+                {
+                    "context": context_name,
+                    "architecture": arch,
+                    "steps_per_second": statistics.median(rates[arch]),
+                    "runs": rates[arch],
+                }
+            )
+    report["speed"] = rows
+
+
 def part_estimators(out, ctx, seeds, report):
     rows = []
     for seed in seeds:
@@ -448,6 +487,17 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{statistics.mean(r['latency_ms'] for r in rows):.1f} |"
             )
         lines.append("")
+    if report.get("speed"):
+        lines += [
+            "| context | blocks | train steps/s, back to back (median of runs) |",
+            "|---|---|---:|",
+        ]
+        for r in report["speed"]:
+            runs = ", ".join(f"{v:.2f}" for v in r["runs"])
+            lines.append(
+                f"| {r['context']} | {r['architecture']} | {r['steps_per_second']:.2f} ({runs}) |"
+            )
+        lines.append("")
     if report.get("estimators"):
         lines += [
             "| seed | estimator | architecture | largest pi per block | test ppl, argmax | "
@@ -516,8 +566,8 @@ def main() -> int:
     parser.add_argument(
         "--parts",
         nargs="+",
-        default=["search", "stage2", "estimators", "sweep", "which"],
-        choices=["txl", "search", "stage2", "estimators", "sweep", "which"],
+        default=["search", "stage2", "speed", "estimators", "sweep", "which"],
+        choices=["txl", "search", "stage2", "speed", "estimators", "sweep", "which"],
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--contexts", nargs="+", default=["short", "long"])
@@ -551,6 +601,8 @@ def main() -> int:
         part_search(out, ctx, args.seeds, report)
     if "stage2" in args.parts:
         part_stage2(out, ctx, args.seeds[:2], args.contexts, report, args.long_from_short)
+    if "speed" in args.parts:
+        part_speed(out, ctx, report)
     if "estimators" in args.parts:
         part_estimators(out, ctx, args.seeds[:1], report)
     if "which" in args.parts:
