@@ -235,3 +235,20 @@ def test_the_search_logits_get_their_own_optimizer(records, tmp_path):
     # Frozen for 4 steps, then the own rate.
     rate = optimizer.arch._learning_rate  # the schedule (`learning_rate` reads its value now)
     assert rate.value_at(3) == 0.0 and rate.value_at(4) == pytest.approx(1e-2)
+
+
+@pytest.mark.slow  # about 7 s more: two partial runs
+def test_a_resumed_search_ends_like_an_uninterrupted_one(searched, records, tmp_path):
+    """The encoder's step counter (tau) and Gumbel generators come back from the checkpoint."""
+    whole, whole_results = searched
+    split = _config(records, tmp_path, model=dict(SEARCH), epochs=1, search="par")
+    with pytest.raises(TrainingInterrupted):
+        train(split, callbacks=[_SigintAt(batch=1)])
+    resumed = train(split)
+    np.testing.assert_allclose(resumed["pi"], whole_results["pi"], rtol=1e-6)
+    assert resumed["tau"] == pytest.approx(whole_results["tau"], rel=1e-6)
+    assert resumed["test"]["loss"] == pytest.approx(whole_results["test"]["loss"], rel=1e-6)
+    a, _, _ = CheckpointManager(RunPaths(Path(whole.output_dir), "mlm").checkpoints).load_latest()
+    b, _, _ = CheckpointManager(RunPaths(tmp_path, "mlm").checkpoints).load_latest()
+    for x, y in zip(a["model"], b["model"], strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
