@@ -358,15 +358,20 @@ def part_speed(out, ctx, report, repeats=2):
     report["speed"] = rows
 
 
-def part_estimators(out, ctx, seeds, report):
+def part_estimators(out, ctx, seeds, report, repeats=2):
+    """The sampled-path search against the all-candidates one: the architecture each
+    finds (full runs; the sampled one without XLA, which TensorFlow cannot compile for
+    it at this size) and training steps/s measured back to back in short fresh runs,
+    both without XLA (like for like) and the mixture with XLA (its default)."""
     rows = []
+    variants = {
+        "mixture": ["--search=par"],
+        "sampled": ["--search=par", "--search_estimator=sampled", "--jit_compile=False"],
+    }
     for seed in seeds:
-        for estimator in ("mixture", "sampled"):
+        for estimator, flags in variants.items():
             name = f"short_search_s{seed}" if estimator == "mixture" else f"short_sampled_s{seed}"
-            flags = ["--search=par", f"--seed={seed}"]
-            if estimator == "sampled":
-                flags.append("--search_estimator=sampled")
-            res = train(out, ctx["short"], name, flags)
+            res = train(out, ctx["short"], name, [*flags, f"--seed={seed}"])
             scores = rescore(out, name, ctx["short"].test, ("argmax",))
             rows.append(
                 {
@@ -375,10 +380,22 @@ def part_estimators(out, ctx, seeds, report):
                     "architecture": res["architecture"],
                     "max_pi": [round(max(p), 3) for p in res["pi"]],
                     "argmax": scores["argmax"],
-                    "steps_per_second": steps_per_second(out, name, 32 * 32),
+                    "wall_seconds": res["wall_time_seconds"],
                 }
             )
-    report["estimators"] = rows
+    speeds: dict[str, list[float]] = {}
+    paired = {
+        "mixture, XLA": ["--search=par"],
+        "mixture, no XLA": ["--search=par", "--jit_compile=False"],
+        "sampled, no XLA": ["--search=par", "--search_estimator=sampled", "--jit_compile=False"],
+    }
+    for repeat in range(repeats):
+        for label, flags in paired.items():
+            slug = label.replace(", ", "_").replace(" ", "")
+            name = f"speed_estimator_{slug}_r{repeat}"
+            train(out, ctx["short"], name, [*flags, "--max_steps=192", "--log_every=32"])
+            speeds.setdefault(label, []).append(steps_per_second(out, name, 32 * 32))
+    report["estimators"] = {"runs": rows, "speed": speeds}
 
 
 def part_sweep(out, ctx, seeds, weights, context_name, report):
@@ -501,15 +518,19 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("estimators"):
         lines += [
             "| seed | estimator | architecture | largest pi per block | test ppl, argmax | "
-            "steps/s |",
+            "wall s |",
             "|---:|---|---|---|---:|---:|",
         ]
-        for r in report["estimators"]:
+        for r in report["estimators"]["runs"]:
             pis = " ".join(f"{p:.2f}" for p in r["max_pi"])
             lines.append(
                 f"| {r['seed']} | {r['estimator']} | {r['architecture']} | {pis} | "
-                f"{r['argmax']:.2f} | {r['steps_per_second']:.2f} |"
+                f"{r['argmax']:.2f} | {r['wall_seconds']:.0f} |"
             )
+        lines += ["", "| search | train steps/s, back to back (median of runs) |", "|---|---:|"]
+        for label, rates in report["estimators"]["speed"].items():
+            runs = ", ".join(f"{v:.2f}" for v in rates)
+            lines.append(f"| {label} | {statistics.median(rates):.2f} ({runs}) |")
         lines.append("")
     if report.get("sweep"):
         lines += [

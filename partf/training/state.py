@@ -114,6 +114,17 @@ def build_model(
     if strategy is not None:
         rows = per_replica_batch(strategy, rows)
     model_config = _model_config(config, data.vocab_size, rows, data.total_steps)
+    sampled = model_config.is_stochastic and model_config.search_estimator == "sampled"
+    if sampled and config.jit_compile:
+        # TensorFlow's XLA bridge resolves every input of the per-block conditional as a
+        # possible compile-time constant by interpreting its graph (XlaCaseOp ->
+        # ValueInference); at the base configuration that did not finish in 10 minutes,
+        # although small models compile.
+        raise ConfigError(
+            "--search_estimator=sampled cannot be compiled with XLA by TensorFlow at "
+            "useful sizes (its conditionals do not finish compiling); add "
+            "--jit_compile=False."
+        )
     with strategy.scope() if strategy else contextlib.nullcontext():
         model, schedule, guard = _compiled_model(config, model_config, data.total_steps, strategy)
     # Learned positions cannot raise inside compiled code: refuse a split whose streams

@@ -57,21 +57,22 @@ def test_bad_search_settings_are_refused(flags, message):
 
 
 # ------------------------------------------------------------ a search run
-@pytest.fixture(scope="module")
-def search_run(tmp_path_factory):
-    """A tiny --search=par run (no XLA, to stay cheap) on Markov-chain records."""
+def tiny_search(root, **overrides) -> TrainConfig:
+    """A tiny --search=par run's settings (no XLA, to stay cheap) on Markov-chain records
+    written under root."""
     from partf.data import context_batches, write_tfrecords
-    from partf.training.trainer import train
 
-    root = tmp_path_factory.mktemp("search")
-    rng = np.random.default_rng(0)
-    successors = rng.integers(1, 60, size=(60, 2))
-    stream = np.empty(10 * 4 * 16 + 1, np.int32)
-    stream[0] = 1
-    for t in range(1, len(stream)):
-        stream[t] = successors[stream[t - 1], rng.integers(0, 2)]
-    write_tfrecords(context_batches(stream, 4, 16), root / "train", vocab_size=60)
-    config = TrainConfig(
+    if not (root / "train").exists():
+        rng = np.random.default_rng(0)
+        successors = rng.integers(1, 60, size=(60, 2))
+        stream = np.empty(10 * 4 * 16 + 1, np.int32)
+        stream[0] = 1
+        for t in range(1, len(stream)):
+            stream[t] = successors[stream[t - 1], rng.integers(0, 2)]
+        write_tfrecords(context_batches(stream, 4, 16), root / "train", vocab_size=60)
+    model = dict(d_model=16, num_heads=2, d_ffn=32, num_layers=2, mem_len=4, cutoffs=(20,))
+    model.update(overrides.pop("model", {}))
+    settings = dict(
         train_directory=str(root / "train"),
         valid_directory="",
         test_directory=str(root / "train"),
@@ -84,18 +85,29 @@ def search_run(tmp_path_factory):
         jit_compile=False,
         steps_per_execution=2,
         log_every=4,
-        model=dict(
-            d_model=16,
-            num_heads=2,
-            d_ffn=32,
-            num_layers=2,
-            mem_len=4,
-            cutoffs=(20,),
-            search_cost_weight=0.1,
-        ),
+        model=model,
     )
-    results = train(config)
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def search_run(tmp_path_factory):
+    """A tiny cost-aware --search=par run."""
+    from partf.training.trainer import train
+
+    root = tmp_path_factory.mktemp("search")
+    results = train(tiny_search(root, model=dict(search_cost_weight=0.1)))
     return root / "out", results
+
+
+def test_sampled_search_under_xla_is_refused_before_anything_is_written(tmp_path):
+    from partf.training.trainer import train
+
+    config = tiny_search(tmp_path, jit_compile=True, model=dict(search_estimator="sampled"))
+    with pytest.raises(ConfigError, match="add --jit_compile=False"):
+        train(config)
+    assert not (tmp_path / "out" / "checkpoints" / "search").exists()
 
 
 def test_results_report_the_resolved_search_and_the_cost(search_run):
