@@ -25,14 +25,17 @@
 #   TRAIN_DIR, VAL_DIR, TEST_DIR [data/wikitext2_bsz32_seqlen32_tfrecords_{train,valid,test}]
 #   SP_MODEL_PREFIX [data/tokenizer/wiki2_12k]
 #   DATA_DIR  local text to build the records from when they are missing (a folder with
-#             train.txt, valid.txt, test.txt, or one text file; see create_tfrecords.sh).
-#             A folder without train.txt (e.g. ../shared/data/wikitext-2) trains on valid.txt.
+#             train.txt, valid.txt, test.txt, or one text file; see create_tfrecords.sh),
+#             e.g. ../shared/data/wikitext-2, which holds all three WikiText-2 splits: the
+#             real data set, trained with the 12,000-piece tokenizer as in the original.
+#             A folder of your own without train.txt falls back to training on valid.txt,
+#             with a 6,000-piece tokenizer (PARTF_TRAIN_SPLIT=valid of create_tfrecords.sh).
 # Extra arguments go to partf-train (e.g. --eval_every=500 --arch_lr=1e-2).
 #
 # Examples:
 #   ./base_model.sh
 #   MAX_STEPS=200 DATA_DIR=../shared/data/wikitext-2 ./base_model.sh
-#   TRAIN_DIR=path/tfrecords_valid VAL_DIR=path/tfrecords_valid TEST_DIR=path/tfrecords_test \
+#   TRAIN_DIR=path/tfrecords_train VAL_DIR=path/tfrecords_valid TEST_DIR=path/tfrecords_test \
 #     SP_MODEL_PREFIX=path/tokenizer/wiki2_12k ./base_model.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,15 +49,29 @@ VAL_DIR="${VAL_DIR:-${RECORDS}_valid}"
 TEST_DIR="${TEST_DIR:-${RECORDS}_test}"
 SP_MODEL_PREFIX="${SP_MODEL_PREFIX:-data/tokenizer/wiki2_12k}"
 
-if [ ! -d "$TRAIN_DIR" ] || [ ! -d "$VAL_DIR" ] || [ ! -d "$TEST_DIR" ]; then
-  if [ -n "${DATA_DIR:-}" ] && [ -d "$DATA_DIR" ] && [ ! -f "$DATA_DIR/train.txt" ] \
-    && [ -f "$DATA_DIR/valid.txt" ]; then
-    echo "partf: $DATA_DIR has no train.txt: training on valid.txt (offline stand-in)" >&2
-    export PARTF_TRAIN_SPLIT=valid
-    if [ "$SP_MODEL_PREFIX" = data/tokenizer/wiki2_12k ]; then
-      SP_MODEL_PREFIX="data/tokenizer/wiki2_$((${VOCAB_SIZE:-6000} / 1000))k"
-    fi
+# A folder without train.txt falls back to valid.txt, whose text supports only about
+# 6,400 pieces, hence the smaller tokenizer. Decided on every run, not only when the records
+# are built, so that a resumed run names the same tokenizer as the first.
+if [ -n "${DATA_DIR:-}" ] && [ -d "$DATA_DIR" ] && [ ! -f "$DATA_DIR/train.txt" ] \
+  && [ -f "$DATA_DIR/valid.txt" ]; then
+  echo "partf: $DATA_DIR has no train.txt: training on valid.txt instead (put train.txt there to train on it)" >&2
+  export PARTF_TRAIN_SPLIT=valid
+  if [ "$SP_MODEL_PREFIX" = data/tokenizer/wiki2_12k ]; then
+    SP_MODEL_PREFIX="data/tokenizer/wiki2_$((${VOCAB_SIZE:-6000} / 1000))k"
   fi
+fi
+
+# Records built earlier by that fallback would otherwise be reused as they are, and a run
+# asked to train on DATA_DIR's train.txt would quietly train on valid.txt.
+if [ -n "${DATA_DIR:-}" ] && [ -f "$DATA_DIR/train.txt" ] && [ -f "$TRAIN_DIR/metadata.json" ]; then
+  source_file="$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("source_file") or "")' "$TRAIN_DIR/metadata.json" 2>/dev/null || true)"
+  if [ "$source_file" = valid.txt ]; then
+    echo "base_model.sh: error: $TRAIN_DIR was built from valid.txt (a folder without train.txt) but $DATA_DIR has train.txt; rebuild the records from it: DATA_DIR=$DATA_DIR ./create_tfrecords.sh --overwrite" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -d "$TRAIN_DIR" ] || [ ! -d "$VAL_DIR" ] || [ ! -d "$TEST_DIR" ]; then
   echo "partf: building the training records with ./create_tfrecords.sh" >&2
   if ! ./create_tfrecords.sh; then
     echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text: DATA_DIR=/path/to/folder ./base_model.sh (train.txt, valid.txt, test.txt, or one text file)" >&2

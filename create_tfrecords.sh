@@ -8,10 +8,11 @@
 #
 # Environment:
 #   DATA_DIR=path            use local text instead of downloading: a folder with train.txt,
-#                            valid.txt and test.txt, a WikiText-2 zip, or one text file of
-#                            your own (split by lines: 90% train, 5% valid, 5% test, into
-#                            data/<its name>/).
-#   PARTF_TRAIN_SPLIT=valid  offline stand-in where train.txt is absent: the tokenizer and the
+#                            valid.txt and test.txt (e.g. ../shared/data/wikitext-2, all three
+#                            WikiText-2 splits: the same text as the download), a WikiText-2
+#                            zip, or one text file of your own (split by lines: 90% train,
+#                            5% valid, 5% test, into data/<its name>/).
+#   PARTF_TRAIN_SPLIT=valid  fallback for a folder without train.txt: the tokenizer and the
 #                            _train records come from valid.txt. valid.txt alone cannot support
 #                            12,000 pieces, so VOCAB_SIZE defaults to 6000 then.
 #   VOCAB_SIZE=N             tokenizer size (default 12000), written as wiki2_<N/1000>k.model.
@@ -22,7 +23,8 @@
 # Examples:
 #   ./create_tfrecords.sh
 #   DATA_DIR=~/corpora/wikitext-2 ./create_tfrecords.sh --overwrite
-#   DATA_DIR=../shared/data/wikitext-2 PARTF_TRAIN_SPLIT=valid ./create_tfrecords.sh
+#   DATA_DIR=../shared/data/wikitext-2 ./create_tfrecords.sh
+#   DATA_DIR=~/corpora/no-train-split PARTF_TRAIN_SPLIT=valid ./create_tfrecords.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"

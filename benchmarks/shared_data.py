@@ -1,7 +1,8 @@
 """Where the reference data lives: the one lookup that tests and benchmarks share.
 
-The folder holds WikiText-2's valid and test text (`wikitext-2/`) and the original
-project's records and tokenizer (`par-transformer-xl-original/`). It is looked up as
+The folder holds WikiText-2's train, valid and test text (`wikitext-2/`, all three
+splits: the real data set, not a stand-in) and the original project's records and
+tokenizer (`par-transformer-xl-original/`). It is looked up as
 `$PARTF_SHARED_DATA` when that is set, else `../shared/data` beside the checkout.
 Users do not have it: tests skip without it, unless `PARTF_REQUIRE_SHARED_DATA=1`
 (CI sets it where the folder exists), which turns the skip into a failure; benchmarks
@@ -18,12 +19,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: The original project's artifacts, under the shared folder.
 ORIGINAL_NAME = "par-transformer-xl-original"
+#: WikiText-2's three splits, under the shared folder.
+WIKITEXT2_NAME = "wikitext-2"
 
 
 def shared_data_dir() -> Path:
     """$PARTF_SHARED_DATA, else ../shared/data beside the checkout (it may not exist)."""
     configured = os.environ.get("PARTF_SHARED_DATA")
     return Path(configured) if configured else ROOT.parent / "shared" / "data"
+
+
+def wikitext2_dir() -> Path:
+    """WikiText-2's train.txt, valid.txt and test.txt inside the shared folder."""
+    return shared_data_dir() / WIKITEXT2_NAME
 
 
 def original_dir() -> Path:

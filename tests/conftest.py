@@ -11,8 +11,8 @@ from tests.shared_data import absent, original_dir, shared_data_dir
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# The shared folder ($PARTF_SHARED_DATA, else ../shared/data) holds WikiText-2 valid and
-# test text and the original project's artifacts. Users do not have it: tests that need
+# The shared folder ($PARTF_SHARED_DATA, else ../shared/data) holds WikiText-2's train,
+# valid and test text and the original project's artifacts. Users do not have it: tests that need
 # it skip, or fail under PARTF_REQUIRE_SHARED_DATA=1 (tests/shared_data.py).
 SHARED_DATA = shared_data_dir()
 ORIGINAL = original_dir()

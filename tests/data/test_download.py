@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 import socket
 import zipfile
 from pathlib import Path
@@ -18,6 +19,8 @@ from partf.data import (
     file_checksum,
     verify_file,
 )
+from partf.data.download import SPLIT_FILES
+from tests.shared_data import wikitext2_file
 
 CONTENT = {
     "train.txt": b" = Train = \n some words here \n",
@@ -34,12 +37,8 @@ def git_blob(data: bytes) -> str:
     return "git-blob-sha1:" + hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-# Mirrors WIKITEXT2_CHECKSUMS: train checked by git blob id, the others by sha256.
-CHECKSUMS = {
-    "train.txt": git_blob(CONTENT["train.txt"]),
-    "valid.txt": sha256(CONTENT["valid.txt"]),
-    "test.txt": sha256(CONTENT["test.txt"]),
-}
+# Mirrors WIKITEXT2_CHECKSUMS: every split checked by sha256.
+CHECKSUMS = {name: sha256(data) for name, data in CONTENT.items()}
 
 
 def make_zip(path: Path, content: dict[str, bytes]) -> Path:
@@ -162,14 +161,57 @@ def test_checksum_helpers(tmp_path):
         "git-blob-sha1:ce013625030ba8dba906f756967f9e9ca394464a"
     )
     assert verify_file(path, sha256(b"hello\n"))
+    assert verify_file(path, git_blob(b"hello\n"))  # a blob id still works as a checksum
     assert not verify_file(path, sha256(b"other"))
     assert not verify_file(tmp_path / "missing", sha256(b"hello\n"))
 
 
-def test_wikitext2_checksums_match_the_shared_files(shared_data):
-    for name in ("valid.txt", "test.txt"):
-        assert verify_file(shared_data / "wikitext-2" / name, WIKITEXT2_CHECKSUMS[name])
-    # The README lists the git blob ids: check our git-blob-sha1 on a file we have.
-    assert file_checksum(shared_data / "wikitext-2" / "valid.txt", "git-blob-sha1") == (
+def shared_wikitext2() -> Path:
+    """The shared WikiText-2 folder; skips (or fails, when required) unless all three
+    splits are in it."""
+    files = [wikitext2_file(name) for name in SPLIT_FILES]
+    return files[0].parent
+
+
+def test_wikitext2_checksums_match_the_shared_files():
+    folder = shared_wikitext2()
+    for name in SPLIT_FILES:
+        assert verify_file(folder / name, WIKITEXT2_CHECKSUMS[name]), name
+    # The data's README lists git blob ids too: our git-blob-sha1 gives the same.
+    assert file_checksum(folder / "train.txt", "git-blob-sha1") == (
+        "git-blob-sha1:2d84b35af79e411d73ea7cae83c73964c6ac83b4"
+    )
+    assert file_checksum(folder / "valid.txt", "git-blob-sha1") == (
         "git-blob-sha1:eec944eb2d9e46061cd34a6913528797db6842fc"
     )
+
+
+def test_real_wikitext2_from_a_file_url_passes_the_real_checksums(tmp_path):
+    folder = shared_wikitext2()
+    dest = tmp_path / "wikitext-2"
+    files = fetch_wikitext2(dest, [folder.as_uri() + "/"])  # the default WIKITEXT2_CHECKSUMS
+    assert sorted(p.name for p in dest.iterdir()) == sorted(SPLIT_FILES)
+    assert files["train.txt"].stat().st_size == (folder / "train.txt").stat().st_size
+
+
+def test_corrupted_train_copy_is_deleted_with_a_one_line_error(tmp_path, caplog):
+    folder = shared_wikitext2()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in SPLIT_FILES:
+        shutil.copyfile(folder / name, copy / name)
+    # One flipped byte in the middle of train.txt: same size, different sha256.
+    with open(copy / "train.txt", "r+b") as f:
+        f.seek(5_000_000)
+        byte = f.read(1)
+        f.seek(5_000_000)
+        f.write(bytes([byte[0] ^ 0x20]))
+    dest = tmp_path / "wikitext-2"
+    for source in (str(copy), copy.as_uri() + "/"):  # a local path, then a file:// URL
+        with caplog.at_level(logging.WARNING), pytest.raises(DataError) as info:
+            fetch_wikitext2(dest, [source])
+        message = str(info.value)
+        assert "checksum mismatch in train.txt (deleted)" in message and "\n" not in message
+        assert WIKITEXT2_CHECKSUMS["train.txt"] in caplog.text  # the warning names the expected
+        assert not dest.exists()  # nothing half-written: not valid.txt, not the folder
+    assert sorted(p.name for p in copy.iterdir()) == sorted(SPLIT_FILES)  # the source is kept

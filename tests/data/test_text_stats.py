@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from partf.data import DataError, UsageError, text_stats
+from tests.shared_data import wikitext2_file
 
 
 def test_counts_match_a_hand_count(tmp_path):
@@ -29,6 +30,15 @@ def test_wikitext_valid_counts(shared_data):
     # 217,646: the word-level token count of WikiText-2 valid published with the data set.
     assert stats.num_words_with_line_ends == 217646
     assert stats.sha256 == "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"
+
+
+def test_wikitext_train_counts():
+    # All of train.txt: counting is plain Python over 10 MB, well under a second.
+    stats = text_stats(wikitext2_file("train.txt"))
+    assert stats.num_lines == 36718  # the shared data's README's line count
+    # 2,088,628: the word-level token count of WikiText-2 train published with the data set.
+    assert stats.num_words_with_line_ends == 2088628
+    assert stats.sha256 == "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f"
 
 
 def test_bad_input(tmp_path):

@@ -3,6 +3,7 @@ and the original project's records."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 
@@ -16,6 +17,7 @@ from partf.data import (
     build_records,
     context_batches,
     file_sha256,
+    load_batches,
     load_tfrecords,
     parse_batch,
     read_batches,
@@ -27,6 +29,7 @@ from partf.data import (
     tokenize_file,
     write_tfrecords,
 )
+from tests.shared_data import absent, wikitext2_file
 
 BATCH, SEQ = 4, 16
 
@@ -150,7 +153,9 @@ def test_original_records_load_and_are_contiguous(
     # valid.txt with the original model and without eos (the original dropped
     # line ends). Its records are non-overlapping windows of 33 tokens, batch i
     # row r being window i + r*stride, stride = num_tokens // (32*33), so row r
-    # of batch i+1 directly follows row r of batch i in the stream.
+    # of batch i+1 directly follows row r of batch i in the stream. valid, not
+    # train: checking every row needs the whole split tokenized, and valid is a
+    # tenth of train's size (train's records get a cheaper check below).
     tokenize_file(
         shared_data / "wikitext-2" / "valid.txt", original_model, tmp_path / "t", add_eos=False
     )
@@ -161,6 +166,25 @@ def test_original_records_load_and_are_contiguous(
     np.testing.assert_array_equal(batches, windows[index])
     with pytest.raises(UsageError, match="original-format"):
         records_token_stream(path)
+
+
+def test_original_train_records_follow_train_txt(original_artifacts, original_model, tmp_path):
+    # The original's training records against the real training text. Tokenizing all
+    # of train.txt (10 MB) would take most of a minute, so only its first 100 lines:
+    # row 0 of batch i is window i of the stream, so they give the first batches' row 0.
+    path = original_artifacts / "tfrecords_train"
+    if not path.is_dir():
+        absent(f"the original project's training records {path} are absent")
+    assert read_metadata(path).num_batches == 2827  # as the shared data's README says
+    head = tmp_path / "head.txt"
+    with open(wikitext2_file("train.txt"), encoding="utf-8") as f:
+        head.write_text("".join(itertools.islice(f, 100)), encoding="utf-8")
+    tokenize_file(head, original_model, tmp_path / "t", add_eos=False)
+    stream = np.array(read_token_file(tmp_path / "t"))
+    count = stream.size // 33
+    assert count > 100  # enough batches to mean something
+    rows = np.stack([b[0] for b in load_batches(path).take(count).as_numpy_iterator()])
+    np.testing.assert_array_equal(rows, stream[: count * 33].reshape(count, 33))
 
 
 def test_write_tfrecords_refuses_too_many_shards(tmp_path):

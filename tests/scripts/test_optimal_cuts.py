@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from partf.cutoffs import optimal_cutoffs
+from tests.shared_data import wikitext2_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "optimal_cuts.py"
@@ -52,11 +54,16 @@ def test_token_count_pairs_keep_their_order(tmp_path):
     assert _parse_flags(done.stdout) == optimal_cutoffs(counts, 2, sort=False).cutoffs
 
 
-def test_text_and_sentencepiece(original_artifacts, shared_data):
+def test_text_and_sentencepiece(original_artifacts, tmp_path):
     import sentencepiece
 
     model = original_artifacts / "tokenizer" / "wiki2_12k.model"
-    text = shared_data / "wikitext-2" / "valid.txt"
+    # Cutoffs come from the training text's frequencies, so train.txt; its first 4,000
+    # lines (about valid.txt's size), since the script and this test both tokenize it
+    # and all 10 MB would take most of a minute on a busy CPU.
+    text = tmp_path / "train_head.txt"
+    with open(wikitext2_file("train.txt"), encoding="utf-8") as f:
+        text.write_text("".join(itertools.islice(f, 4000)), encoding="utf-8")
     done = _run(f"--text={text}", f"--sp_model={model}", "--clusters=3")
     assert done.returncode == 0, done.stderr
     processor = sentencepiece.SentencePieceProcessor(model_file=str(model))
@@ -70,6 +77,8 @@ def test_text_and_sentencepiece(original_artifacts, shared_data):
 def test_original_records(original_artifacts):
     import tensorflow as tf
 
+    # valid, not train: the script reads either the same way, and this test counts every
+    # target itself in a Python loop, which over train's 2,827 records (not 304) is slow.
     records = original_artifacts / "tfrecords_valid"
     model = original_artifacts / "tokenizer" / "wiki2_12k.model"
     done = _run(f"--records={records}", f"--sp_model={model}", "--clusters=3")
