@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import keras  # noqa: F401 (used by the docstring examples)
+import keras
 from keras import ops
 
 from partf.attention.base import Attention, Projection, State
@@ -93,6 +93,10 @@ def relative_shift(scores: Any, key_len: int) -> Any:
     return skewed[..., :key_len]
 
 
+#: `RelativeAttention(compat=...)`: whose attention choices the layer follows.
+COMPAT_MODES = ("transformer_xl", "original")
+
+
 @register_attention("relative")
 class RelativeAttention(Attention):
     """Transformer-XL multi-head attention with relative positions and memory.
@@ -112,6 +116,10 @@ class RelativeAttention(Attention):
             (Transformer-XL's `dropatt`). 0 by default, as the original PAR
             model and Transformer-XL's base settings: it also costs a random
             draw per (query, key) pair.
+        compat: "transformer_xl" (default): scores scaled by 1 / sqrt(Dh) and a
+            linear output projection, as Dai et al. "original": the original PAR
+            project's choices (par_model.py): scores scaled by 1 / Dh, biases on
+            every projection and a ReLU after the output projection.
 
     Call args:
         x: [B, T, D] segment.
@@ -144,6 +152,8 @@ class RelativeAttention(Attention):
         "mem_len": "memory length; the model sets it from --mem_len",
         "clamp_len": "largest relative distance encoded (None: no clamp)",
         "attention_dropout_rate": "dropout on the attention weights (dropatt)",
+        "compat": "transformer_xl (scores / sqrt(Dh), linear output) or original (the "
+        "original PAR project's scores / Dh, biases and ReLU output)",
     }
 
     def __init__(
@@ -157,17 +167,21 @@ class RelativeAttention(Attention):
         mem_len: int = 0,
         clamp_len: int | None = None,
         attention_dropout_rate: float = 0.0,
+        compat: str = "transformer_xl",
         **kwargs: Any,
     ) -> None:
+        if compat not in COMPAT_MODES:
+            raise ValueError(f"unknown compat {compat!r}; choose one of {', '.join(COMPAT_MODES)}.")
         super().__init__(
             d_model=d_model,
             num_heads=num_heads,
             head_dim=head_dim,
             dropout_rate=dropout_rate,
             causal=causal,
-            use_bias=use_bias,
+            use_bias=use_bias or compat == "original",
             **kwargs,
         )
+        self.compat = compat
         if mem_len < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}.")
         if clamp_len is not None and clamp_len <= 0:
@@ -193,6 +207,8 @@ class RelativeAttention(Attention):
         self.attention_dropout = Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
+        if self.compat == "original":
+            self._original_initialization()
         heads = (self.num_heads, self.head_dim)
         self.content_bias = self.add_weight(
             name="content_bias", shape=heads, initializer="glorot_normal"
@@ -201,6 +217,24 @@ class RelativeAttention(Attention):
             name="position_bias", shape=heads, initializer="glorot_normal"
         )  # v
         self.built = True
+
+    def _original_initialization(self) -> None:
+        # The original's projections are plain Dense layers, initialised Glorot-uniform
+        # over their 2-D kernels: queries, keys and values one [D, 3 * H * Dh] kernel,
+        # positions and output [D, H * Dh] each. EinsumDense counts the fans of the 3-D
+        # kernels here otherwise (about a third of the limit for the queries).
+        width = self.num_heads * self.head_dim
+        fans = {
+            self.query_dense: self.d_model + 3 * width,
+            self.key_dense: self.d_model + 3 * width,
+            self.value_dense: self.d_model + 3 * width,
+            self.position_dense: self.d_model + width,
+            self.output_dense: self.d_model + width,
+        }
+        for layer, fan_sum in fans.items():
+            limit = math.sqrt(6.0 / fan_sum)
+            initializer = keras.initializers.RandomUniform(-limit, limit)
+            layer.kernel.assign(initializer(layer.kernel.shape, layer.kernel.dtype))
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         if self.mem_len == 0:
@@ -278,14 +312,13 @@ class RelativeAttention(Attention):
         content = ops.einsum("bthk,bshk->bhts", q + u, keys)  # [B, H, 1, K]
         # With one query the relative shift is the identity: no pad, no skew.
         position = ops.einsum("bthk,shk->bhts", q + pos_bias, r)
-        scale = 1.0 / math.sqrt(self.head_dim)
-        scores = ops.cast(content + position, "float32") * scale
+        scores = ops.cast(content + position, "float32") * self._score_scale()
         # The lone query is the last position: every valid key is visible.
         weights = ops.cast(masked_softmax(scores, key_mask[:, None, None, :]), x.dtype)
         if self.attention_dropout_rate > 0:
             weights = self.attention_dropout(weights, training=training)
         out = ops.einsum("bhts,bshk->bthk", weights, values)
-        y = self.dropout(self.output_dense(out), training=training)
+        y = self.dropout(self._output(out), training=training)
         memory = ops.concatenate([ops.cast(state["memory"], "float32"), ops.cast(x, "float32")], 1)
         new_state = {
             "memory": ops.stop_gradient(memory[:, -mem_len:]),
@@ -295,6 +328,16 @@ class RelativeAttention(Attention):
             "position": state["position"],
         }
         return y, new_state
+
+    def _score_scale(self) -> float:
+        # The original PAR project divides by Dh (its comment says sqrt(d_model)).
+        return 1.0 / (self.head_dim if self.compat == "original" else math.sqrt(self.head_dim))
+
+    def _output(self, out: Any) -> Any:
+        """[B, T, H, Dh] weighted values -> [B, T, D]: the output projection (with the
+        original project's ReLU in `compat="original"`)."""
+        y = self.output_dense(out)
+        return ops.relu(y) if self.compat == "original" else y
 
     # ------------------------------------------------------------------ call
     def call(
@@ -339,8 +382,7 @@ class RelativeAttention(Attention):
         position = relative_shift(position, key_len)  # [B, H, T, K]
 
         # Scores, mask and softmax in float32 whatever the compute dtype.
-        scale = 1.0 / math.sqrt(self.head_dim)
-        scores = ops.cast(content + position, "float32") * scale
+        scores = ops.cast(content + position, "float32") * self._score_scale()
         visible = key_mask[:, None, None, :]  # [B, 1, 1, K]
         if self.causal:
             key_pos = ops.arange(key_len)[None, :]
@@ -351,7 +393,7 @@ class RelativeAttention(Attention):
         if self.attention_dropout_rate > 0:
             weights = self.attention_dropout(weights, training=training)
         out = ops.einsum("bhts,bshk->bthk", weights, v)  # [B, T, H, Dh]
-        y = self.dropout(self.output_dense(out), training=training)  # [B, T, D]
+        y = self.dropout(self._output(out), training=training)  # [B, T, D]
 
         if self.mem_len == 0:
             return y, {}
@@ -389,5 +431,6 @@ class RelativeAttention(Attention):
             mem_len=self.mem_len,
             clamp_len=self.clamp_len,
             attention_dropout_rate=self.attention_dropout_rate,
+            compat=self.compat,
         )
         return config

@@ -530,6 +530,8 @@ def relative(config, params, x, state, mask):
 
         score = ((q_i + u) . k_j + (q_i + v) . W_r R_d) / sqrt(Dh)
 
+    (divided by Dh instead, with a ReLU after the output projection, when
+    config["compat"] is "original": the original PAR project's choices)
     over the valid keys (and j <= M + i when causal); keys and values are projections
     of [memory; x]. The new memory is the last M rows of [memory; x] and their validity.
     """
@@ -564,11 +566,14 @@ def relative(config, params, x, state, mask):
             visible = valid[b].copy()
             if config["causal"]:
                 visible[memory_len + i + 1 :] = False
-            weights = visible_softmax((content + positional) / math.sqrt(dim), visible[None])
+            scale = dim if config.get("compat") == "original" else math.sqrt(dim)
+            weights = visible_softmax((content + positional) / scale, visible[None])
             out[b, i] = np.einsum("hj,jhk->hk", weights, v[b])
     y = np.einsum("bthk,hkd->btd", out, f64(params["output_kernel"]))
     if "output_bias" in params:
         y = y + f64(params["output_bias"])
+    if config.get("compat") == "original":
+        y = np.maximum(y, 0.0)
     if not memory_len:
         return y, {}
     return y, {

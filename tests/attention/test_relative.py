@@ -21,16 +21,24 @@ from tests.layer_checks import assert_close, assert_config_round_trip
 D, H = 12, 3
 
 
-def make_layer(mem_len=0, causal=True, clamp_len=None, use_bias=False, seed=0):
+def make_layer(mem_len=0, causal=True, clamp_len=None, use_bias=False, seed=0, compat=None):
+    options = {} if compat is None else {"compat": compat}
     layer = create_attention(
-        "relative", D, H, causal=causal, mem_len=mem_len, clamp_len=clamp_len, use_bias=use_bias
+        "relative",
+        D,
+        H,
+        causal=causal,
+        mem_len=mem_len,
+        clamp_len=clamp_len,
+        use_bias=use_bias,
+        **options,
     )
     layer.build((None, None, D))
     rng = np.random.default_rng(seed)
     # Random non-zero biases so the (c) and (d) terms matter.
     layer.content_bias.assign(rng.normal(size=(H, D // H)).astype("float32"))
     layer.position_bias.assign(rng.normal(size=(H, D // H)).astype("float32"))
-    if use_bias:
+    if layer.use_bias:
         for dense in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense):
             dense.bias.assign(rng.normal(size=dense.bias.shape).astype("float32"))
     return layer
@@ -98,7 +106,12 @@ def weights_of(layer):
 
 
 def config_of(layer):
-    return {"mem_len": layer.mem_len, "clamp_len": layer.clamp_len, "causal": layer.causal}
+    return {
+        "mem_len": layer.mem_len,
+        "clamp_len": layer.clamp_len,
+        "causal": layer.causal,
+        "compat": layer.compat,
+    }
 
 
 @pytest.mark.parametrize(
@@ -130,6 +143,49 @@ def test_matches_four_term_reference(causal, mem_len, clamp_len, use_bias, q_len
     assert_matches_reference(
         run_layer, run_reference, {"x": x}, weights_of(layer), no_gradient=("memory",)
     )
+
+
+@pytest.mark.parametrize("mem_len, q_len", [(0, 5), (4, 5), (6, 1)])
+def test_original_compat_matches_reference(mem_len, q_len):
+    """compat="original" (scores / Dh, biases everywhere, ReLU after the output) equals
+    the reference computing the original project's formula, values and gradients."""
+    layer = make_layer(mem_len, compat="original")
+    assert layer.use_bias  # the original's projections all have biases
+    x = np.random.default_rng(4).normal(size=(2, q_len, D)).astype("float32")
+    mask = np.ones((2, q_len), bool)
+    state = random_state(2, mem_len, [mem_len, mem_len // 2]) if mem_len else {}
+    y, _ = layer(x, state=state or None, mask=mask)
+    # The ReLU is there: some outputs are exactly zero, none negative.
+    assert np.asarray(y).min() == 0.0
+    assert_matches_reference(
+        lambda x: layer(x, state=state or None, mask=mask),
+        lambda x, **weights: references.relative(config_of(layer), weights, x, state, mask),
+        {"x": x},
+        weights_of(layer),
+        no_gradient=("memory",),
+    )
+
+
+def test_original_compat_differs_from_transformer_xl_and_round_trips():
+    """The two compat modes compute different functions of the same weights, and the
+    mode survives get_config; the original's Glorot limits over 2-D kernels are used."""
+    layer = make_layer(4, compat="original")
+    clone = assert_config_round_trip(layer)
+    assert clone.compat == "original"
+    config = config_of(layer)
+    x = np.random.default_rng(5).normal(size=(2, 5, D)).astype("float32")
+    mask = np.ones((2, 5), bool)
+    state = random_state(2, 4, [4, 2])
+    weights = {k: np.asarray(v) for k, v in weights_of(layer).items()}
+    original, _ = references.relative(config, weights, x, state, mask)
+    plain, _ = references.relative({**config, "compat": "transformer_xl"}, weights, x, state, mask)
+    assert np.abs(original - plain).max() > 1e-2
+    # Query kernel [D, H, Dh] drawn within the original's Dense(3 D) limit, not EinsumDense's.
+    limit = np.sqrt(6.0 / (D + 3 * D))
+    kernel = np.asarray(layer.query_dense.kernel)
+    assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.8 * limit
+    with pytest.raises(ValueError, match="unknown compat"):
+        RelativeAttention(d_model=D, num_heads=H, compat="bogus")
 
 
 @pytest.mark.parametrize("mem_len", [0, 4])
