@@ -46,6 +46,20 @@ EVAL_MODES = ("argmax", "expected", "sample")
 #: Candidate names that are not attention registry names.
 BUILTIN_CANDIDATES = ("attention", "dense", "identity")
 
+#: How a block holds its architecture parameters: "logits" (pi is their softmax) or
+#: "probabilities" (the original project's clipped, unnormalised probabilities).
+ARCH_PARAMETERIZATIONS = ("logits", "probabilities")
+
+#: The original's guard against log(0) in its Gumbel-softmax.
+PROBABILITY_EPSILON = 1e-5
+
+
+def initial_probabilities(num_candidates: int) -> list[float]:
+    """The original's starting probabilities: [0.33, 0.33, 0.34] for three candidates
+    (1 / C rounded to two places, the last candidate taking the remainder)."""
+    share = round(1.0 / num_candidates, 2)
+    return [share] * (num_candidates - 1) + [round(1.0 - share * (num_candidates - 1), 2)]
+
 
 def noncausal_attention_names() -> list[str]:
     """The registry names of the mechanisms that have a non-causal form."""
@@ -99,6 +113,10 @@ class StochasticBlock(keras.layers.Layer):
         causal: build the attentions causal (True, language modelling) or non-causal
             (False: every real token sees the whole sequence; needs mem_len=0 and
             mechanisms with a non-causal form).
+        arch_parameterization: "logits" (pi = softmax of the variable) or
+            "probabilities" (the original project's: the variable holds
+            unnormalised probabilities, starting at [0.33, 0.33, 0.34], and the
+            Gumbel-softmax reads log(max(p, 0) + 1e-5)).
 
     Call args:
         x: [B, T, D].
@@ -141,6 +159,7 @@ class StochasticBlock(keras.layers.Layer):
         sample_per_example: bool = False,
         seed: int | None = None,
         causal: bool = True,
+        arch_parameterization: str = "logits",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -215,14 +234,28 @@ class StochasticBlock(keras.layers.Layer):
                     epsilon=1e-5, dtype=self.dtype_policy, name=f"norm_{index}"
                 )
             )
+        if arch_parameterization not in ARCH_PARAMETERIZATIONS:
+            raise ValueError(
+                f"unknown arch_parameterization {arch_parameterization!r}; choose one of "
+                f"{', '.join(ARCH_PARAMETERIZATIONS)}."
+            )
+        self.arch_parameterization = arch_parameterization
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.arch_logits = None
         if self.num_candidates > 1:
-            # Zero logits: every candidate equally likely at the start.
+            # "logits": zero logits, every candidate equally likely at the start.
+            # "probabilities": the original's [0.33, 0.33, 0.34] (for three candidates).
+            # The variable keeps the name "arch_logits" in both: the optimizer and
+            # checkpoints find the architecture parameters by it.
+            initializer = "zeros"
+            if arch_parameterization == "probabilities":
+                initializer = keras.initializers.Constant(
+                    initial_probabilities(self.num_candidates)
+                )
             self.arch_logits = self.add_weight(
                 name="arch_logits",
                 shape=(self.num_candidates,),
-                initializer="zeros",
+                initializer=initializer,
                 dtype="float32",
                 autocast=False,
             )
@@ -291,13 +324,13 @@ class StochasticBlock(keras.layers.Layer):
     # ------------------------------------------------------------ sampled path
     def sample_index(self) -> Any:
         """One candidate drawn from pi = softmax(logits) (Gumbel-max): int32 scalar."""
-        logits = ops.cast(ops.convert_to_tensor(self.arch_logits), "float32")
+        logits = self.logits()
         noise = gumbel_noise(tuple(logits.shape), self.seed_generator)
         return ops.cast(ops.argmax(logits + noise), "int32")
 
     def log_pi(self, index: Any) -> Any:
         """float32 scalar log pi[index], differentiable in the logits."""
-        logits = ops.cast(ops.convert_to_tensor(self.arch_logits), "float32")
+        logits = self.logits()
         return ops.take(ops.log_softmax(logits), index)
 
     def run_sampled(
@@ -371,17 +404,28 @@ class StochasticBlock(keras.layers.Layer):
         return states
 
     # -------------------------------------------------------------- weights
+    def logits(self) -> Any:
+        """float32 [C]: the architecture logits that pi is the softmax of. With
+        `arch_parameterization="probabilities"` the variable holds the original's
+        unnormalised probabilities p and the logits are log(max(p, 0) + 1e-5), as its
+        Gumbel-softmax computes them: a candidate whose p falls to zero or below is
+        never drawn again and gets no gradient."""
+        variable = ops.cast(ops.convert_to_tensor(self.arch_logits), "float32")
+        if self.arch_parameterization == "probabilities":
+            return ops.log(ops.maximum(variable, 0.0) + PROBABILITY_EPSILON)
+        return variable
+
     def pi(self) -> Any:
         """float32 [C]: softmax of the architecture logits (one-hot if fixed)."""
         if self.arch_logits is None:
             return ops.ones((1,), "float32")
-        return ops.softmax(ops.convert_to_tensor(self.arch_logits), axis=-1)
+        return ops.softmax(self.logits(), axis=-1)
 
     def mixing_weights(
         self, tau: Any = None, batch_size: int | None = None, training: bool = False
     ) -> Any:
         """Candidate weights: float32 [C], or [B, C] when sampling per example."""
-        logits = ops.convert_to_tensor(self.arch_logits)
+        logits = self.logits()
         mode = "sample" if training else self.eval_mode
         if mode == "argmax":
             return ops.one_hot(ops.argmax(logits), self.num_candidates, dtype="float32")
@@ -449,5 +493,6 @@ class StochasticBlock(keras.layers.Layer):
             sample_per_example=self.sample_per_example,
             seed=self.seed,
             causal=self.causal,
+            arch_parameterization=self.arch_parameterization,
         )
         return config

@@ -13,7 +13,11 @@ from typing import Any
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
-from partf.layers.stochastic_block import BUILTIN_CANDIDATES, EVAL_MODES
+from partf.layers.stochastic_block import (
+    ARCH_PARAMETERIZATIONS,
+    BUILTIN_CANDIDATES,
+    EVAL_MODES,
+)
 from partf.layers.temperature import validate_temperature
 from partf.settings import setting
 
@@ -187,6 +191,13 @@ class ModelConfig:
         16384,
         "learned positions: rows of the table; a stream (one row of the context batch, an "
         "epoch long) must stay shorter",
+    )
+    arch_parameterization: str = setting(
+        "logits",
+        "architecture parameters: logits (pi = their softmax) or probabilities (the original "
+        "project's clipped, unnormalised probabilities from [0.33, 0.33, 0.34], read as "
+        "log(max(p, 0) + 1e-5))",
+        choices=ARCH_PARAMETERIZATIONS,
     )
     tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")

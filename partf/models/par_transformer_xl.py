@@ -125,6 +125,7 @@ class PARTransformerXL(keras.Model):
                 straight_through=config.straight_through,
                 eval_mode=config.eval_mode,
                 sample_per_example=config.sample_per_example,
+                arch_parameterization=config.arch_parameterization,
                 dtype=policy,
                 name=f"block_{i}",
             )

@@ -258,3 +258,35 @@ def test_noncausal_block_refusals():
         noncausal_block(candidates=("attention", "dense"), attention="primal")
     with pytest.raises(ValueError, match="set mem_len=0"):
         noncausal_block(mem_len=4)
+
+
+def test_probability_parameterization_follows_the_original():
+    """arch_parameterization="probabilities": the variable starts at the original's
+    [0.33, 0.33, 0.34]; the Gumbel-softmax reads log(max(p, 0) + 1e-5), so the sampled
+    weights equal the original's formula for the same noise, and a candidate whose
+    probability fell below zero gets no gradient (it is never drawn again)."""
+    from partf.layers.gumbel import gumbel_noise
+
+    layer = StochasticBlock(D, 2, 16, arch_parameterization="probabilities", seed=3)
+    layer.build((B, T, D))
+    np.testing.assert_allclose(np.asarray(layer.arch_logits), [0.33, 0.33, 0.34])
+    layer.arch_logits.assign(np.asarray([0.7, -0.2, 0.25], "float32"))
+    p = np.maximum([0.7, -0.2, 0.25], 0.0) + 1e-5
+    np.testing.assert_allclose(np.asarray(layer.pi()), p / p.sum(), rtol=1e-6)
+
+    tau = 0.5
+    state = np.asarray(layer.seed_generator.state)
+    noise = np.asarray(gumbel_noise((3,), layer.seed_generator))
+    layer.seed_generator.state.assign(state)  # the block draws the same noise next
+    logits = (np.log(p) + noise) / tau
+    want = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    with tf.GradientTape() as tape:
+        weights = layer.mixing_weights(tau, training=True)
+        loss = ops.sum(weights * ops.convert_to_tensor([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(np.asarray(weights), want, rtol=1e-5, atol=1e-7)
+    grad = np.asarray(tape.gradient(loss, layer.arch_logits))
+    assert grad[1] == 0.0 and grad[0] != 0.0 and grad[2] != 0.0
+    clone = assert_config_round_trip(layer)
+    assert clone.arch_parameterization == "probabilities"
+    with pytest.raises(ValueError, match="unknown arch_parameterization"):
+        StochasticBlock(D, 2, 16, arch_parameterization="bogus")
