@@ -149,3 +149,50 @@ def test_random_bits_look_independent():
     # Neighbouring indices give unrelated values: about half the bits differ (mean 16).
     differing = np.unpackbits((a[:-1] ^ a[1:]).astype(">u4").view(np.uint8)).reshape(-1, 32)
     assert abs(differing.sum(axis=1).mean() - 16) < 0.1
+
+
+class _MaskRecorder(keras.layers.Layer):
+    """Two `Dropout(0.5)` layers on ones; counts, per element, the steps each kept it
+    and the steps both kept it (non-trainable variables, updated inside the step)."""
+
+    def __init__(self, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.first, self.second = Dropout(0.5, seed=1), Dropout(0.5, seed=2)
+        self.counts = [
+            self.add_weight(name=n, shape=shape, initializer="zeros", trainable=False)
+            for n in ("first", "second", "both")
+        ]
+        self.scale = self.add_weight(name="scale", shape=(), initializer="ones")
+
+    def call(self, x, training=None):
+        ones = ops.ones(self.counts[0].shape)
+        a = ops.cast(self.first(ones, training=training) > 0, "float32")
+        b = ops.cast(self.second(ones, training=training) > 0, "float32")
+        if training:
+            for count, kept in zip(self.counts, (a, b, a * b), strict=True):
+                count.assign_add(kept)
+        return x * self.scale
+
+
+def test_dropout_masks_are_fresh_per_step_layer_and_element_in_a_compiled_loop():
+    """What dropout promises, inside fit's XLA-compiled multi-step loop: a new mask at
+    every step (each element kept in about half the steps, not always or never), at the
+    stated rate, independent between layers (both kept a quarter of the time)."""
+    shape, steps = (16, 32), 64
+    inputs = keras.Input((1,))
+    recorder = _MaskRecorder(shape)
+    model = keras.Model(inputs, recorder(inputs))
+    model.compile(optimizer="sgd", loss="mse", jit_compile=True, steps_per_execution=16)
+    data = np.ones((steps, 1), "float32")
+    model.fit(data, data, batch_size=1, epochs=1, verbose=0, shuffle=False)
+    first, second, both = (np.asarray(c) / steps for c in recorder.counts)
+    # 512 elements x 64 steps at rate 0.5: the kept fraction is 0.5 (se 0.0028: allow 5).
+    assert abs(first.mean() - 0.5) < 0.015 and abs(second.mean() - 0.5) < 0.015
+    # A mask repeated across steps would keep each element in 0 or 64 steps; fresh masks
+    # keep it Binomial(64, 0.5) times: sd 0.0625 of the fraction, and never all or none.
+    assert 0.05 < first.std() < 0.08
+    assert np.all((first > 0) & (first < 1))
+    # Independent layers: both keep an element a quarter of the time (se 0.0024).
+    assert abs(both.mean() - 0.25) < 0.012
+    # Independent elements: neighbouring counts are uncorrelated (se 0.044: allow 4).
+    assert abs(np.corrcoef(first.ravel()[:-1], first.ravel()[1:])[0, 1]) < 0.18
