@@ -95,21 +95,9 @@ def full_pass_log_probs(model: PARTransformerXL, tokens: np.ndarray) -> np.ndarr
 
 
 # ---------------------------------------------------------------- equivalence
-#: Mechanisms whose windows sit at fixed positions of the stream (0, W, 2W, ...): a
-#: row that starts with left padding counts the pads as positions, so its windows are
-#: cut elsewhere than in the unpadded text.
-WINDOW_GRID = {"diag", "eva"}
-LEFT_PADDING_BUG = (
-    "partf bug: left padding (recompute mode, uneven prompts) shifts the fixed windows "
-    "of diag and eva attention, so their outputs change"
-)
-
-
-def mark_left_padding_bug(request, model) -> None:
-    if model.config.attention in WINDOW_GRID:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=LEFT_PADDING_BUG))
-
-
+# Recompute mode left-pads its context, and uneven prompts are left-padded: every
+# mechanism must read a left-padded row as the unpadded one, those whose windows sit at
+# fixed stream positions (diag, eva) included.
 def test_carried_state_equals_full_context(model, tokens):
     reference = full_pass_log_probs(model, tokens)
     carried = Generator(model, mode="carried", compiled=False).score(tokens)
@@ -118,8 +106,7 @@ def test_carried_state_equals_full_context(model, tokens):
     assert np.abs(reference[:, 1:] - reference[:, :1]).max() > 1e-3
 
 
-def test_recompute_equals_full_context(request, model, tokens):
-    mark_left_padding_bug(request, model)
+def test_recompute_equals_full_context(model, tokens):
     reference = full_pass_log_probs(model, tokens)
     recompute = Generator(model, mode="recompute", context_len=16, compiled=False).score(tokens)
     np.testing.assert_allclose(recompute, reference, rtol=1e-4, atol=1e-4)
@@ -136,8 +123,7 @@ def test_sampled_generation_is_that_of_the_full_pass(model, tokens):
     np.testing.assert_allclose(carried.log_probs, reference, rtol=1e-4, atol=1e-4)
 
 
-def test_sampled_generation_matches_between_modes(request, model, tokens):
-    mark_left_padding_bug(request, model)
+def test_sampled_generation_matches_between_modes(model, tokens):
     sampling = Sampling(temperature=0.9, top_k=15, top_p=0.95)
     carried = Generator(model, "carried", compiled=False).generate(
         tokens[:, :4], 5, sampling, seed=3, return_log_probs=True
@@ -159,14 +145,17 @@ def test_short_memory_is_not_full_context(relative_model, tokens):
     assert np.abs(carried[:, 6:] - reference[:, 6:]).max() > 1e-3
 
 
-def test_left_padded_batch_equals_single_prompts(request, model, tokens):
-    mark_left_padding_bug(request, model)
+@pytest.mark.parametrize("mode", ["carried", "recompute"])
+def test_left_padded_batch_equals_single_prompts(model, tokens, mode):
     long, short = tokens[0, :7], tokens[1, :4]
     batch = np.stack([long, np.concatenate([np.zeros(3, "int32"), short])])
     sampling = Sampling(temperature=0.0)
-    both = generate(model, batch, 3, temperature=0.0, compiled=False, return_log_probs=True)
+    # The one-call form, as a user would batch uneven prompts.
+    both = generate(
+        model, batch, 3, 0.0, mode=mode, context_len=16, compiled=False, return_log_probs=True
+    )
     for row, prompt in enumerate((long, short)):
-        alone = Generator(model, compiled=False).generate(
+        alone = Generator(model, mode, context_len=16, compiled=False).generate(
             prompt[None], 3, sampling, return_log_probs=True
         )
         np.testing.assert_array_equal(both.tokens[row], alone.tokens[0])
@@ -177,9 +166,7 @@ def test_left_padded_batch_equals_single_prompts(request, model, tokens):
 def check_greedy(model, prompt, sampling):
     carried = Generator(model, "carried", compiled=False)
     first = carried.generate(prompt, 4, sampling, seed=1, return_log_probs=True)
-    # Recompute left-pads the context: not comparable for the fixed-window mechanisms.
-    mode = "carried" if model.config.attention in WINDOW_GRID else "recompute"
-    other = Generator(model, mode, context_len=16, compiled=False).generate(
+    other = Generator(model, "recompute", context_len=16, compiled=False).generate(
         prompt, 4, sampling, seed=3
     )
     # Different seeds (and modes), the same tokens.

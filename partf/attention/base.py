@@ -168,6 +168,10 @@ class Attention(keras.layers.Layer):
     #: Where rotation happens: True rotates the projected queries and keys before
     #: `attend`; False leaves it to `attend` (linear attentions rotate their features).
     rotates_projections: ClassVar[bool] = True
+    #: Keyword arguments `call` passes to `attend` besides the segment and state: a
+    #: mechanism whose `attend` has a layout option the layer always uses names it here
+    #: (the window grids give padding no place: {"skip_pads": True}).
+    call_attend_options: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -348,7 +352,9 @@ class Attention(keras.layers.Layer):
         if self.rotary and self.rotates_projections:
             positions = self.token_positions(state, mask, batch, length)
             q, k = apply_rotary(q, positions), apply_rotary(k, positions)
-        out, new_state = self.attend(q, k, v, state, mask=mask, training=training)
+        out, new_state = self.attend(
+            q, k, v, state, mask=mask, training=training, **self.call_attend_options
+        )
         new_state = {**new_state, **self.advance_positions(state, mask, batch, length)}
         y = self.output_dense(out)  # [B, T, D]
         return self.dropout(y, training=training), new_state

@@ -4,7 +4,9 @@ Softmax attention splits into the keys near the query and the rest. EVA
 computes the near part exactly and estimates the rest chunk by chunk:
 
 * Exact part: the query's own window, W tokens at fixed stream positions
-  0, W, 2W, ..., keys up to the query.
+  0, W, 2W, ..., keys up to the query. Positions count real tokens only: a pad
+  takes no place in a window or chunk (and gets output zero), so a left-padded
+  prompt is cut as the unpadded one.
 * Estimated part: every earlier chunk c of C tokens is summarised by one key
   k_c = f_k(mean k) and one value beta_c, a self-normalised importance
   sampling estimate of the chunk's values,
@@ -61,6 +63,7 @@ from partf.attention.windowed import (
     grid_buffer,
     grid_valid,
     next_offset,
+    real_token_layout,
     split_blocks,
     to_grid,
 )
@@ -172,6 +175,7 @@ class EVAAttention(Attention):
     """
 
     supports_rotary = True
+    call_attend_options = {"skip_pads": True}
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
         "chunk_size": CHUNK_SIZE_HELP,
@@ -307,7 +311,15 @@ class EVAAttention(Attention):
         beta = ops.einsum("bnch,bnchd->bnhd", probs, v)
         return k_bar, beta, count > 0.0
 
-    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+    def attend(
+        self, q, k, v, state, mask=None, training=None, skip_pads=False
+    ) -> tuple[Any, State]:
+        """Per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state).
+
+        `skip_pads` (what `call` passes) gives a pad no place in the windows and chunks
+        and output zero; False keeps every token in its place, pads masked as keys only
+        (the layout of the float64 reference, tests/attention/references.py).
+        """
         if not self.causal:
             return self.attend_noncausal(q, k, v, mask, training), {}
         window, chunk, mem = self.window_size, self.chunk_size, self.mem_chunks
@@ -326,10 +338,13 @@ class EVAAttention(Attention):
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         offset = state["offset"]
         valid = valid_tokens(mask, batch, length)
-        q_grid = to_grid(q, state["buf_q"], offset, window)  # [B, L, H, Dh]
-        k_grid = to_grid(k, state["buf_k"], offset, window)
-        v_grid = to_grid(v, state["buf_v"], offset, window)
-        valid_grid = grid_valid(valid, state["buf_valid"], offset, window)  # [B, L]
+        order, place, filled = None, None, length
+        if skip_pads and mask is not None:
+            order, place, filled = real_token_layout(valid)
+        q_grid = to_grid(q, state["buf_q"], offset, window, order)  # [B, L, H, Dh]
+        k_grid = to_grid(k, state["buf_k"], offset, window, order)
+        v_grid = to_grid(v, state["buf_v"], offset, window, order)
+        valid_grid = grid_valid(valid, state["buf_valid"], offset, window, order)  # [B, L]
 
         def split(x, size):  # [B, L, ...] -> [B, L / size, size, ...]
             return ops.reshape(x, (batch, -1, size) + tuple(ops.shape(x)[2:]))
@@ -342,14 +357,14 @@ class EVAAttention(Attention):
         causal = ops.arange(window)[:, None] >= ops.arange(window)[None, :]
         visible = ops.logical_and(causal[None, None, None], valid_win[:, :, None, None])
         new_state = {
-            "buf_q": grid_buffer(q_grid, offset, length, window),
-            "buf_k": grid_buffer(k_grid, offset, length, window),
-            "buf_v": grid_buffer(v_grid, offset, length, window),
-            "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, length, window),
-            "offset": next_offset(offset, length, window),
+            "buf_q": grid_buffer(q_grid, offset, filled, window),
+            "buf_k": grid_buffer(k_grid, offset, filled, window),
+            "buf_v": grid_buffer(v_grid, offset, filled, window),
+            "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, filled, window),
+            "offset": next_offset(offset, filled, window),
         }
-        # After the segment, the open window is grid window (offset + T) // W.
-        open_window = (ops.cast(offset, "int32") + length) // window
+        # After the segment, the open window is grid window (offset + places filled) // W.
+        open_window = (ops.cast(offset, "int32") + filled) // window
         if self.overlap_window:
             # Window w's exact keys: window w - 1 (the state's for w = 0), then its own.
             def previous(own, carried):  # [B, n, W, ...] -> [B, n + 1, W, ...]
@@ -420,7 +435,10 @@ class EVAAttention(Attention):
         out = ops.einsum("bnhij,bnjhd->bnihd", probs[..., :exact], v_win)
         if mem:
             out = out + ops.einsum("bnhim,bnmhd->bnihd", probs[..., exact:], band_v)
-        out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
+        out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length, place)
+        if place is not None:
+            # A pad shares the place of the next real token, whose output it must not read.
+            out = ops.where(valid[:, :, None, None], out, 0.0)
         return ops.cast(out, dtype), new_state
 
     def attend_noncausal(self, q, k, v, mask=None, training=None) -> Any:

@@ -14,8 +14,10 @@ attention too thinly ("dilution"). TransNormer answers with
 
 The paper places DiagAttention in the early layers and NormAttention in the
 later ones (the first and second half of the stack in the released models).
-Blocks sit at fixed positions of the stream, so DiagAttention carries the
-open block's keys and values in its state and segments equal one call.
+Blocks sit at fixed positions of the stream, counted in real tokens (padding
+takes no place, so a left-padded prompt is cut as the unpadded one), so
+DiagAttention carries the open block's keys and values in its state and
+segments equal one call.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from partf.attention.windowed import (
     grid_buffer,
     grid_valid,
     next_offset,
+    real_token_layout,
     split_blocks,
     to_grid,
 )
@@ -148,7 +151,8 @@ class DiagAttention(_NormalizedOutput, Attention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         window_size: W, tokens per block. Blocks start at stream positions
-            0, W, 2W, ... whatever the segment length.
+            0, W, 2W, ... whatever the segment length, positions counting real
+            tokens only: a pad takes no place in a block, and gets output zero.
         diag_activation: "softmax" (paper) or "relu" (released models) on the
             scaled scores q . k / sqrt(Dh).
         norm_type: output normalisation, as for `NormAttention`.
@@ -166,6 +170,7 @@ class DiagAttention(_NormalizedOutput, Attention):
     """
 
     supports_rotary = True
+    call_attend_options = {"skip_pads": True}
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
         "diag_activation": "diag: score activation within a block (softmax, relu)",
@@ -206,19 +211,30 @@ class DiagAttention(_NormalizedOutput, Attention):
             **self.position_state_spec(batch_size),
         }
 
-    def attend(self, q, k, v, state, mask=None, training=None) -> tuple[Any, State]:
+    def attend(
+        self, q, k, v, state, mask=None, training=None, skip_pads=False
+    ) -> tuple[Any, State]:
+        """Per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state).
+
+        `skip_pads` (what `call` passes) gives a pad no place in the blocks and output
+        zero; False keeps every token in its place, pads masked as keys only (the
+        layout of the float64 reference, tests/attention/references.py).
+        """
         if not self.causal:
             return self.attend_blocks(q, k, v, mask, training), {}
         window, heads, dim = self.window_size, self.num_heads, self.head_dim
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         offset = state["offset"]
         valid = valid_tokens(mask, batch, length)
+        order, place, filled = None, None, length
+        if skip_pads and mask is not None:
+            order, place, filled = real_token_layout(valid)
         # The carried tokens' own outputs were produced before: zeros stand in
         # for their queries.
-        q_grid = to_grid(q, ops.zeros_like(state["buf_k"]), offset, window)
-        k_grid = to_grid(k, state["buf_k"], offset, window)
-        v_grid = to_grid(v, state["buf_v"], offset, window)
-        valid_grid = grid_valid(valid, state["buf_valid"], offset, window)
+        q_grid = to_grid(q, ops.zeros_like(state["buf_k"]), offset, window, order)
+        k_grid = to_grid(k, state["buf_k"], offset, window, order)
+        v_grid = to_grid(v, state["buf_v"], offset, window, order)
+        valid_grid = grid_valid(valid, state["buf_valid"], offset, window, order)
 
         def windows(x):  # [B, L, ...] -> [B, n, W, ...]
             return ops.reshape(x, (batch, -1, window) + tuple(ops.shape(x)[2:]))
@@ -233,14 +249,18 @@ class DiagAttention(_NormalizedOutput, Attention):
             weights = ops.where(visible, ops.relu(logits), 0.0)
         weights = self.dropout(weights, training=training)
         out = ops.einsum("bnhij,bnjhd->bnihd", weights, windows(v_grid))
-        out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length)
+        out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length, place)
+        out = self._normalize(out)
+        if place is not None:
+            # A pad shares the place of the next real token, whose output it must not read.
+            out = ops.where(valid[:, :, None, None], out, 0.0)
         new_state = {
-            "buf_k": grid_buffer(k_grid, offset, length, window),
-            "buf_v": grid_buffer(v_grid, offset, length, window),
-            "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, length, window),
-            "offset": next_offset(offset, length, window),
+            "buf_k": grid_buffer(k_grid, offset, filled, window),
+            "buf_v": grid_buffer(v_grid, offset, filled, window),
+            "buf_valid": grid_buffer(ops.cast(valid_grid, "float32"), offset, filled, window),
+            "offset": next_offset(offset, filled, window),
         }
-        return ops.cast(self._normalize(out), q.dtype), new_state
+        return ops.cast(out, q.dtype), new_state
 
     def attend_blocks(self, q, k, v, mask=None, training=None) -> Any:
         """Non-causal form: each query sees every real token of its block."""

@@ -12,6 +12,12 @@ Two ways of cutting a stream into local pieces live here:
   (a left-aligned buffer of W slots) with their count, `offset`. Queries and
   keys are gathered onto a grid that starts at the current window's first
   token, so windows are plain reshapes, and gathered back afterwards.
+
+  Where padding sits is a choice of the gather (`real_token_layout`): the layers
+  give a pad no place, so a window holds W real tokens and a stream's windows
+  are cut by its real tokens only, as rotary positions count them
+  (`partf.attention.positions`); a left-padded prompt is then cut as the
+  unpadded one. Without a layout every token, pad or not, takes its place.
 """
 
 from __future__ import annotations
@@ -68,45 +74,92 @@ def grid_length(length: Any, window: int) -> Any:
     return window * ((window - 1 + length + window - 1) // window)
 
 
-def to_grid(x: Any, buffer: Any, offset: Any, window: int) -> Any:
+def real_token_layout(valid: Any) -> tuple[Any, Any, Any]:
+    """Where a segment's tokens go on the grid when padding takes no place.
+
+    Args:
+        valid: bool [B, T], True for real tokens.
+
+    Returns:
+        (order int32 [B, T]: the segment's real tokens in stream order, then its pads,
+         i.e. the token each place takes (`to_grid`);
+         place int32 [B, T]: each token's place counted from the segment's first, the
+         real tokens before it, so a pad shares the place of the next real token
+         (`from_grid`);
+         count int32 [B]: the real tokens, the places the segment fills).
+        With no pad all three are those of the plain layout: 0 .. T - 1 and T.
+
+    Example:
+        >>> order, place, count = real_token_layout(ops.array([[False, True, False, True]]))
+        >>> [ops.convert_to_numpy(t).tolist() for t in (order, place, count)]
+        [[[1, 3, 0, 2]], [[0, 0, 1, 1]], [2]]
+    """
+    length = ops.shape(valid)[1]
+    valid = ops.cast(valid, "bool")
+    ones = ops.cast(valid, "int32")
+    place = ops.cumsum(ones, axis=1) - ones
+    # Sort keys: real token t before every pad, each group in stream order. The keys
+    # are distinct, so the order is the same whatever the sort's stability.
+    tokens = ops.arange(length, dtype="int32")[None, :]
+    order = ops.cast(ops.argsort(ops.where(valid, tokens, length + tokens), axis=1), "int32")
+    return order, place, ops.sum(ones, axis=1)
+
+
+def to_grid(x: Any, buffer: Any, offset: Any, window: int, order: Any | None = None) -> Any:
     """Places the carried partial window and the segment on the window grid.
 
     Args:
         x: [B, T, ...] this segment.
         buffer: [B, W, ...] the current window's first `offset` tokens, left-aligned.
         offset: int [B] tokens of the current window already seen (0 <= offset < W).
+        order: optional int [B, T], the segment's tokens in the order they take the
+            grid's places (`real_token_layout`); None: as they come.
 
     Returns:
         [B, L, ...] with grid slot 0 the current window's first token, slot
-        offset + t the segment's token t; slots past offset + T hold copies of
-        the last token (mask them with `grid_valid`).
+        offset + i the segment's token order[i] (token i without `order`); slots
+        past offset + T hold copies of the last one (mask them with `grid_valid`).
     """
     length = ops.shape(x)[1]
     slots = ops.arange(grid_length(length, window), dtype="int32")[None, :]
     offset = ops.cast(offset, "int32")[:, None]
-    source = ops.where(slots < offset, slots, window + slots - offset)
-    source = ops.minimum(source, window + length - 1)
+    if order is None:
+        source = ops.where(slots < offset, slots, window + slots - offset)
+        source = ops.minimum(source, window + length - 1)
+    else:
+        place = ops.clip(slots - offset, 0, length - 1)  # [B, L]
+        source = ops.where(slots < offset, slots, window + ops.take_along_axis(order, place, 1))
     return batch_gather(ops.concatenate([buffer, ops.cast(x, buffer.dtype)], axis=1), source)
 
 
-def grid_valid(valid: Any, buffer_valid: Any, offset: Any, window: int) -> Any:
-    """bool [B, L]: grid slots holding real, unmasked tokens."""
+def grid_valid(
+    valid: Any, buffer_valid: Any, offset: Any, window: int, order: Any | None = None
+) -> Any:
+    """bool [B, L]: grid slots holding real, unmasked tokens (`order` as for `to_grid`)."""
     length = ops.shape(valid)[1]
     slots = ops.arange(grid_length(length, window), dtype="int32")[None, :]
     inside = slots < ops.cast(offset, "int32")[:, None] + length
     valid, buffer_valid = ops.cast(valid, "float32"), ops.cast(buffer_valid, "float32")
-    gathered = to_grid(valid, buffer_valid, offset, window)
+    gathered = to_grid(valid, buffer_valid, offset, window, order)
     return ops.logical_and(inside, gathered > 0.5)
 
 
-def from_grid(grid: Any, offset: Any, length: Any) -> Any:
-    """The segment's T tokens back from the grid: [B, L, ...] -> [B, T, ...]."""
-    index = ops.cast(offset, "int32")[:, None] + ops.arange(length, dtype="int32")[None, :]
-    return batch_gather(grid, index)
+def from_grid(grid: Any, offset: Any, length: Any, place: Any | None = None) -> Any:
+    """The segment's T tokens back from the grid: [B, L, ...] -> [B, T, ...].
+
+    `place` int [B, T] is each token's place counted from the segment's first
+    (`real_token_layout`); None: token t's is t.
+    """
+    if place is None:
+        place = ops.arange(length, dtype="int32")[None, :]
+    return batch_gather(grid, ops.cast(offset, "int32")[:, None] + ops.cast(place, "int32"))
 
 
 def next_offset(offset: Any, length: Any, window: int) -> Any:
-    """int [B]: tokens of the window that is open after the segment."""
+    """int [B]: tokens of the window that is open after the segment.
+
+    `length` is the places the segment fills: T, or per row int [B] (`real_token_layout`'s
+    count); likewise in `grid_buffer`."""
     return (ops.cast(offset, "int32") + length) % window
 
 
