@@ -28,7 +28,8 @@ SPIKE_GUARDS = ("off", "skip", "stop")
 
 #: Architecture-search presets: the settings of the architecture logits' own optimizer
 #: each one stands for (see `TrainConfig.arch_settings`). "original" shares the model's
-#: optimizer, as the original project did; "par" is what made the search converge at the
+#: optimizer, as the original project did, and (for the causal model) takes its clipped
+#: probabilities as the architecture parameters (partf.training.state._model_config); "par" is what made the search converge at the
 #: base configuration (README "The PAR search": every block's pi above 0.9 in 6,080
 #: steps, for 3 seeds): Adam at 3e-2 (the PAR paper's 1e-2 left two blocks of one seed
 #: undecided) with the paper's weight decay, frozen for the first half of the run so that
@@ -149,8 +150,9 @@ class TrainConfig:
     )
     search: str = setting(
         "original",
-        "architecture-search preset: original (the logits share the model's optimizer, as the "
-        "original project) or par (own rate 3e-2, weight decay 5e-4, frozen for the first "
+        "architecture-search preset: original (the original project's: its clipped "
+        "probabilities, --arch_parameterization=probabilities, sharing the model's optimizer) "
+        "or par (own rate 3e-2, weight decay 5e-4, frozen for the first "
         "half of the run: the settings that converge, README 'The PAR search'); --arch_* "
         "flags given win",
         group=OPTIMIZATION,

@@ -71,6 +71,12 @@ def _model_config(config: TrainConfig, vocab_size: int, batch_size: int, total_s
     from partf.models.config import ModelConfig
 
     fields = dict(config.model)
+    if config.search == "original" and config.objective == "causal":
+        # The original's search is its shared optimizer acting on its own parameters:
+        # clipped probabilities, not logits. With logits its blocks stayed undecided on
+        # WikiText-2 and validation fell behind the original's from epoch 4 on
+        # (docs/results.md, "The seed's table, side by side").
+        fields.setdefault("arch_parameterization", "probabilities")
     if config.objective == "mlm":
         # The encoder has no XL memory and a full softmax tied to the embedding: record
         # that (mem_len 0, no cutoffs) instead of values given for the causal model.

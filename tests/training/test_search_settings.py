@@ -19,6 +19,24 @@ def test_the_original_preset_shares_the_models_optimizer():
     assert TrainConfig().arch_settings(6080).shared
 
 
+@pytest.mark.parametrize(
+    ("search", "model", "objective", "expected"),
+    [
+        ("original", {}, "causal", "probabilities"),
+        ("original", {"arch_parameterization": "logits"}, "causal", "logits"),
+        ("par", {}, "causal", "logits"),
+        ("original", {}, "mlm", "logits"),
+    ],
+)
+def test_the_original_preset_takes_the_originals_probabilities(search, model, objective, expected):
+    """--search=original builds the causal model with the original's clipped
+    probabilities unless --arch_parameterization is given; other presets keep logits."""
+    from partf.training.state import _model_config
+
+    config = TrainConfig(search=search, model=model, objective=objective)
+    assert _model_config(config, 3000, 4, 10).arch_parameterization == expected
+
+
 def test_the_par_preset_freezes_for_half_the_run():
     config = TrainConfig(search="par")
     assert config.arch_settings(6080) == ArchSettings(3e-2, 5e-4, 3040)
