@@ -1,0 +1,81 @@
+"""benchmarks/seed_table.py: reading the runs' logs back into the side-by-side table,
+without training."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "seed_table.py"
+
+
+@pytest.fixture(scope="module")
+def seed_table():
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("seed_table_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(out: Path, run: str, lines: list[str], seconds: list[float]) -> None:
+    log = out / "logs" / run / "training.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("\n".join(lines) + "\n")
+    (out / f"{run}.times.json").write_text(json.dumps(seconds))
+
+
+def validation(step: int, exact: float, original: float) -> str:
+    return (
+        f"2026-11-26 23:00:00,000 [INFO] validation at step {step}: loss 4.0000, "
+        f"perplexity {exact:.2f} (original's figure {original:.2f}) in 15.0s"
+    )
+
+
+def test_epochs_are_read_back_resumed_steps_keep_their_last_figures(seed_table, tmp_path):
+    header = "2026-11-26 [INFO] 10 batches of 32x32 per epoch, 200 steps in all, starting at step 0"
+    write_run(
+        tmp_path,
+        "a_seed0",
+        [
+            header,
+            validation(10, 110.0, 111.0),
+            validation(15, 99.0, 99.5),  # an --eval_every validation inside epoch 2
+            validation(20, 80.0, 81.0),
+            validation(20, 79.0, 80.0),  # the same step scored again after a resume
+        ],
+        [100.0, 50.0],
+    )
+    write_run(tmp_path, "a_seed1", [header, validation(10, 112.0, 113.0)], [90.0])
+    reports = [seed_table.run_report(run, tmp_path) for run in ("a_seed0", "a_seed1")]
+    assert reports[0]["epochs"] == {
+        1: {"step": 10, "exact": 110.0, "original": 111.0},
+        2: {"step": 20, "exact": 79.0, "original": 80.0},
+    }
+    assert reports[0]["seconds"] == 150.0 and reports[0]["test"] is None
+    table = seed_table.markdown(reports, "test machine")
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line[:2] == "| "}
+    # Epoch 1: the seed's 114.4, then each run's original's figure and exact figure.
+    assert [c.strip() for c in rows["1"].split("|")[2:-1]] == [
+        "114.40",
+        "111.00",
+        "110.00",
+        "113.00",
+        "112.00",
+    ]
+    assert "| 2 | - | 80.00 | 79.00 | - | - |" in table
+    assert "machine: test machine" in table
+    mean, sd = seed_table.spread(reports)[1]
+    assert mean == pytest.approx(111.0) and sd == pytest.approx(2**0.5)
+    assert 2 not in seed_table.spread(reports)  # one run reached epoch 2
+
+
+def test_until_epoch_out_of_range_is_refused(seed_table, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        seed_table.main(["--until_epoch", "21"])
+    assert exit_info.value.code == 2
+    assert "--until_epoch must be between 1 and 20" in capsys.readouterr().err
