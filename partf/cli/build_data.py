@@ -23,7 +23,6 @@ too little text, no network). --verbose adds the traceback.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import urllib.parse
 from pathlib import Path
@@ -273,7 +272,7 @@ def run(argv: list[str] | None = None) -> int:
         _error(str(e))
         return 2
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    exits.quiet_tensorflow(fv.verbose)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("partf: %(message)s"))
     package_logger = logging.getLogger("partf")

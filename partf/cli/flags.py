@@ -10,7 +10,10 @@ of the original project:
   empty value clears the list (`--cutoffs=`).
 - `int`, `float`, `str`, or any of them `| None`: one value.
 
-`add_flags` adds a dataclass's flags to a parser and `flag_values` reads them back.
+`add_flags` adds a dataclass's flags to a parser and `flag_values` reads them back. Both
+also take the settings as plain `Setting` records (`settings_of` makes them from a
+dataclass), which is how partf-train builds its parser from `partf.cli.flag_table`
+without importing the configurations (and with them Keras and TensorFlow).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from partf.settings import CHOICES, GROUP, HELP, METAVAR
 
@@ -112,96 +115,152 @@ def show_default(value: Any) -> str:
     return str(value)
 
 
-def _value_type(annotation: Any) -> tuple[str, Callable[[str], Any] | None]:
-    """('bool' | 'list' | 'value', converter) for a field's type; str needs no converter."""
+class Setting(NamedTuple):
+    """One flag field of a configuration dataclass as plain values: all a parser needs.
+
+    `kind` is how the flag is spelled: "bool", "int", "float", "str", or a list of
+    "ints" or "names".
+    """
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    group: str | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+
+#: Setting.kind -> how a value given on the command line is converted (None: kept as text).
+CONVERTERS: dict[str, Callable[[str], Any] | None] = {
+    "bool": parse_bool,
+    "int": int,
+    "float": float,
+    "str": None,
+    "ints": int_list,
+    "names": name_list,
+}
+
+
+def _kind(annotation: Any) -> str:
+    """The `Setting.kind` of a field's type."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         # `X | None`: None only means "unset", which the flag expresses by being absent.
         inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(inner) == 1:
             annotation = inner[0]
-    if annotation is bool:
-        return "bool", parse_bool
     if typing.get_origin(annotation) is tuple:
         element = typing.get_args(annotation)[0]
         if element in (int, str):
-            return "list", int_list if element is int else name_list
-    if annotation in (int, float):
-        return "value", annotation
-    if annotation is str:
-        return "value", None
+            return "ints" if element is int else "names"
+    kinds = {bool: "bool", int: "int", float: "float", str: "str"}
+    if annotation in kinds:
+        return kinds[annotation]
     raise TypeError(f"no flag spelling for a setting of type {annotation!r}")
+
+
+def settings_of(cls: type) -> tuple[Setting, ...]:
+    """The settings of dataclass `cls` (its fields declared with `setting`), in order.
+
+    Raises:
+        TypeError: a setting of a type no flag can spell (a dict, say).
+    """
+    hints = typing.get_type_hints(cls)
+    return tuple(
+        Setting(
+            name=field.name,
+            kind=_kind(hints[field.name]),
+            default=field.default,
+            help=field.metadata[HELP],
+            group=field.metadata.get(GROUP),
+            choices=field.metadata.get(CHOICES),
+            metavar=field.metadata.get(METAVAR),
+        )
+        for field in flag_fields(cls)
+    )
+
+
+def _settings(source: type | Sequence[Setting]) -> Sequence[Setting]:
+    return settings_of(source) if isinstance(source, type) else source
 
 
 def add_flags(
     container: Any,
-    cls: type,
+    source: type | Sequence[Setting],
     *,
     group: str | None = None,
     unset: bool = False,
     defaults: Mapping[str, tuple[Any, str]] | None = None,
 ) -> list[str]:
-    """Adds a flag for each setting of dataclass `cls`.
+    """Adds a flag for each setting of a dataclass.
 
     Args:
         container: an `argparse.ArgumentParser` or one of its argument groups.
-        cls: a dataclass whose flag fields are declared with `partf.settings.setting`.
+        source: a dataclass whose flag fields are declared with `partf.settings.setting`,
+            or its `settings_of`.
         group: add only the settings of this `group` (None: all of them).
-        unset: leave the flags at None unless given, so that `cls`'s own default applies
-            later; the help shows that default in brackets. Otherwise the flag's default
-            is the field's, shown as "(default: X)".
+        unset: leave the flags at None unless given, so that the dataclass's own default
+            applies later; the help shows that default in brackets. Otherwise the flag's
+            default is the field's, shown as "(default: X)".
         defaults: field name -> (flag default, how `--help` describes it), where the
             command line's default differs from the field's.
 
     Returns:
         The names of the fields that became flags.
     """
-    hints = typing.get_type_hints(cls)
     defaults = defaults or {}
     added = []
-    for field in flag_fields(cls):
-        if group is not None and field.metadata.get(GROUP) != group:
+    for item in _settings(source):
+        if group is not None and item.group != group:
             continue
         # argparse formats help with %-style placeholders; a literal % must be doubled.
-        help_text = field.metadata[HELP].replace("%", "%%")
-        default = field.default
-        if field.name in defaults:
-            default, description = defaults[field.name]
+        help_text = item.help.replace("%", "%%")
+        default = item.default
+        if item.name in defaults:
+            default, description = defaults[item.name]
             help_text += f" (default: {description})"
         elif unset:
             if default is not None:
                 help_text += f" [{show_default(default)}]"
             default = None
-        kind, convert = _value_type(hints[field.name])
-        if kind == "bool":
-            add_bool_flag(container, field.name, help_text, default)
+        if item.kind == "bool":
+            add_bool_flag(container, item.name, help_text, default)
         else:
-            extra: dict[str, Any] = {"action": ExtendAction} if kind == "list" else {}
-            if CHOICES in field.metadata:
-                extra["choices"] = field.metadata[CHOICES]
-            if METAVAR in field.metadata:
-                extra["metavar"] = field.metadata[METAVAR]
-            container.add_argument(
-                f"--{field.name}", type=convert, default=default, help=help_text, **extra
+            extra: dict[str, Any] = (
+                {"action": ExtendAction} if item.kind in ("ints", "names") else {}
             )
-        added.append(field.name)
+            if item.choices is not None:
+                extra["choices"] = item.choices
+            if item.metavar is not None:
+                extra["metavar"] = item.metavar
+            container.add_argument(
+                f"--{item.name}",
+                type=CONVERTERS[item.kind],
+                default=default,
+                help=help_text,
+                **extra,
+            )
+        added.append(item.name)
     return added
 
 
-def flag_values(args: argparse.Namespace, cls: type, *, unset: bool = False) -> dict[str, Any]:
-    """The settings of dataclass `cls` as parsed into `args` (lists become tuples).
+def flag_values(
+    args: argparse.Namespace, source: type | Sequence[Setting], *, unset: bool = False
+) -> dict[str, Any]:
+    """The settings of a dataclass as parsed into `args` (lists become tuples).
 
     Args:
         args: what the parser returned.
-        cls: the dataclass whose flags `add_flags` added.
+        source: the dataclass (or its `settings_of`) whose flags `add_flags` added.
         unset: leave out the flags that were not given (their value is None).
 
     Returns:
         Field name -> value, ready for `cls(**values)`.
     """
     values = {}
-    for field in flag_fields(cls):
-        value = getattr(args, field.name)
+    for item in _settings(source):
+        value = getattr(args, item.name)
         if unset and value is None:
             continue
-        values[field.name] = tuple(value) if isinstance(value, list) else value
+        values[item.name] = tuple(value) if isinstance(value, list) else value
     return values

@@ -13,6 +13,9 @@ is an error (see --help).
 The flags are generated (partf/cli/flags.py): one per setting of `TrainConfig` and
 `ModelConfig`, whose fields hold the help text and the default; a new setting is a new
 field there. Model flags stay unset unless given, so that ModelConfig's default applies.
+The parser reads those settings, and the mechanisms' options, from a copy in
+partf/cli/flag_table.py (rewrite it with `python -m partf.cli.make_flag_table`), so that
+`--help` and a mistyped flag answer at once, without Keras and TensorFlow.
 
 Exit status: 0 done, 1 failure while running, 2 bad usage, 128 + N stopped by signal N
 (after a checkpoint; the same command resumes).
@@ -27,12 +30,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from partf.cli import exits, flags
+from partf.cli import exits, flag_table, flags
 from partf.cli.exits import wants_verbose
 
 PROG = "partf-train"
@@ -70,23 +72,25 @@ def _literal(text: str) -> Any:
     return text
 
 
-def attention_options() -> dict[str, dict[str, Any]]:
-    """option -> {"default": {mechanism: default}, "help": text} over every attention
-    mechanism that can be imported now (the `options` of each registered class): each
-    shared option, and each `<mechanism>_<option>` that sets it for one mechanism only."""
-    from partf.attention import attention_names, get_attention_class
-    from partf.models.config import ModelConfig
+def attention_options(
+    mechanisms: Mapping[str, Mapping[str, tuple[Any, str]]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """option -> {"default": {mechanism: default}, "help": text}: each shared option, and
+    each `<mechanism>_<option>` that sets it for one mechanism only.
 
+    Args:
+        mechanisms: mechanism name -> its `options` (option -> (default, help)); default:
+            those of every mechanism, as partf/cli/flag_table.py copies them from the
+            classes (`partf.cli.make_flag_table.mechanism_options` reads the classes).
+    """
+    if mechanisms is None:
+        mechanisms = flag_table.MECHANISM_OPTIONS
     found: dict[str, dict[str, Any]] = {}
     own_flags: dict[str, dict[str, Any]] = {}
     # Options the model sets from its own flags (--mem_len, --clamp_len) are not repeated.
-    own = {field.name for field in flags.flag_fields(ModelConfig)}
-    for name in attention_names():
-        try:
-            cls = get_attention_class(name)
-        except Exception:  # a mechanism not written yet, or failing to import
-            continue
-        for option, (default, help_text) in getattr(cls, "options", {}).items():
+    own = {setting.name for setting in flag_table.MODEL_SETTINGS}
+    for name, options in sorted(mechanisms.items()):
+        for option, (default, help_text) in options.items():
             if option in own:
                 continue
             entry = found.setdefault(option, {"default": {}, "help": help_text})
@@ -117,11 +121,10 @@ def _option_type(defaults: dict[str, Any]):
 def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argparse.ArgumentParser:
     """The argument parser: a flag per setting of `TrainConfig` and `ModelConfig`, plus
     --from_search, --verbose and the --attn_<option> flags of `attn_options` (as from
-    `attention_options()`).
+    `attention_options()`). The settings come from partf/cli/flag_table.py, so building
+    the parser imports neither Keras nor TensorFlow.
     """
-    from partf.models.config import ModelConfig
-    from partf.training.config import TrainConfig
-
+    train_settings, model_settings = flag_table.TRAIN_SETTINGS, flag_table.MODEL_SETTINGS
     parser = _Parser(
         prog=PROG,
         description="Train a PAR Transformer-XL on context-batched TFRecords.",
@@ -131,10 +134,10 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
     # Groups list their flags in --help in the order they are made; the usage line lists
     # all flags in the order they are added, so each section is filled in turn.
     groups = {name: parser.add_argument_group(title) for name, title in SECTIONS.items()}
-    flags.add_flags(groups["data"], TrainConfig, group="data")
+    flags.add_flags(groups["data"], train_settings, group="data")
 
     # Model flags stay None unless given, so that ModelConfig's own default applies.
-    flags.add_flags(groups["model"], ModelConfig, unset=True)
+    flags.add_flags(groups["model"], model_settings, unset=True)
     groups["model"].add_argument(
         "--from_search",
         metavar="DIR",
@@ -153,10 +156,13 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
             help=f"{entry['help']} (defaults: {defaults})",
         )
 
-    flags.add_flags(groups["optimization"], TrainConfig, group="optimization")
+    flags.add_flags(groups["optimization"], train_settings, group="optimization")
     # A run is named after the time it starts, as in the original train.py.
     flags.add_flags(
-        groups["run"], TrainConfig, group="run", defaults={"model_name": (None, "the current time")}
+        groups["run"],
+        train_settings,
+        group="run",
+        defaults={"model_name": (None, "the current time")},
     )
     flags.add_bool_flag(groups["run"], "verbose", "show tracebacks and debug logs", default=False)
     return parser
@@ -252,8 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = wants_verbose(argv)
-    if not verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    exits.quiet_tensorflow(verbose)
 
     def fail(message: str, status: int, error: BaseException | None = None) -> int:
         return exits.fail(PROG, message, status, error, verbose)

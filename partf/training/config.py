@@ -29,12 +29,13 @@ SPIKE_GUARDS = ("off", "skip", "stop")
 #: Architecture-search presets: the settings of the architecture logits' own optimizer
 #: each one stands for (see `TrainConfig.arch_settings`). "original" shares the model's
 #: optimizer, as the original project did, and (for the causal model) takes its clipped
-#: probabilities as the architecture parameters (partf.training.state._model_config); "par" is what made the search converge at the
-#: base configuration (README "The PAR search": every block's pi above 0.9 in 6,080
-#: steps, for 3 seeds): Adam at 3e-2 (the PAR paper's 1e-2 left two blocks of one seed
-#: undecided) with the paper's weight decay, frozen for the first half of the run so that
-#: attention has learned something before the logits judge it (a quarter was too short:
-#: every block collapsed to dense while the weights were still warming up).
+#: probabilities as the architecture parameters (partf.training.state._model_config).
+#: "par" is what made the search converge at the base configuration (docs/search.md:
+#: every block's pi above 0.9 in 6,080 steps, for 3 seeds): Adam at 3e-2 (the PAR
+#: paper's 1e-2 left two blocks of one seed undecided) with the paper's weight decay,
+#: frozen for the first half of the run so that attention has learned something before
+#: the logits judge it (a quarter was too short: every block collapsed to dense while the
+#: weights were still warming up).
 SEARCH_PRESETS: dict[str, dict[str, float]] = {
     "original": {},
     "par": {"arch_lr": 3e-2, "arch_weight_decay": 5e-4, "arch_freeze_fraction": 0.5},

@@ -154,6 +154,15 @@ ADDED_FLAGS = {
     "--attn_use_t5_rpe": ("attn_use_t5_rpe", "bool=", None),
     # Masked language modelling (issue 16).
     "--objective": ("objective", "str", "causal", ("causal", "mlm")),
+    # The original project's architecture parameters and attention choices.
+    "--arch_parameterization": (
+        "arch_parameterization",
+        "str",
+        None,
+        ("logits", "probabilities"),
+    ),
+    "--attn_compat": ("attn_compat", "str", None),
+    "--attn_relative_compat": ("attn_relative_compat", "str", None),
 }
 
 #: TrainConfig settings added since, at their defaults (the recorded behaviour).
