@@ -29,15 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from partf.cli import exits
-from partf.cli.exits import wants_verbose
+from partf.cli.command import bool_flag, model_parser, run_command
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
 
 PROG = "partf-evaluate"
@@ -56,39 +54,9 @@ FIGURES = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + message
-        raise UsageExit(f"{message}; see {PROG} --help")
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "t", "yes", "y", "on"):
-        return True
-    if lowered in ("0", "false", "f", "no", "n", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    parser.add_argument(
-        f"--{name}", nargs="?", const=True, default=default, type=_parse_bool, metavar="BOOL",
-        help=help,
-    )  # fmt: skip
-    parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The flags, `--name VALUE` and `--name=VALUE` alike."""
-    parser = _Parser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--model", required=True, help="a .keras file, or a run's checkpoints/<model_name> folder"
-    )
+    parser = model_parser(PROG, __doc__)
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument("--records", help="a folder of context-batched records to score")
     data.add_argument(
@@ -109,10 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
         "expected (pi-weighted) or sample (Gumbel samples, the original's); default: the "
         "model's own",
     )
-    _bool_flag(parser, "json", False, "print the figures as one JSON object")
-    _bool_flag(parser, "jit_compile", True, "score with XLA-compiled calls")
-    _bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
+    bool_flag(parser, "json", False, "print the figures as one JSON object")
+    bool_flag(parser, "jit_compile", True, "score with XLA-compiled calls")
+    bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
     return parser
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.seq_len < 1:
+        raise UsageExit(f"--seq_len must be >= 1, got {args.seq_len}; e.g. --seq_len 32")
+    return args
 
 
 # --------------------------------------------------------------------- splits
@@ -254,42 +229,19 @@ def _format(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _main(args: argparse.Namespace) -> str:
+    """The report of `evaluate`, as text or JSON."""
+    try:
+        report = evaluate(args)
+    except OSError as e:  # a file that cannot be read or written: its name, in one line
+        raise RuntimeExit(f"{e.strerror or e}: {e.filename or ''}") from e
+    return json.dumps(report) if args.json else _format(report)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    """Entry point of partf-evaluate; returns the exit status.
-
-    Args:
-        argv: arguments without the program name; default sys.argv[1:].
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = wants_verbose(argv)
-
-    def fail(message: str, status: int, error: BaseException | None = None) -> int:
-        return exits.fail(PROG, message, status, error, verbose)
-
-    try:
-        args = build_parser().parse_args(argv)
-        if args.seq_len < 1:
-            raise UsageExit(f"--seq_len must be >= 1, got {args.seq_len}; e.g. --seq_len 32")
-    except UsageExit as e:
-        return fail(str(e), 2, e)
-    if not args.verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-    try:
-        with exits.package_logging(args.verbose):
-            report = evaluate(args)
-    except UsageExit as e:
-        return fail(str(e), 2, e)
-    except RuntimeExit as e:
-        return fail(str(e), 1, e)
-    except KeyboardInterrupt as e:
-        return fail("interrupted", 130, e)
-    except OSError as e:
-        return fail(f"{e.strerror or e}: {e.filename or ''}", 1, e)
-    except Exception as e:  # anything else is a bug or an environment problem
-        return fail(exits.unexpected(e), 1, e)
-    print(json.dumps(report) if args.json else _format(report))
-    return 0
+    """Entry point of partf-evaluate: the exit status of a run on `argv` (the arguments
+    without the program name; default sys.argv[1:])."""
+    return run_command(PROG, argv, _parse, _main)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from partf.cli import exits
-from partf.cli.exits import wants_verbose
+from partf.cli.command import bool_flag, model_parser, run_command
 
 # Loading lives in its own module; its names stay importable from here.
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
@@ -59,34 +58,10 @@ logger = logging.getLogger("partf.cli.generate")
 #: from about 12 tokens on. XLA compiled for 20 s and was no faster per step.
 EAGER_BELOW = 16
 
-_TRUE = {"1", "true", "t", "yes", "y", "on"}
-_FALSE = {"0", "false", "f", "no", "n", "off"}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + message
-        raise UsageExit(f"{message}; see {PROG} --help")
-
-
-def _parse_bool(text: str) -> bool:
-    if text.lower() in _TRUE:
-        return True
-    if text.lower() in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags, `--name VALUE` and `--name=VALUE` alike."""
-    parser = _Parser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--model", required=True, help="a .keras file, or a run's checkpoints/<model_name> folder"
-    )
+    parser = model_parser(PROG, __doc__)
     parser.add_argument(
         "--sp_model",
         help="SentencePiece .model file (or prefix without .model); default: the run's "
@@ -131,17 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"compiled with XLA; auto: eager below {EAGER_BELOW} tokens, where tracing a graph "
         "would cost more than it saves, else graph",
     )
-    parser.add_argument(
-        "--verbose",
-        nargs="?",
-        const=True,
-        default=False,
-        type=_parse_bool,
-        metavar="BOOL",
-        help="debug logs, and tracebacks on errors",
-    )
-    parser.add_argument("--noverbose", dest="verbose", action="store_false", help=argparse.SUPPRESS)
+    bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
     return parser
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    _check_values(args)
+    return args
 
 
 def _check_values(args: argparse.Namespace) -> None:
@@ -236,38 +208,9 @@ def _main(args: argparse.Namespace) -> str:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Entry point of partf-generate; returns the exit status.
-
-    Args:
-        argv: arguments without the program name; default sys.argv[1:].
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = wants_verbose(argv)
-
-    def fail(message: str, status: int, error: BaseException | None = None) -> int:
-        return exits.fail(PROG, message, status, error, verbose)
-
-    try:
-        args = build_parser().parse_args(argv)
-        _check_values(args)
-    except UsageExit as e:
-        return fail(str(e), 2, e)
-    if not args.verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-    try:
-        with exits.package_logging(args.verbose):
-            text = _main(args)
-    except UsageExit as e:
-        return fail(str(e), 2, e)
-    except RuntimeExit as e:
-        return fail(str(e), 1, e)
-    except KeyboardInterrupt as e:
-        return fail("interrupted", 130, e)
-    except Exception as e:  # anything else is a bug or an environment problem
-        return fail(exits.unexpected(e), 1, e)
-    print(text)
-    return 0
+    """Entry point of partf-generate: the exit status of a run on `argv` (the arguments
+    without the program name; default sys.argv[1:])."""
+    return run_command(PROG, argv, _parse, _main)
 
 
 if __name__ == "__main__":

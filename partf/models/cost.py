@@ -14,7 +14,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from keras import ops
@@ -22,16 +23,26 @@ from keras import ops
 from partf.layers.adaptive_softmax import tail_projection_dims
 
 if TYPE_CHECKING:
-    from partf.models.par_transformer_xl import PARTransformerXL
+    from partf.layers.stochastic_block import StochasticBlock
+    from partf.models.config import ModelConfig
 
 
-def candidate_flops(model: PARTransformerXL, seq_len: int) -> list[list[float]]:
+class CostedModel(Protocol):
+    """What the costs read of a model (`PARTransformerXL` has it): its configuration and
+    its blocks. Named here so that this module need not import the model, which imports
+    it for the cost term of its loss."""
+
+    config: ModelConfig
+    blocks: Sequence[StochasticBlock]
+
+
+def candidate_flops(model: CostedModel, seq_len: int) -> list[list[float]]:
     """Per block, the forward FLOPs per token of each of its candidates."""
     batch = model.config.batch_size
     return [block.candidate_flops(seq_len, batch) for block in model.blocks]
 
 
-def expected_flops(model: PARTransformerXL, seq_len: int) -> Any:
+def expected_flops(model: CostedModel, seq_len: int) -> Any:
     """float32 scalar tensor: the blocks' FLOPs per token expected under pi, the sum over
     blocks of pi . cost; differentiable in the architecture logits."""
     total = ops.zeros((), "float32")
@@ -41,7 +52,7 @@ def expected_flops(model: PARTransformerXL, seq_len: int) -> Any:
     return total
 
 
-def architecture_flops(model: PARTransformerXL, seq_len: int) -> float:
+def architecture_flops(model: CostedModel, seq_len: int) -> float:
     """The blocks' FLOPs per token of the discrete architecture: each block's most likely
     candidate (a fixed model's only one)."""
     pi = [np.asarray(ops.convert_to_numpy(block.pi())) for block in model.blocks]
@@ -49,7 +60,7 @@ def architecture_flops(model: PARTransformerXL, seq_len: int) -> float:
     return float(sum(c[int(np.argmax(p))] for p, c in zip(pi, costs, strict=True)))
 
 
-def output_flops(model: PARTransformerXL) -> float:
+def output_flops(model: CostedModel) -> float:
     """Forward FLOPs per token of the output layer scoring every token exactly (the
     adaptive softmax's head and every tail cluster, or the plain softmax)."""
     config = model.config
@@ -65,7 +76,7 @@ def output_flops(model: PARTransformerXL) -> float:
     return 2.0 * macs
 
 
-def model_flops(model: PARTransformerXL, seq_len: int) -> dict[str, float]:
+def model_flops(model: CostedModel, seq_len: int) -> dict[str, float]:
     """Forward FLOPs per token of the discrete architecture: {"blocks", "output", "total"}."""
     blocks = architecture_flops(model, seq_len)
     output = output_flops(model)

@@ -32,10 +32,10 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
 from partf.attention import create_attention, get_attention_class
@@ -48,7 +48,8 @@ from partf.layers.stochastic_block import (
     noncausal_attention_names,
 )
 from partf.layers.temperature import Temperature
-from partf.models.config import architecture_token, parse_architecture
+from partf.models.config import parse_architecture
+from partf.models.search_interface import SearchInterface
 from partf.random import Dropout
 from partf.serialization import register
 
@@ -59,7 +60,7 @@ POOLINGS = ("mean", "first")
 
 
 @register
-class Encoder(keras.Model):
+class Encoder(SearchInterface, keras.Model):
     """A bidirectional Transformer encoder with optional classification and MLM heads.
 
     Args:
@@ -256,14 +257,7 @@ class Encoder(keras.Model):
             self.temperature = Temperature(
                 tau_schedule, tau_start, tau_end, tau_steps, tau_is_trainable, name="temperature"
             )
-            self.step = self.add_weight(
-                name="step",
-                shape=(),
-                dtype="int64",
-                initializer="zeros",
-                trainable=False,
-                aggregation="only_first_replica",
-            )
+            self.step = self._add_step_counter()
         self.classifier_hidden = self.classifier = None
         if num_classes:
             self.classifier_hidden = keras.layers.Dense(
@@ -415,34 +409,13 @@ class Encoder(keras.Model):
         """The current Gumbel-softmax temperature (float32 scalar) of a search."""
         if not self.is_search:
             raise ValueError("a fixed-architecture encoder has no temperature; give candidates.")
-        return self.temperature(ops.convert_to_tensor(self.step))
+        return super().tau()
 
-    @property
-    def candidate_names(self) -> list[str]:
-        """Names of the candidates that `pi()` columns stand for."""
-        if self.is_search:
-            return list(self.candidates)
-        return list(dict.fromkeys(parse_architecture(self.architecture)))
+    def _fixed_architecture(self) -> str | None:
+        return None if self.is_search else self.architecture
 
-    @property
-    def arch_variables(self) -> list[keras.Variable]:
-        """The architecture-logit variables of a search (paths contain "arch_logits")."""
-        return [block.arch_logits for block in self.blocks if block.arch_logits is not None]
-
-    def pi(self) -> np.ndarray:
-        """[blocks, candidates]: softmax of each block's architecture logits; one-hot rows
-        for a fixed architecture (columns `candidate_names`)."""
-        if not self.is_search:
-            names = self.candidate_names
-            blocks = parse_architecture(self.architecture)
-            return np.eye(len(names), dtype=np.float32)[[names.index(b) for b in blocks]]
-        return np.stack([np.asarray(ops.convert_to_numpy(b.pi()), np.float32) for b in self.blocks])
-
-    def architecture_string(self) -> str:
-        """The most likely candidate per block, e.g. "softmax D I softmax": a valid
-        `architecture` for the fixed encoder (identity blocks included)."""
-        names = self.candidate_names
-        return " ".join(architecture_token(names[i]) for i in np.argmax(self.pi(), axis=1))
+    def _search_candidates(self) -> Sequence[str]:
+        return self.candidates
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

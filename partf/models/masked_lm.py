@@ -26,6 +26,7 @@ from typing import Any
 from keras import ops
 
 from partf.models.encoder import Encoder
+from partf.models.loss import add_layer_losses, mean_token_loss
 from partf.serialization import register
 
 
@@ -74,19 +75,11 @@ class MaskedLanguageModel(Encoder):
         sample_weight: Any = None,
         training: bool = True,
     ) -> Any:
-        """Mean NLL over the chosen positions (targets != 0), plus any layer losses."""
-        weights = ops.cast(ops.not_equal(y, 0), "float32")
-        if sample_weight is not None:
-            sample_weight = ops.cast(sample_weight, "float32")
-            if len(sample_weight.shape) == 1:
-                sample_weight = sample_weight[:, None]
-            weights = weights * sample_weight
-        nll = self.token_nll(y_pred, y)
-        # A batch in which nothing was chosen contributes a zero loss, not a NaN.
-        loss = ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
-        for extra in self.losses:
-            loss = loss + ops.cast(extra, "float32")
-        return loss
+        """Mean NLL over the chosen positions (targets != 0), plus any layer losses; the
+        causal model's loss (partf.models.loss) without its search terms. A batch in
+        which nothing was chosen contributes a zero loss, not a NaN."""
+        data_loss, replicas = mean_token_loss(self.token_nll(y_pred, y), y, sample_weight)
+        return add_layer_losses(data_loss, self.losses, replicas)
 
     # ------------------------------------------------- what the trainer asks
     def reset_state(self, which: str = "all") -> None:

@@ -36,27 +36,28 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
 from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
-from partf.models.config import ModelConfig, architecture_token, parse_architecture
+from partf.models.config import ModelConfig
 from partf.models.cost import expected_flops
+from partf.models.loss import add_layer_losses, mean_token_loss, score_function_term
+from partf.models.memory import STATE_SETS, States, XLMemory
+from partf.models.search_interface import SearchInterface
 from partf.random import Dropout
 from partf.serialization import register
 
-STATE_SETS = ("train", "eval")
-_CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfig))
+# The memory's names stay importable from here, where they were first defined.
+__all__ = ["STATE_SETS", "PARTransformerXL", "States"]
 
-# Nested per block, then per candidate: name -> tensor (or variable).
-States = list[list[dict[str, Any]]]
+_CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfig))
 
 
 @register
-class PARTransformerXL(keras.Model):
+class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
     """PAR Transformer-XL language model.
 
     Args:
@@ -141,30 +142,9 @@ class PARTransformerXL(keras.Model):
             dtype=policy.variable_dtype,
             name="adaptive_softmax",
         )
-        # Every replica adds 1 to the same count: keep the first replica's update.
-        self.step = self.add_weight(
-            name="step",
-            shape=(),
-            dtype="int64",
-            initializer="zeros",
-            trainable=False,
-            aggregation="only_first_replica",
-        )
-        # One copy of every block's state per set: [set][block][candidate][name].
-        self._states: dict[str, States] = {}
-        for which in STATE_SETS:
-            self._states[which] = [
-                [
-                    {
-                        name: self._add_state_variable(
-                            f"{which}_state_{b}_{c}_{name}", shape, dtype
-                        )
-                        for name, (shape, dtype) in spec.items()
-                    }
-                    for c, spec in enumerate(block.state_spec(config.batch_size))
-                ]
-                for b, block in enumerate(self.blocks)
-            ]
+        self.step = self._add_step_counter()
+        # The XL memory (partf.models.memory): every block's state, per set.
+        self._add_block_states()
         # The sampled-path search's loss baseline, a running mean [sum, weight] (divided
         # out, so the first steps are not biased toward zero). Made last and only for that
         # search, so every other model keeps the variables checkpoints restore by order.
@@ -188,13 +168,8 @@ class PARTransformerXL(keras.Model):
         # Absolute positions: the stream position reached, one count per row and set,
         # and for learned positions their table. Made last, and only when chosen, so
         # every other model keeps its variables and their order.
-        self._position_vars: dict[str, keras.Variable] = {}
+        self._add_position_states()
         self.position_embedding = None
-        if config.absolute_positions:
-            for which in STATE_SETS:
-                self._position_vars[which] = self._add_state_variable(
-                    f"{which}_state_position", (config.batch_size,), "int32"
-                )
         if config.position == "learned":
             self.position_embedding = keras.layers.Embedding(
                 config.max_positions, config.d_model, dtype=policy, name="position_embedding"
@@ -209,29 +184,6 @@ class PARTransformerXL(keras.Model):
         # has all its variables before the weights are restored.
         self.build((config.batch_size, None))
 
-    def _add_state_variable(self, name: str, shape: tuple[int, ...], dtype: str) -> keras.Variable:
-        """One memory variable, zero-initialised.
-
-        `synchronization="on_read"` makes it per replica under a `tf.distribute`
-        strategy: each replica reads and writes its own copy, so the memory of
-        replica k continues the streams (rows) that replica k receives. With no
-        strategy (or another backend) it is an ordinary variable.
-        """
-        with keras.name_scope(self.name, caller=self):
-            variable = keras.Variable(
-                initializer="zeros",
-                shape=shape,
-                dtype=dtype,
-                trainable=False,
-                autocast=False,
-                synchronization="on_read",
-                # Read across replicas (e.g. by model.save), the first replica's copy.
-                aggregation="only_first_replica",
-                name=name,
-            )
-        self._track_variable(variable)
-        return variable
-
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         if self.built:
             return
@@ -242,64 +194,6 @@ class PARTransformerXL(keras.Model):
         self.output_layer.build(hidden_shape)
         if self.position_embedding is not None:
             self.position_embedding.build(input_shape)
-
-    # ------------------------------------------------------------------ state
-    @property
-    def state_variables(self) -> list[keras.Variable]:
-        """All memory variables, training set then evaluation set."""
-        return [var for which in STATE_SETS for var in self._state_vars(which)]
-
-    def _state_vars(self, which: str) -> list[keras.Variable]:
-        blocks = [var for block in self._states[which] for cand in block for var in cand.values()]
-        position = [self._position_vars[which]] if which in self._position_vars else []
-        return blocks + position
-
-    def initial_state(self, batch_size: int) -> States:
-        """Empty states ("no context") for `forward`, per block and candidate; with
-        absolute positions block 0's list ends with {"position": zeros int32 [B]}."""
-        states = [block.get_initial_state(batch_size) for block in self.blocks]
-        if self.config.absolute_positions:
-            states[0] = [*states[0], {"position": ops.zeros((batch_size,), "int32")}]
-        return states
-
-    def reset_state(self, which: str = "all") -> None:
-        """Empties the memory: which = "all", "train" or "eval"."""
-        if which not in ("all", *STATE_SETS):
-            raise ValueError(f"reset_state(which={which!r}): use 'all', 'train' or 'eval'.")
-        for name in STATE_SETS if which == "all" else (which,):
-            for var in self._state_vars(name):
-                var.assign(ops.zeros(var.shape, var.dtype))
-
-    def _read_states(self, which: str) -> States:
-        states = [
-            [{name: var.value for name, var in cand.items()} for cand in block]
-            for block in self._states[which]
-        ]
-        if which in self._position_vars:
-            states[0] = [*states[0], {"position": self._position_vars[which].value}]
-        return states
-
-    def _write_states(self, which: str, states: States) -> None:
-        states, position = self._split_position_state(states)
-        if position is not None:
-            self._position_vars[which].assign(ops.cast(position, "int32"))
-        for block_vars, block_states in zip(self._states[which], states, strict=True):
-            for cand_vars, cand_states in zip(block_vars, block_states, strict=True):
-                for name, var in cand_vars.items():
-                    var.assign(ops.cast(cand_states[name], var.dtype))
-
-    def _split_position_state(self, states: States) -> tuple[States, Any | None]:
-        """(the blocks' states, the stream position int32 [B] or None): with absolute
-        positions, block 0's list carries the position after its candidates."""
-        if not self.config.absolute_positions:
-            return states, None
-        first = list(states[0])
-        if len(first) != self.blocks[0].num_candidates + 1 or "position" not in first[-1]:
-            raise ValueError(
-                "these states hold no stream position, but the model adds absolute positions; "
-                "start from model.initial_state(batch) and pass on what forward returns."
-            )
-        return [first[:-1], *states[1:]], first[-1]["position"]
 
     # -------------------------------------------------------------- positions
     @property
@@ -341,10 +235,6 @@ class PARTransformerXL(keras.Model):
         return x + ops.cast(learned, x.dtype) * scale
 
     # ---------------------------------------------------------------- forward
-    def tau(self) -> Any:
-        """Current Gumbel-softmax temperature (float32 scalar)."""
-        return self.temperature(ops.convert_to_tensor(self.step))
-
     def forward(
         self,
         inputs: Any,
@@ -480,21 +370,9 @@ class PARTransformerXL(keras.Model):
         """Mean NLL over non-pad targets, plus any losses added by layers, plus the
         search's terms: the expected cost (`search_cost_weight`) and, for a sampled-path
         search, the score-function term that trains the architecture logits."""
-        weights = ops.cast(ops.not_equal(y, 0), "float32")  # [B, T]
-        if sample_weight is not None:
-            sample_weight = ops.cast(sample_weight, "float32")
-            if len(sample_weight.shape) == 1:
-                sample_weight = sample_weight[:, None]
-            weights = weights * sample_weight
-        nll = self.token_nll(y_pred, y)
-        # Under a tf.distribute strategy each replica holds some rows of the global batch:
-        # divide by the token count of all replicas (and the extra losses by the replica
-        # count), so the replicas' losses and gradients sum to those of the global batch.
-        replicas, count = _sum_over_replicas(ops.sum(weights))
-        data_loss = ops.sum(nll * weights) / ops.maximum(count, 1.0)
-        loss = data_loss
-        for extra in self.losses:
-            loss = loss + ops.cast(extra, "float32") / replicas
+        # Token-weighted over the global batch under a tf.distribute strategy.
+        data_loss, replicas = mean_token_loss(self.token_nll(y_pred, y), y, sample_weight)
+        loss = add_layer_losses(data_loss, self.losses, replicas)
         self._ksvd_loss = None
         ksvd = [term for layer in self.primal_attentions for term in layer.losses]
         if ksvd and keras.backend.backend() == "tensorflow":
@@ -504,7 +382,8 @@ class PARTransformerXL(keras.Model):
             megaflops = expected_flops(self, seq_len) / 1e6
             loss = loss + self.config.search_cost_weight * megaflops / replicas
         if training and self._path_log_probs:
-            loss = loss + self._score_function_term(data_loss)
+            log_probs, self._path_log_probs = self._path_log_probs, []
+            loss = loss + score_function_term(log_probs, self.search_baseline, data_loss)
         return loss
 
     @property
@@ -534,55 +413,12 @@ class PARTransformerXL(keras.Model):
             results = {**results, "ksvd_loss": ksvd}
         return results
 
-    def _score_function_term(self, data_loss: Any) -> Any:
-        """A zero-valued loss term whose gradient is the score-function (REINFORCE)
-        estimate for the drawn paths: (L - b) * grad sum_blocks log pi[drawn], with b a
-        running mean of the loss L. It is unbiased for the gradient of the expected
-        loss over paths (b does not depend on the draw) and needs no output of the
-        candidates not drawn. Updates the baseline."""
-        log_prob = ops.sum(ops.stack(self._path_log_probs))
-        self._path_log_probs = []
-        total, weight = self.search_baseline[0], self.search_baseline[1]
-        loss = ops.cast(ops.stop_gradient(data_loss), "float32")
-        baseline = ops.where(weight > 0, total / ops.maximum(weight, 1e-12), loss)
-        term = (loss - baseline) * log_prob
-        decay = 0.99
-        self.search_baseline.assign(
-            ops.stack([decay * total + (1 - decay) * loss, decay * weight + (1 - decay)])
-        )
-        return term - ops.stop_gradient(term)
-
     # ----------------------------------------------------------- architecture
-    @property
-    def candidate_names(self) -> list[str]:
-        """Names of the candidates that `pi()` columns stand for."""
-        if self.config.architecture is None:
-            return list(self.config.candidates)
-        return list(dict.fromkeys(parse_architecture(self.config.architecture)))
+    def _fixed_architecture(self) -> str | None:
+        return self.config.architecture
 
-    @property
-    def arch_variables(self) -> list[keras.Variable]:
-        """The architecture-logit variables (paths contain "arch_logits")."""
-        return [block.arch_logits for block in self.blocks if block.arch_logits is not None]
-
-    def pi(self) -> np.ndarray:
-        """[num_layers, num_candidates]: softmax of each block's logits
-        (one-hot rows for a fixed architecture)."""
-        names = self.candidate_names
-        rows = []
-        for block in self.blocks:
-            if block.arch_logits is None:
-                row = np.zeros(len(names), np.float32)
-                row[names.index(block.candidates[0])] = 1.0
-            else:
-                row = np.asarray(ops.convert_to_numpy(block.pi()), np.float32)
-            rows.append(row)
-        return np.stack(rows)
-
-    def architecture_string(self) -> str:
-        """The most likely candidate per block, e.g. "A A D D D I"."""
-        names = self.candidate_names
-        return " ".join(architecture_token(names[i]) for i in np.argmax(self.pi(), axis=1))
+    def _search_candidates(self) -> Sequence[str]:
+        return self.config.candidates
 
     # ---------------------------------------------------------- serialization
     def get_config(self) -> dict[str, Any]:
@@ -615,17 +451,3 @@ def _traced(value: Any) -> bool:
 
         return isinstance(value, jax.core.Tracer)
     return False
-
-
-def _sum_over_replicas(value: Any) -> tuple[float, Any]:
-    """(replicas in sync, `value` summed over them) inside a tf.distribute replica
-    context; (1, value) otherwise (one device, or another backend)."""
-    if keras.backend.backend() != "tensorflow":
-        return 1.0, value
-    import tensorflow as tf
-
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return 1.0, value
-    total = context.all_reduce(tf.distribute.ReduceOp.SUM, value)
-    return float(context.num_replicas_in_sync), total

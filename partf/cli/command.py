@@ -1,0 +1,110 @@
+"""What partf-evaluate and partf-generate share as commands over a trained model.
+
+Both parse their flags with a parser that reports a mistake in one line (`UsageExit`),
+take `--model` first and the same true/false flags (`--name`, `--name=false`,
+`--noname`), and run the same way (`run_command`): parse and check the flags, then do
+the work with partf's log records on stderr, then print the result; every failure is
+one line on stderr and an exit status: 2 bad usage (`UsageExit`), 1 a failure while
+running (`RuntimeExit`, or any error no command foresaw), 130 Ctrl-C.
+
+Example:
+    >>> def run(argv=None):
+    ...     return run_command("partf-evaluate", argv, parse, lambda args: "done")
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from partf.cli import exits
+from partf.cli.exits import wants_verbose
+from partf.cli.loading import RuntimeExit, UsageExit
+
+_TRUE = {"1", "true", "t", "yes", "y", "on"}
+_FALSE = {"0", "false", "f", "no", "n", "off"}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes raise `UsageExit`: one line, not the usage."""
+
+    def error(self, message: str) -> None:
+        raise UsageExit(f"{message}; see {self.prog} --help")
+
+
+def model_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """The command's parser, its help made of `doc` (the first paragraph the
+    description, the rest the epilog), with the `--model` flag."""
+    parser = OneLineParser(
+        prog=prog,
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model", required=True, help="a .keras file, or a run's checkpoints/<model_name> folder"
+    )
+    return parser
+
+
+def parse_bool(text: str) -> bool:
+    """A flag's true or false, spelt as absl spells it (true, 1, yes, ...)."""
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+    """Adds `--name` (alone: true; or `--name=BOOL`) and the hidden `--noname`."""
+    parser.add_argument(
+        f"--{name}", nargs="?", const=True, default=default, type=parse_bool, metavar="BOOL",
+        help=help,
+    )  # fmt: skip
+    parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
+
+
+def run_command(
+    prog: str,
+    argv: Sequence[str] | None,
+    parse: Callable[[list[str]], argparse.Namespace],
+    main: Callable[[argparse.Namespace], str],
+) -> int:
+    """Runs a command; returns its exit status.
+
+    Args:
+        prog: the command's name, which starts its error lines.
+        argv: arguments without the program name; default sys.argv[1:].
+        parse: the parsed and checked flags (with `verbose`) of the arguments; raises
+            `UsageExit` for a mistake.
+        main: does the work and returns the text to print; raises `UsageExit` or
+            `RuntimeExit` for a failure it foresaw.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Read before parsing, so that a parsing error shows its traceback too.
+    verbose = wants_verbose(argv)
+
+    def fail(message: str, status: int, error: BaseException | None = None) -> int:
+        return exits.fail(prog, message, status, error, verbose)
+
+    try:
+        args = parse(argv)
+    except UsageExit as e:
+        return fail(str(e), 2, e)
+    exits.quiet_tensorflow(args.verbose)
+
+    try:
+        with exits.package_logging(args.verbose):
+            text = main(args)
+    except UsageExit as e:
+        return fail(str(e), 2, e)
+    except RuntimeExit as e:
+        return fail(str(e), 1, e)
+    except KeyboardInterrupt as e:
+        return fail("interrupted", 130, e)
+    except Exception as e:  # anything else is a bug or an environment problem
+        return fail(exits.unexpected(e), 1, e)
+    print(text)
+    return 0

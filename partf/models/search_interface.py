@@ -1,0 +1,95 @@
+"""What a PAR search shows of itself, shared by the causal model and the Encoder.
+
+Both models are a stack of `StochasticBlock`s (`blocks`) during a search, each with its
+architecture logits, and a fixed architecture otherwise. `SearchInterface` reads them
+the same way for both: `arch_variables` (what the architecture optimizer trains),
+`candidate_names` (the columns of `pi()`), `pi()`, `architecture_string()` and `tau()`,
+the Gumbel temperature at the model's `step` counter.
+
+A model that mixes it in provides `blocks`, `temperature`, `step` (made with
+`_add_step_counter`) and two answers: `_fixed_architecture()`, its architecture string
+or None during a search, and `_search_candidates()`, the names a search chooses among.
+
+Example:
+    >>> class Model(SearchInterface, keras.Model): ...
+    >>> model.pi()                    # [blocks, candidates], rows sum to 1
+    >>> model.architecture_string()   # e.g. "A A D D D I"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from partf.models.config import architecture_token, parse_architecture
+
+if TYPE_CHECKING:
+    from partf.layers.stochastic_block import StochasticBlock
+    from partf.layers.temperature import Temperature
+
+
+class SearchInterface:
+    """Mixin for a `keras.Model` whose blocks may be a PAR search."""
+
+    blocks: list[StochasticBlock]
+    temperature: Temperature | None
+    step: keras.Variable | None
+
+    def _fixed_architecture(self) -> str | None:
+        """The fixed architecture string, or None during a search."""
+        raise NotImplementedError
+
+    def _search_candidates(self) -> Sequence[str]:
+        """The candidate names every block of a search chooses among."""
+        raise NotImplementedError
+
+    def _add_step_counter(self) -> keras.Variable:
+        """The int64 count of training calls, which the temperature anneals from."""
+        # Every replica adds 1 to the same count: keep the first replica's update.
+        return self.add_weight(
+            name="step",
+            shape=(),
+            dtype="int64",
+            initializer="zeros",
+            trainable=False,
+            aggregation="only_first_replica",
+        )
+
+    def tau(self) -> Any:
+        """Current Gumbel-softmax temperature (float32 scalar)."""
+        return self.temperature(ops.convert_to_tensor(self.step))
+
+    @property
+    def candidate_names(self) -> list[str]:
+        """Names of the candidates that `pi()` columns stand for."""
+        architecture = self._fixed_architecture()
+        if architecture is None:
+            return list(self._search_candidates())
+        return list(dict.fromkeys(parse_architecture(architecture)))
+
+    @property
+    def arch_variables(self) -> list[keras.Variable]:
+        """The architecture-logit variables of a search (paths contain "arch_logits")."""
+        return [block.arch_logits for block in self.blocks if block.arch_logits is not None]
+
+    def pi(self) -> np.ndarray:
+        """[blocks, candidates]: softmax of each block's architecture logits; one-hot rows
+        for a fixed architecture (columns `candidate_names`)."""
+        names = self.candidate_names
+        architecture = self._fixed_architecture()
+        if architecture is not None:
+            chosen = [names.index(name) for name in parse_architecture(architecture)]
+            return np.eye(len(names), dtype=np.float32)[chosen]
+        return np.stack(
+            [np.asarray(ops.convert_to_numpy(block.pi()), np.float32) for block in self.blocks]
+        )
+
+    def architecture_string(self) -> str:
+        """The most likely candidate per block, e.g. "A A D D D I" or "softmax D I
+        softmax": a valid `architecture` for the fixed model (identity blocks included)."""
+        names = self.candidate_names
+        return " ".join(architecture_token(names[i]) for i in np.argmax(self.pi(), axis=1))
