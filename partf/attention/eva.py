@@ -55,6 +55,7 @@ from keras import ops
 from partf.attention.base import Attention, State
 from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.masking import masked_softmax, valid_tokens
+from partf.attention.projection_net import ProjectionNet
 from partf.attention.registry import register_attention
 from partf.attention.windowed import (
     WINDOW_SIZE_HELP,
@@ -72,35 +73,6 @@ from partf.random import normal as normal_draws
 #: Proposal maps of `adaptive_proj`: a linear layer with ("qk") or without ("no-ln")
 #: a layer norm after it, as the authors' causal EVA names them.
 ADAPTIVE_PROJ = ("qk", "no-ln")
-
-
-class ProjectionNet:
-    """f(x) = LayerNorm(Dense(x)) over the head width, built inside a layer's `build`.
-
-    The authors' adaptive proposal maps: one linear layer and (with `norm`) a layer
-    norm on the last axis, shared by the heads. Sub-layers are attributes of the
-    owning layer (so Keras tracks and saves them); this only groups them.
-    """
-
-    def __init__(self, owner: keras.layers.Layer, dim: int, name: str, norm: bool = True) -> None:
-        self.dense = keras.layers.Dense(dim, dtype=owner.dtype_policy, name=f"{name}_dense")
-        self.dense.build((None, dim))
-        setattr(owner, f"{name}_dense", self.dense)
-        self.norm = None
-        if norm:
-            self.norm = keras.layers.LayerNormalization(
-                epsilon=1e-5, dtype=owner.dtype_policy, name=f"{name}_norm"
-            )
-            self.norm.build((None, dim))
-            setattr(owner, f"{name}_norm", self.norm)
-        self.compute_dtype = owner.compute_dtype
-
-    def __call__(self, x: Any) -> Any:
-        """[..., Dh] float32 -> [..., Dh] float32."""
-        y = self.dense(ops.cast(x, self.compute_dtype))
-        if self.norm is not None:
-            y = self.norm(y)
-        return ops.cast(y, "float32")
 
 
 def t5_buckets(distances: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:

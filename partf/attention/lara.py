@@ -29,8 +29,8 @@ import keras
 from keras import ops
 
 from partf.attention.base import Attention, State
-from partf.attention.eva import ProjectionNet
 from partf.attention.masking import MASKED, masked_softmax, valid_tokens
+from partf.attention.projection_net import ProjectionNet
 from partf.attention.registry import register_attention
 from partf.random import normal as normal_draws
 
