@@ -54,6 +54,12 @@ def attention_names() -> list[str]:
     return sorted(set(_MODULES) | set(_REGISTRY))
 
 
+def builtin_attention_names() -> list[str]:
+    """The mechanisms partf itself defines, without those registered by user code or
+    tests (what partf-train's generated flag table covers)."""
+    return sorted(_MODULES)
+
+
 def get_attention_class(name: str) -> type[Attention]:
     """The class registered as `name`; unknown names list the valid ones."""
     if name not in _REGISTRY and name in _MODULES:

@@ -43,9 +43,10 @@ from partf.cli.flags import Setting
 def mechanism_options() -> dict[str, dict[str, tuple[Any, str]]]:
     """Mechanism name -> its `options` (option -> (default, help)), for every mechanism
     (imports them all)."""
-    from partf.attention import attention_names, get_attention_class
+    from partf.attention import get_attention_class
+    from partf.attention.registry import builtin_attention_names
 
-    return {name: dict(get_attention_class(name).options) for name in attention_names()}
+    return {name: dict(get_attention_class(name).options) for name in builtin_attention_names()}
 
 
 def current() -> dict[str, Any]:
