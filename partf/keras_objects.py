@@ -24,9 +24,10 @@ Example:
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import sys
 from typing import Any
+
+from partf.lazy import ImportHook, hooked
 
 PACKAGE = "partf"
 
@@ -101,40 +102,14 @@ def register_stand_ins() -> list[str]:
     return added
 
 
-class _AfterKerasImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when the program imports `keras`, it hands back the spec
-    the other finders give, with the module's execution followed by `callback`."""
-
-    def __init__(self, callback: Any) -> None:
-        self.callback = callback
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "keras":
-            return None
-        sys.meta_path.remove(self)  # once; and the other finders below find the module
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        execute, callback = loader.exec_module, self.callback
-
-        def exec_module(module: Any) -> None:
-            execute(module)
-            callback()
-
-        loader.exec_module = exec_module  # this loader instance loads keras only
-        return spec
-
-
 def register_on_keras_import() -> None:
     """Registers the stand-ins now if Keras is imported, else right after it is."""
     if sys.modules.get("keras") is not None:
         register_stand_ins()
-    elif not any(isinstance(finder, _AfterKerasImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterKerasImport(register_stand_ins))
+    elif not hooked("keras"):
+
+        def run(execute: Any, module: Any) -> None:
+            execute(module)
+            register_stand_ins()
+
+        sys.meta_path.insert(0, ImportHook("keras", run))

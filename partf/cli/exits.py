@@ -12,13 +12,14 @@ TensorFlow's C++ code writes while it loads, which its log level does not reach.
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
 import logging
 import os
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from partf.lazy import ImportHook, hooked
 
 VERBOSE_FLAGS = ("--verbose", "--verbose=true", "--verbose=True")
 
@@ -150,42 +151,6 @@ def filtered_stderr(level: int) -> Iterator[None]:
             child.wait(timeout=10)
 
 
-class _QuietTensorFlow(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when the program first imports `tensorflow`, it hands back
-    the spec the other finders give, with the module's loading (and the first look for
-    a GPU, which logs too) run under `filtered_stderr`."""
-
-    def __init__(self, level: int) -> None:
-        self.level = level
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "tensorflow":
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)  # once; and the other finders below find it
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        execute, level = loader.exec_module, self.level
-
-        def exec_module(module: Any) -> None:
-            with filtered_stderr(level):
-                execute(module)
-                # Where there is no CUDA driver this logs an error that only restates it.
-                with contextlib.suppress(Exception):
-                    module.config.list_physical_devices("GPU")
-
-        loader.exec_module = exec_module  # this loader instance loads tensorflow only
-        return spec
-
-
 def quiet_tensorflow(verbose: bool) -> None:
     """Hides TensorFlow's start-up lines (absl's notice, oneDNN's, "Could not find cuda
     drivers") when TensorFlow is first imported, and sets TensorFlow's own log level, unless
@@ -202,5 +167,14 @@ def quiet_tensorflow(verbose: bool) -> None:
     if level <= 0 or "tensorflow" in sys.modules:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", str(QUIET_LEVEL))
-    if not any(isinstance(finder, _QuietTensorFlow) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _QuietTensorFlow(level))
+    if hooked("tensorflow"):
+        return
+
+    def run(execute: Any, module: Any) -> None:
+        with filtered_stderr(level):
+            execute(module)
+            # Where there is no CUDA driver this logs an error that only restates it.
+            with contextlib.suppress(Exception):
+                module.config.list_physical_devices("GPU")
+
+    sys.meta_path.insert(0, ImportHook("tensorflow", run))
