@@ -170,6 +170,12 @@ def train(run: str, seed: int, flags: list[str], out: Path, until_epoch: int | N
     spent = json.loads(times.read_text()) if times.exists() else []
     spent.append(round(time.time() - start, 1))
     times.write_text(json.dumps(spent) + "\n")
+    # 0: finished; 128 + SIGINT: stopped here after --until_epoch (checkpointed).
+    if process.returncode not in (0, 128 + signal.SIGINT):
+        raise SystemExit(
+            f"seed_table.py: error: run {run} failed (exit {process.returncode}); "
+            f"see {out / f'{run}.out'}"
+        )
 
 
 def run_report(run: str, out: Path) -> dict[str, Any]:

@@ -79,3 +79,20 @@ def test_until_epoch_out_of_range_is_refused(seed_table, capsys):
         seed_table.main(["--until_epoch", "21"])
     assert exit_info.value.code == 2
     assert "--until_epoch must be between 1 and 20" in capsys.readouterr().err
+
+
+def test_a_failed_run_stops_with_one_line_naming_its_output(seed_table, tmp_path, monkeypatch):
+    """A partf-train run that exits with an error is reported, not read as finished."""
+
+    class Failed:
+        returncode = 1
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def poll(self):
+            return self.returncode
+
+    monkeypatch.setattr(seed_table.subprocess, "Popen", Failed)
+    with pytest.raises(SystemExit, match=r"run a_seed0 failed \(exit 1\); see .*a_seed0\.out"):
+        seed_table.train("a_seed0", 0, [], tmp_path, None)
