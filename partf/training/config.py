@@ -51,8 +51,9 @@ _RECORDS = "data/wikitext2_bsz32_seqlen32_tfrecords"
 DERIVED_MODEL_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
 #: Training fields that do not change the numbers a run computes: a run may resume
-#: with different values of these.
+#: with different values of these (a run folder renamed or moved is the same run).
 RESUMABLE_CHANGES = (
+    "model_name",
     "train_directory",
     "valid_directory",
     "test_directory",

@@ -304,3 +304,17 @@ def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
     assert config_differences(saved, current) == []
     changed = {**current, "model": {**model, "search_cost_weight": 0.5}}
     assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
+
+
+def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
+    from partf.models.config import ModelConfig
+    from partf.training.state import config_differences
+
+    model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
+    saved = {"model": model, "training": TrainConfig(model_name="probs").to_dict()}
+    moved = TrainConfig(model_name="probs_seed0", output_dir="/elsewhere").to_dict()
+    assert config_differences(saved, {"model": model, "training": moved}) == []
+    changed = TrainConfig(model_name="probs_seed0", max_lr=2e-4).to_dict()
+    assert config_differences(saved, {"model": model, "training": changed}) == [
+        "max_lr: 0.0001 -> 0.0002"
+    ]
