@@ -1,0 +1,684 @@
+"""Benchmark: the PAR search where attention costs, on WikiText-2 train, on a GPU (JAX).
+
+The long-context PAR result (issue 23) and base_model.sh's search on the real train split
+(issue 22, item 3) need more training than the 2-core CPU gives in a session, and the
+GPU machine lent to this project has JAX but not TensorFlow. So, as
+benchmarks/jax_throughput.py does, this exports context batches to numpy where
+TensorFlow is installed, and trains on the JAX backend anywhere: the model, schedule,
+optimizer and search settings are partf-train's own (its flags are parsed by
+`partf.cli.train.parse_args`), trained by `fit(jit_compile=True,
+steps_per_execution=32)`, with the XL memory emptied at each epoch's start as partf-train
+does, validated after every epoch by `JaxEvaluator` (exact perplexity, and the original
+project's mean of exp(batch loss)), tested at the end with each block-weight mode.
+
+Data (`export`, needs TensorFlow and the shared data folder):
+
+* long: WikiText-2 train, valid and test tokenized with the original project's 12,000-piece
+  tokenizer (line ends kept), 8 rows of 256 tokens (2,048 tokens a step); memory 256.
+  Here a relative-attention block costs 0.60 MFLOPs per token, a dense one 0.26.
+* short: the original project's own train, valid and test records (32 rows of 32).
+
+Runs (`run`, on the GPU machine; every run is one process, several share the GPU):
+
+1. phase 1: at the long context, Transformer-XL ("A D A D A D") and the searches
+   (`--search=par`, without and with `--search_cost_weight`, and the which-attention
+   search over {relative, linear, norm, dense, identity} with rotary positions for the
+   linear ones), each with seeds 0 and 1; beside them base_model.sh's 20-epoch search
+   on the short records (`--search=par`, issue 22 item 3).
+2. phase 2: each search's derived architecture (argmax of pi, identity blocks dropped)
+   trained from scratch with the same records, steps, schedule and seed as
+   Transformer-XL.
+
+Each run writes `<name>.json` (per-epoch validation, pi after each quarter epoch, test
+perplexity by mode, analytic FLOPs per token, steps/s as measured while sharing the GPU);
+`run` gathers them into results.json and the logs into logs.tar.gz under --out, before
+its --deadline. `report` turns results.json into the tables of docs/search.md.
+
+Examples:
+    python benchmarks/long_context.py export --out data/long_context          # here
+    KERAS_BACKEND=jax python benchmarks/long_context.py run \\
+        --batches data/long_context --out "$OUT" --deadline 540                 # GPU
+    python benchmarks/long_context.py report --results results.json             # here
+    KERAS_BACKEND=jax python benchmarks/long_context.py run --batches DIR --tiny  # check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: base_model.sh's model and optimization (the context's flags come on top).
+BASE_FLAGS = [
+    "--d_model=128",
+    "--num_heads=4",
+    "--d_ffn=512",
+    "--num_layers=6",
+    "--dropout_rate=0.1",
+    "--cutoffs=250",
+    "--cutoffs=2500",
+    "--proj_factor=4",
+    "--straight_through=False",
+    "--max_lr=1e-4",
+    "--tau_start=1.0",
+    "--tau_end=0.1",
+    "--tau_is_trainable=False",
+    "--opt_name=adam",
+    "--steps_per_execution=32",
+]
+
+#: Per context: flags, and the epochs of a run.
+CONTEXTS = {
+    # 1,000 warm-up steps as the stand-in's long runs; memory as long as the segment.
+    "long": (["--mem_len=256", "--warmup_steps=1000"], 6),
+    # base_model.sh itself: 20 epochs of the original's records, 4,000 warm-up steps.
+    "short": (["--mem_len=16", "--warmup_steps=4000"], 20),
+}
+
+WHICH_FLAGS = ["--search=par", "--candidates=relative,linear,norm,dense,identity"]
+TXL = "A D A D A D"
+COST_WEIGHTS = (0.03, 0.1)
+SEEDS = (0, 1)
+#: pi is recorded this many times an epoch (frames of the animation).
+FRAMES_PER_EPOCH = 4
+
+
+# ------------------------------------------------------------------ export (TF)
+def export(out: Path) -> None:
+    """Writes long_{train,valid,test}.npz and short_{train,valid,test}.npz to `out`."""
+    from shared_data import SharedDataMissing, original_dir, require, wikitext2_dir
+
+    from partf.data.tfrecords import load_tfrecords
+
+    try:
+        original = require(original_dir(), "the original project's records and tokenizer")
+        text = require(wikitext2_dir() / "train.txt", "WikiText-2 train text")
+    except SharedDataMissing as missing:
+        raise SystemExit(f"long_context.py: error: {missing}") from None
+    tokenizer = original / "tokenizer" / "wiki2_12k"
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        records = out.parent / f"{out.name}_records" / f"long_{split}"
+        if not (records / "metadata.json").is_file():
+            command = [
+                sys.executable,
+                "-m",
+                "partf.cli.build_data",
+                f"--text_file={text.parent / f'{split}.txt'}",
+                f"--tfrecords_directory={records}",
+                f"--sp_model_prefix={tokenizer}",
+                "--batch_size=8",
+                "--seq_len=256",
+            ]
+            subprocess.run(command, check=True, cwd=ROOT)
+        sources = {"long": records, "short": original / f"tfrecords_{split}"}
+        for context, source in sources.items():
+            inputs, targets = [], []
+            for x, y in load_tfrecords(source):
+                inputs.append(x.numpy())
+                targets.append(y.numpy())
+            path = out / f"{context}_{split}.npz"
+            partial = path.with_name(path.stem + ".partial.npz")
+            # uint16 holds the 12,000-piece vocabulary and halves what travels.
+            np.savez_compressed(
+                partial,
+                inputs=np.stack(inputs).astype(np.uint16),
+                targets=np.stack(targets).astype(np.uint16),
+            )
+            partial.replace(path)
+            print(f"{path}: {len(inputs)} batches of {inputs[0].shape}")
+
+
+def load_split(folder: Path, context: str, split: str, tiny: bool) -> tuple[np.ndarray, ...]:
+    data = np.load(folder / f"{context}_{split}.npz")
+    x, y = data["inputs"].astype(np.int32), data["targets"].astype(np.int32)
+    if tiny:
+        x, y = x[:40], y[:40]
+    return x, y
+
+
+# ------------------------------------------------------------------ one run (JAX)
+def _config(spec: dict[str, Any], num_batches: int) -> tuple[Any, Any, int]:
+    """partf-train's TrainConfig for the run's flags, and its ModelConfig fields."""
+    from partf.cli.train import parse_args
+
+    flags, epochs = CONTEXTS[spec["context"]]
+    argv = [
+        "--train_directory=unused",
+        *BASE_FLAGS,
+        *flags,
+        f"--epochs={spec.get('epochs', epochs)}",
+        f"--seed={spec['seed']}",
+        f"--model_name={spec['name']}",
+        *spec["flags"],
+    ]
+    config, _ = parse_args(argv)
+    return config, argv, config.epochs * num_batches
+
+
+def _perplexities(stats: Any) -> dict[str, float]:
+    return {
+        "exact": math.exp(stats.total_nll / max(stats.num_tokens, 1)),
+        "original": stats.sum_exp_batch_loss / max(stats.num_batches, 1),
+    }
+
+
+def build(spec: dict[str, Any], shape: tuple[int, int, int], tiny: bool) -> tuple[Any, ...]:
+    """The run's TrainConfig, its argv, and its model compiled as partf-train does."""
+    import keras
+
+    from partf.models.config import ModelConfig
+    from partf.models.par_transformer_xl import PARTransformerXL
+
+    num_batches, batch, _ = shape
+    config, argv, total_steps = _config(spec, num_batches)
+    fields = dict(config.model)
+    if config.search == "original":
+        fields.setdefault("arch_parameterization", "probabilities")  # as partf-train
+    if tiny:
+        fields.update(d_model=16, num_heads=2, d_ffn=32)
+    model_config = ModelConfig(
+        vocab_size=12_000,  # the original tokenizer's pieces
+        batch_size=batch,
+        tau_steps=total_steps,
+        **fields,
+    )
+    keras.utils.set_random_seed(config.seed)
+    keras.mixed_precision.set_global_policy("float32")
+    model = PARTransformerXL(model_config, name="par_transformer_xl")
+    _, optimizer = config.schedule_and_optimizer(total_steps)
+    model.compile(optimizer=optimizer, jit_compile=True, steps_per_execution=32)
+    return config, argv, total_steps, model_config, model
+
+
+def train_one(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> dict[str, Any]:
+    """Trains one run; writes and returns its results."""
+    from partf.models.cost import expected_flops, model_flops
+    from partf.training.jax_evaluator import JaxEvaluator
+
+    context = spec["context"]
+    x, y = load_split(folder, context, "train", tiny)
+    valid = list(zip(*load_split(folder, context, "valid", tiny), strict=True))
+    test = list(zip(*load_split(folder, context, "test", tiny), strict=True))
+    num_batches, batch, seq_len = x.shape
+    config, argv, total_steps, model_config, model = build(spec, x.shape, tiny)
+    searching = model_config.is_stochastic
+    result: dict[str, Any] = {
+        "name": spec["name"],
+        "derived_from": spec.get("derived_from"),
+        "context": context,
+        "seed": config.seed,
+        "argv": argv,
+        "batch": [batch, seq_len],
+        "batches_per_epoch": num_batches,
+        "steps": total_steps,
+        "candidates": model.candidate_names,
+        "valid": [],
+        "pi_frames": [],
+        "train_seconds": 0.0,
+        "device": _device(),
+    }
+    rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
+    # Chunks of whole multi-step executions: pi is read between them.
+    chunk = max(32, num_batches // FRAMES_PER_EPOCH // 32 * 32)
+    timed_steps = 0
+    evaluator = JaxEvaluator(model)  # one instance: its compiled program is reused
+    for epoch in range(1, config.epochs + 1):
+        model.reset_state("train")  # partf-train empties the memory at each epoch's start
+        for start in range(0, num_batches, chunk):
+            stop = min(start + chunk, num_batches)
+            began = time.perf_counter()
+            history = model.fit(
+                rows_x[start * batch : stop * batch],
+                rows_y[start * batch : stop * batch],
+                batch_size=batch,
+                shuffle=False,
+                epochs=1,
+                verbose=0,
+            )
+            seconds = time.perf_counter() - began
+            if epoch > 1 or start > 0:  # the first chunk compiles
+                result["train_seconds"] += seconds
+                timed_steps += stop - start
+            step = (epoch - 1) * num_batches + stop
+            loss = float(history.history["loss"][-1])
+            if searching:
+                result["pi_frames"].append({"step": step, "pi": model.pi().round(4).tolist()})
+            print(f"{spec['name']}: step {step}/{total_steps} loss {loss:.4f}", flush=True)
+        stats = evaluator.evaluate(valid)
+        result["valid"].append(
+            {"epoch": epoch, "step": epoch * num_batches, **_perplexities(stats)}
+        )
+        print(f"{spec['name']}: epoch {epoch} valid {result['valid'][-1]}", flush=True)
+        _write(out / f"{spec['name']}.json", result)
+    result["steps_per_second"] = timed_steps / max(result["train_seconds"], 1e-9)
+    result["test"] = {}
+    result["valid_final"] = {}
+    # The sampled figure is the original protocol's, compared at the short context only.
+    modes = ("argmax", "expected", "sample") if context == "short" else ("argmax", "expected")
+    for mode in modes if searching else ("argmax",):
+        if mode != model_config.eval_mode:
+            for block in model.blocks:
+                block.eval_mode = mode
+            evaluator = JaxEvaluator(model)
+        result["valid_final"][mode] = _perplexities(evaluator.evaluate(valid))
+        began = time.perf_counter()
+        stats = evaluator.evaluate(test)
+        result["test"][mode] = _perplexities(stats)
+        if mode == "argmax":
+            result["test_batches_per_second"] = stats.num_batches / (time.perf_counter() - began)
+    result["pi"] = model.pi().tolist()
+    result["architecture"] = model.architecture_string()
+    result["flops_per_token"] = model_flops(model, seq_len)
+    if searching:
+        result["expected_block_flops"] = float(expected_flops(model, seq_len))
+    _write(out / f"{spec['name']}.json", result)
+    return result
+
+
+def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dict[str, Any]]:
+    """Each architecture alone on the device, one after another: training steps/s (after
+    a compiling call) and evaluation milliseconds per batch of segments."""
+    from partf.models.cost import model_flops
+    from partf.training.jax_evaluator import JaxEvaluator
+
+    x, y = load_split(folder, "long", "train", tiny)
+    test = list(zip(*load_split(folder, "long", "test", tiny), strict=True))
+    _, batch, seq_len = x.shape
+    rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
+    timed = min(len(x), 320) // 32 * 32
+    rows = []
+    for architecture, rotary in spec["architectures"]:
+        flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+        if rotary:
+            flags.append("--position=rotary")
+        run = {"name": "speed", "context": "long", "seed": 0, "flags": flags}
+        _, _, _, _, model = build(run, x.shape, tiny)
+        fit = dict(batch_size=batch, shuffle=False, epochs=1, verbose=0)
+        model.fit(rows_x[: 64 * batch], rows_y[: 64 * batch], **fit)  # compiles
+        seconds = []
+        for _ in range(2):
+            began = time.perf_counter()
+            model.fit(rows_x[: timed * batch], rows_y[: timed * batch], **fit)
+            seconds.append(time.perf_counter() - began)
+        evaluator = JaxEvaluator(model)
+        evaluator.evaluate(test)  # compiles
+        began = time.perf_counter()
+        stats = evaluator.evaluate(test)
+        eval_seconds = time.perf_counter() - began
+        rows.append(
+            {
+                "architecture": architecture,
+                "rotary": rotary,
+                "steps_per_second": timed / min(seconds),
+                "eval_ms_per_batch": 1000 * eval_seconds / stats.num_batches,
+                "flops_per_token": model_flops(model, seq_len),
+                "device": _device(),
+                "alone": spec.get("alone"),
+            }
+        )
+        _write(out / "speed.json", {"speed": rows})
+        print(f"speed: {rows[-1]}", flush=True)
+    return rows
+
+
+def _device() -> str:
+    import jax
+
+    device = jax.devices()[0]
+    return f"{device.platform}: {getattr(device, 'device_kind', '')}"
+
+
+def _write(path: Path, value: Any) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, indent=1))
+    partial.replace(path)
+
+
+# ------------------------------------------------------------------ the plan (GPU)
+def phase1() -> list[dict[str, Any]]:
+    specs = [{"name": "short_par_s0", "context": "short", "seed": 0, "flags": ["--search=par"]}]
+    for seed in SEEDS:
+        specs.append(
+            {
+                "name": f"long_txl_s{seed}",
+                "context": "long",
+                "seed": seed,
+                "flags": [f"--architecture={TXL}"],
+            }
+        )
+        specs.append(
+            {
+                "name": f"long_search_s{seed}",
+                "context": "long",
+                "seed": seed,
+                "flags": ["--search=par"],
+            }
+        )
+        for weight in COST_WEIGHTS:
+            specs.append(
+                {
+                    "name": f"long_cost{weight:g}_s{seed}",
+                    "context": "long",
+                    "seed": seed,
+                    "flags": ["--search=par", f"--search_cost_weight={weight:g}"],
+                }
+            )
+        specs.append(
+            {
+                "name": f"long_which_s{seed}",
+                "context": "long",
+                "seed": seed,
+                "flags": [*WHICH_FLAGS, "--position=rotary"],
+            }
+        )
+    return specs
+
+
+def derived_architecture(result: dict[str, Any]) -> str:
+    from partf.training.search import searched_architecture
+
+    return searched_architecture(result["pi"], result["candidates"])
+
+
+def phase2(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The derived architecture of each finished long-context search, from scratch
+    (once per architecture and seed: searches that agree share their stage-2 run)."""
+    specs: dict[tuple[str, int, bool], dict[str, Any]] = {}
+    for name, result in sorted(results.items()):
+        if not name.startswith("long_") or "txl" in name or "pi" not in result:
+            continue
+        architecture = derived_architecture(result)
+        if architecture == TXL:
+            continue  # Transformer-XL itself is trained in phase 1
+        flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+        rotary = "which" in name
+        if rotary:
+            flags.append("--position=rotary")
+        key = (architecture, result["seed"], rotary)
+        if key in specs:
+            specs[key]["derived_from"].append(name)
+            continue
+        specs[key] = {
+            "name": name.replace("long_", "long_derived_", 1),
+            "context": "long",
+            "seed": result["seed"],
+            "flags": flags,
+            "derived_from": [name],
+        }
+    return list(specs.values())
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Phase 1, then phase 2, as parallel processes, gathered before --deadline."""
+    started = time.monotonic()
+    work = Path(args.work)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        XLA_PYTHON_CLIENT_PREALLOCATE="false",
+        PYTHONWARNINGS="ignore",
+    )
+    running: dict[str, tuple[subprocess.Popen, dict[str, Any]]] = {}
+    results: dict[str, dict[str, Any]] = {}
+
+    def launch(spec: dict[str, Any]) -> None:
+        if args.tiny:
+            spec = {**spec, "epochs": 2}
+        command = [
+            sys.executable,
+            __file__,
+            "job",
+            "--spec",
+            json.dumps(spec),
+            "--batches",
+            args.batches,
+            "--work",
+            str(work),
+        ]
+        if args.tiny:
+            command.append("--tiny")
+        with open(work / "logs" / f"{spec['name']}.log", "w") as log:
+            # The child keeps its own copy of the file descriptor.
+            running[spec["name"]] = (
+                subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT),
+                spec,
+            )
+
+    def gather() -> None:
+        for path in work.glob("*.json"):
+            results[path.stem] = json.loads(path.read_text())
+        _write(
+            out / "results.json", {"elapsed_seconds": time.monotonic() - started, "runs": results}
+        )
+        with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
+            archive.add(work / "logs", arcname="logs")
+
+    def wait(names: set[str], until: float) -> None:
+        while names & set(running) and time.monotonic() < until:
+            time.sleep(2)
+            for name in list(running):
+                process, _ = running[name]
+                if process.poll() is not None:
+                    print(
+                        f"[{time.monotonic() - started:.0f}s] {name} exit {process.returncode}",
+                        flush=True,
+                    )
+                    del running[name]
+            gather()
+
+    deadline = started + args.deadline
+    if args.stage2_from:
+        # Stage 2 of searches run earlier (their pi as last recorded) and nothing else.
+        earlier = json.loads(Path(args.stage2_from).read_text())["runs"]
+        finished = {
+            name: {**r, "pi": r["pi_frames"][-1]["pi"], "pi_step": r["pi_frames"][-1]["step"]}
+            for name, r in earlier.items()
+            if r.get("pi_frames") and "which" not in name
+        }
+        for spec in phase2(finished):
+            launch(spec)
+        wait(set(running), deadline)
+        for name, (process, _) in running.items():
+            print(f"deadline: stopping {name}", flush=True)
+            process.kill()
+        gather()
+        return 0
+    for spec in phase1():
+        if not args.only or any(spec["name"].startswith(p) for p in args.only):
+            launch(spec)
+    long_names = {name for name in running if name.startswith("long_")}
+    wait(long_names, deadline)
+    gather()
+    finished = {name: r for name, r in results.items() if "test" in r}
+    for spec in phase2(finished):
+        launch(spec)
+    stage2 = set(running)
+    wait(stage2, deadline)
+    if time.monotonic() < deadline - args.speed_seconds:
+        # Speeds measured alone, one architecture after another, once training is done.
+        wait(set(running), deadline - args.speed_seconds)
+        architectures = [[TXL, False]]
+        for spec in phase2(finished):
+            rotary = "--position=rotary" in spec["flags"]
+            architecture = spec["flags"][0].split("=", 1)[1]
+            if [architecture, rotary] not in architectures:
+                architectures.append([architecture, rotary])
+        launch({"name": "speed", "architectures": architectures, "alone": not running})
+    wait(set(running), deadline)
+    for name, (process, _) in running.items():
+        print(f"deadline: stopping {name}", flush=True)
+        process.kill()
+    gather()
+    return 0
+
+
+# ------------------------------------------------------------------ report (here)
+def _mflops(value: float) -> str:
+    return f"{value / 1e6:.2f}"
+
+
+def long_flops(architecture: str, rotary: bool = False) -> dict[str, float]:
+    """Analytic forward FLOPs per token of a fixed architecture at the long context
+    (`partf.models.cost`, from a model built but not trained)."""
+    from partf.models.cost import model_flops
+
+    flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+    if rotary:
+        flags.append("--position=rotary")
+    spec = {"name": "flops", "context": "long", "seed": 0, "flags": flags}
+    _, _, _, _, model = build(spec, (1, 8, 256), tiny=False)
+    return model_flops(model, 256)
+
+
+def report(paths: list[Path]) -> str:
+    """Markdown tables of one or more results.json files (later files win per run)."""
+    import numpy as np
+
+    from partf.training.search import searched_architecture
+
+    runs: dict[str, Any] = {}
+    for path in paths:
+        runs.update(json.loads(path.read_text())["runs"])
+    runs.pop("speed", None)
+    txl = {r["seed"]: r for n, r in runs.items() if n.startswith("long_txl")}
+    txl_flops = long_flops(TXL)
+    out = ["Validation perplexity (exact) at the end of each epoch:", ""]
+    curves = sorted((n for n in runs if runs[n]["valid"]), key=lambda n: (runs[n]["context"], n))
+    width = max(len(runs[n]["valid"]) for n in curves) if curves else 0
+    out.append("| run | " + " | ".join(str(e) for e in range(1, width + 1)) + " | test, argmax |")
+    out.append("|---|" + "---:|" * (width + 1))
+    for name in curves:
+        r = runs[name]
+        cells = [f"{v['exact']:.2f}" for v in r["valid"]] + ["-"] * (width - len(r["valid"]))
+        test = r.get("test", {}).get("argmax", {}).get("exact")
+        out.append(
+            f"| {name} | " + " | ".join(cells) + f" | {test:.2f} |"
+            if test
+            else f"| {name} | " + " | ".join(cells) + " | - |"
+        )
+    out += [
+        "",
+        "Searches: the argmax architecture at the last recorded pi (identity kept as I):",
+        "",
+        "| search | seed | pi at step | architecture | largest pi per block | "
+        "derived | block MFLOPs/token (vs Transformer-XL) |",
+        "|---|---:|---:|---|---|---|---:|",
+    ]
+    for name in sorted(n for n in runs if runs[n].get("pi_frames")):
+        r = runs[name]
+        frame = r["pi_frames"][-1]
+        pi = np.asarray(frame["pi"])
+        names = r["candidates"]
+        arch = " ".join(names[i] for i in pi.argmax(1))
+        largest = " ".join(f"{p:.2f}" for p in pi.max(1))
+        if np.allclose(pi, 1.0 / len(names), atol=1e-3):
+            derived = "- (pi not yet learning)"  # still within the frozen first part
+        else:
+            try:
+                derived = searched_architecture(frame["pi"], names)
+            except ValueError:  # the identity everywhere (a ConfigError)
+                derived = "-"
+        if name.startswith("long_") and not derived.startswith("-"):
+            flops = long_flops(derived, rotary="which" in name)["blocks"]
+            versus = f"{_mflops(flops)} ({100 * (flops / txl_flops['blocks'] - 1):+.0f}%)"
+        else:
+            versus = "-"
+        out.append(
+            f"| {name} | {r['seed']} | {frame['step']} | {arch} | {largest} | "
+            f"{derived} | {versus} |"
+        )
+    out += [
+        "",
+        "Stage 2 against Transformer-XL of the same seed, at the last epoch both reached:",
+        "",
+        "| derived run | architecture | seed | epoch | valid | Transformer-XL valid | "
+        "difference | test (Transformer-XL) | MFLOPs/token blocks, total (vs TXL) |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for name in sorted(n for n in runs if n.startswith("long_derived")):
+        r = runs[name]
+        base = txl.get(r["seed"])
+        if not base or not r["valid"]:
+            continue
+        epoch = min(len(r["valid"]), len(base["valid"]))
+        mine, theirs = r["valid"][epoch - 1]["exact"], base["valid"][epoch - 1]["exact"]
+        architecture = next(a for a in r["argv"] if a.startswith("--architecture="))
+        test = r.get("test", {}).get("argmax", {}).get("exact")
+        base_test = base.get("test", {}).get("argmax", {}).get("exact")
+        tests = f"{test:.2f} ({base_test:.2f})" if test and base_test else "-"
+        flops = long_flops(architecture.split("=", 1)[1], "--position=rotary" in r["argv"])
+        cost = ", ".join(
+            f"{_mflops(flops[k])} ({100 * (flops[k] / txl_flops[k] - 1):+.0f}%)"
+            for k in ("blocks", "total")
+        )
+        out.append(
+            f"| {name} | {architecture.split('=', 1)[1]} | {r['seed']} | {epoch} | {mine:.2f} | "
+            f"{theirs:.2f} | {100 * (mine / theirs - 1):+.1f}% | {tests} | {cost} |"
+        )
+    if runs:
+        out.append(
+            f"\nTransformer-XL: {_mflops(txl_flops['blocks'])} block and "
+            f"{_mflops(txl_flops['total'])} total MFLOPs per token."
+        )
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export", help="numpy batches from the shared data (TensorFlow)")
+    p.add_argument("--out", default="data/long_context")
+    p = sub.add_parser("run", help="every run, in parallel processes (JAX)")
+    p.add_argument("--batches", default="data/long_context")
+    p.add_argument("--out", default="data/long_context/results")
+    p.add_argument("--work", default="/tmp/long_context")
+    p.add_argument("--deadline", type=float, default=540.0, help="seconds, then gather")
+    p.add_argument("--tiny", action="store_true", help="small model, few batches: a check")
+    p.add_argument("--only", nargs="*", help="phase-1 runs whose names start so")
+    p.add_argument("--stage2_from", help="a results.json: only the stage 2 of its searches")
+    p.add_argument(
+        "--speed_seconds",
+        type=float,
+        default=100.0,
+        help="measure speeds alone when this much time is left after stage 2",
+    )
+    p = sub.add_parser("job", help="one run (used by run)")
+    p.add_argument("--spec", required=True)
+    p.add_argument("--batches", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--tiny", action="store_true")
+    p = sub.add_parser("report", help="tables from results.json")
+    p.add_argument("--results", nargs="+", required=True, help="later files win per run")
+    args = parser.parse_args()
+    if args.command == "export":
+        export(Path(args.out))
+    elif args.command == "run":
+        return run_plan(args)
+    elif args.command == "job":
+        spec = json.loads(args.spec)
+        work = speed if spec["name"] == "speed" else train_one
+        work(spec, Path(args.batches), Path(args.work), args.tiny)
+    else:
+        print(report([Path(p) for p in args.results]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""benchmarks/long_context.py: the stage-2 plan drawn from searches, and the report's
+comparison with Transformer-XL, without training."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "long_context.py"
+CANDIDATES = ["attention", "dense", "identity"]
+A, D, IDENTITY = [0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.05, 0.05, 0.9]
+
+
+@pytest.fixture(scope="module")
+def long_context():
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("long_context_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def search(seed: int, pi: list[list[float]], candidates=CANDIDATES) -> dict:
+    return {"seed": seed, "pi": pi, "candidates": candidates, "test": {}}
+
+
+def test_stage2_trains_each_derived_architecture_once_per_seed(long_context):
+    finished = {
+        # Two searches of seed 0 that agree share one stage-2 run.
+        "long_search_s0": search(0, [A, D, IDENTITY, A, D, D]),
+        "long_cost0.1_s0": search(0, [A, D, A, IDENTITY, D, D]),
+        # The same architecture with another seed is its own run.
+        "long_search_s1": search(1, [A, D, A, D, D, IDENTITY]),
+        # A search that found Transformer-XL itself needs no stage-2 run.
+        "long_cost0.03_s1": search(1, [A, D, A, D, A, D]),
+        "long_which_s0": search(
+            0,
+            [[0.1, 0.8, 0.1, 0, 0], [0, 0, 0, 1, 0]],
+            ["relative", "norm", "linear", "dense", "identity"],
+        ),
+        "long_txl_s0": search(0, [A, D]),  # not a search
+        "short_par_s0": search(0, [A, D]),  # not the long context
+    }
+    specs = {spec["name"]: spec for spec in long_context.phase2(finished)}
+    assert sorted(specs) == [
+        "long_derived_cost0.1_s0",
+        "long_derived_search_s1",
+        "long_derived_which_s0",
+    ]
+    shared = specs["long_derived_cost0.1_s0"]
+    assert shared["derived_from"] == ["long_cost0.1_s0", "long_search_s0"]
+    assert shared["flags"] == ["--architecture=A D A D D", "--num_layers=5"]
+    assert specs["long_derived_search_s1"]["seed"] == 1
+    # The which-attention search keeps its linear mechanism's rotary positions.
+    assert specs["long_derived_which_s0"]["flags"] == [
+        "--architecture=norm D",
+        "--num_layers=2",
+        "--position=rotary",
+    ]
+
+
+def valid(*exact: float) -> list[dict]:
+    return [{"epoch": i + 1, "exact": e, "original": e} for i, e in enumerate(exact)]
+
+
+def test_report_compares_stage2_with_transformer_xl_at_the_last_common_epoch(
+    long_context, tmp_path
+):
+    argv = ["--architecture=A D A D", "--num_layers=4"]
+    runs = {
+        "long_txl_s0": {
+            "context": "long",
+            "seed": 0,
+            "valid": valid(100.0, 60.0, 50.0),
+            "pi_frames": [],
+            "argv": ["--architecture=A D A D A D"],
+            "test": {"argmax": {"exact": 45.0}},
+        },
+        # Stopped after epoch 2: compared with Transformer-XL's epoch 2, no test figure.
+        "long_derived_search_s0": {
+            "context": "long",
+            "seed": 0,
+            "valid": valid(99.0, 61.2),
+            "pi_frames": [],
+            "argv": argv,
+        },
+        "long_search_s0": {
+            "context": "long",
+            "seed": 0,
+            "valid": valid(150.0),
+            "candidates": CANDIDATES,
+            "pi_frames": [{"step": 10, "pi": [A, D, A, D, IDENTITY, IDENTITY]}],
+        },
+        # Still frozen: its pi is uniform and names no architecture.
+        "long_which_s0": {
+            "context": "long",
+            "seed": 0,
+            "valid": valid(170.0),
+            "candidates": CANDIDATES,
+            "pi_frames": [{"step": 5, "pi": [[1 / 3] * 3] * 6}],
+        },
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    text = long_context.report([path])
+    curves, rest = text.split("Searches:")
+    searches, stage2 = rest.split("Stage 2")
+    # The curves table holds each run's validation per epoch.
+    assert "| long_derived_search_s0 | 99.00 | 61.20 | - | - |" in curves
+    row = next(line for line in stage2.splitlines() if line.startswith("| long_derived_search_s0"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1:7] == ["A D A D", "0", "2", "61.20", "60.00", "+2.0%"]
+    assert cells[7] == "-"
+    # Four of the six blocks of Transformer-XL: fewer block FLOPs, by the model's costs.
+    flops = long_context.long_flops("A D A D")["blocks"]
+    txl = long_context.long_flops("A D A D A D")["blocks"]
+    assert flops == pytest.approx(txl * 2 / 3)
+    assert f"({100 * (flops / txl - 1):+.0f}%)" in cells[8]
+    search_row = next(line for line in searches.splitlines() if line.startswith("| long_search_s0"))
+    assert "| A D A D |" in search_row
+    which_row = next(line for line in searches.splitlines() if line.startswith("| long_which_s0"))
+    assert "pi not yet learning" in which_row
