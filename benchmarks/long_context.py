@@ -640,6 +640,24 @@ def report(paths: list[Path]) -> str:
     return "\n".join(out)
 
 
+def pi_gif(results: list[Path], name: str, path: Path) -> int:
+    """The animation of a search's pi frames (as partf-train's plots/NAME/pi.gif)."""
+    import tempfile
+
+    from partf.training.plots import make_gif, save_pi_heatmap
+
+    runs: dict[str, Any] = {}
+    for result in results:
+        runs.update(json.loads(result.read_text())["runs"])
+    run = runs[name]
+    with tempfile.TemporaryDirectory() as folder:
+        for frame in run["pi_frames"]:
+            title = f"{name}, step {frame['step']} of {run['steps']}"
+            pi = np.asarray(frame["pi"])
+            save_pi_heatmap(pi, run["candidates"], Path(folder) / f"step{frame['step']}.png", title)
+        return make_gif(folder, path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -666,6 +684,10 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true")
     p = sub.add_parser("report", help="tables from results.json")
     p.add_argument("--results", nargs="+", required=True, help="later files win per run")
+    p = sub.add_parser("gif", help="the pi animation of one search")
+    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--gif", required=True)
     args = parser.parse_args()
     if args.command == "export":
         export(Path(args.out))
@@ -675,6 +697,9 @@ def main() -> int:
         spec = json.loads(args.spec)
         work = speed if spec["name"] == "speed" else train_one
         work(spec, Path(args.batches), Path(args.work), args.tiny)
+    elif args.command == "gif":
+        frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
+        print(f"{args.gif}: {frames} frames")
     else:
         print(report([Path(p) for p in args.results]))
     return 0

@@ -124,3 +124,16 @@ def test_report_compares_stage2_with_transformer_xl_at_the_last_common_epoch(
     assert "| A D A D |" in search_row
     which_row = next(line for line in searches.splitlines() if line.startswith("| long_which_s0"))
     assert "pi not yet learning" in which_row
+
+
+def test_pi_gif_has_one_frame_per_recorded_pi(long_context, tmp_path):
+    from PIL import Image
+
+    frames = [{"step": 10, "pi": [[1 / 3] * 3] * 2}, {"step": 20, "pi": [A, IDENTITY]}]
+    run = {"steps": 20, "candidates": CANDIDATES, "pi_frames": frames}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": {"long_search_s0": run}}))
+    gif = tmp_path / "pi.gif"
+    assert long_context.pi_gif([path], "long_search_s0", gif) == 2
+    with Image.open(gif) as image:
+        assert image.n_frames == 2
