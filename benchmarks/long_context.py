@@ -377,6 +377,15 @@ def phase1() -> list[dict[str, Any]]:
                     "flags": ["--search=par", f"--search_cost_weight={weight:g}"],
                 }
             )
+        if seed == 0:  # the sampled-path estimator beside the mixture (issue 23, item 4)
+            specs.append(
+                {
+                    "name": "long_sampled_s0",
+                    "context": "long",
+                    "seed": 0,
+                    "flags": ["--search=par", "--search_estimator=sampled"],
+                }
+            )
         specs.append(
             {
                 "name": f"long_which_s{seed}",

@@ -28,6 +28,8 @@ without it (tests/models/test_par_transformer_xl.py checks that they agree).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -115,13 +117,57 @@ def _mix(x: Any) -> Any:
     return ops.bitwise_xor(x, ops.right_shift(x, np.uint32(16)))
 
 
+#: Keys of the open `keyed_draws` scopes (innermost last), each with its draw count.
+_SCOPES: list[list[Any]] = []
+
+
+@contextlib.contextmanager
+def keyed_draws(key: Any) -> Iterator[None]:
+    """Draws inside read their generators' state without advancing it, keyed by `key`.
+
+    A JAX conditional branch cannot assign a variable (its value would escape the
+    branch's trace), and advancing a `SeedGenerator` assigns its state. Inside this
+    scope `random_bits` instead mixes `key` (drawn once outside the conditional, so
+    fresh each step) and a count of the draws made in the scope into the key of each
+    draw, so every generator still gives fresh, independent draws per step, per layer
+    and per element, and no state is written.
+
+    Args:
+        key: uint32 (or int) scalar tensor, e.g. `ops.cast(generator.next(), "uint32")[1]`.
+
+    Example:
+        >>> gen = keras.random.SeedGenerator(3)
+        >>> with keyed_draws(7):
+        ...     bits = random_bits((2,), gen)
+        >>> int(keras.ops.convert_to_numpy(gen.state)[1])  # not advanced
+        0
+    """
+    _SCOPES.append([ops.cast(key, "uint32"), 0])
+    try:
+        yield
+    finally:
+        _SCOPES.pop()
+
+
+def _draw_state(seed: keras.random.SeedGenerator) -> Any:
+    """uint32 [2]: the draw's (seed, count) pair: advanced, or keyed within a scope."""
+    if not _SCOPES:
+        return ops.cast(seed.next(), "uint32")  # [initial seed, draws so far], mod 2**32
+    scope = _SCOPES[-1]
+    scope[1] += 1  # two draws from one generator within the scope differ
+    state = ops.cast(seed.state.value, "uint32")
+    count = _mix(ops.add(ops.multiply(scope[0], _GOLDEN), np.uint32(scope[1])))
+    return ops.stack([state[0], ops.bitwise_xor(state[1], count)])
+
+
 def random_bits(shape: tuple[int, ...], seed: keras.random.SeedGenerator) -> Any:
     """uint32 [*shape] random bits, each a keyed hash of its element index.
 
     Args:
         shape: shape of the result (ints; scalar tensors for dynamic dimensions).
         seed: the caller's own `keras.random.SeedGenerator`, advanced by one draw;
-            its state (initial seed, draw count) gives the draw's keys.
+            its state (initial seed, draw count) gives the draw's keys. Inside
+            `keyed_draws` it is read, not advanced, and the scope's key joins in.
 
     Returns:
         uint32 tensor of `shape`: every bit 0 or 1 with probability 1/2, independent
@@ -132,7 +178,7 @@ def random_bits(shape: tuple[int, ...], seed: keras.random.SeedGenerator) -> Any
         >>> str(bits.dtype).endswith("uint32")
         True
     """
-    state = ops.cast(seed.next(), "uint32")  # [initial seed, draws so far], mod 2**32
+    state = _draw_state(seed)
     key_1 = _mix(ops.add(_mix(state[0]), ops.multiply(state[1], _GOLDEN)))
     key_2 = _mix(ops.bitwise_xor(key_1, _GOLDEN))
     size = 1

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from partf.random import Dropout, dropout, normal, random_bits, uniform
+from partf.random import Dropout, dropout, keyed_draws, normal, random_bits, uniform
 from tests.layer_checks import assert_config_round_trip
 
 
@@ -196,3 +196,37 @@ def test_dropout_masks_are_fresh_per_step_layer_and_element_in_a_compiled_loop()
     assert abs(both.mean() - 0.25) < 0.012
     # Independent elements: neighbouring counts are uncorrelated (se 0.044: allow 4).
     assert abs(np.corrcoef(first.ravel()[:-1], first.ravel()[1:])[0, 1]) < 0.18
+
+
+def test_keyed_draws_do_not_advance_the_generator_and_follow_the_key():
+    def bits(generator, key):
+        with keyed_draws(key):
+            first = ops.convert_to_numpy(random_bits((4096,), generator))
+            second = ops.convert_to_numpy(random_bits((4096,), generator))
+        return first, second
+
+    generator = keras.random.SeedGenerator(5)
+    start = ops.convert_to_numpy(generator.state).tolist()
+    first, second = bits(generator, 11)
+    assert ops.convert_to_numpy(generator.state).tolist() == start  # nothing written
+    # Two draws in one scope differ; the same key gives the same draws again; another
+    # key (the next step's) and another generator (another layer) give others.
+    assert (first != second).mean() > 0.99
+    again, _ = bits(generator, 11)
+    np.testing.assert_array_equal(again, first)
+    assert (bits(generator, 12)[0] != first).mean() > 0.99
+    assert (bits(keras.random.SeedGenerator(6), 11)[0] != first).mean() > 0.99
+    # Still uniform bits: each bit set about half the time.
+    ones = np.unpackbits(first.view(np.uint8)).mean()
+    assert abs(ones - 0.5) < 0.01
+    # Outside the scope the generator advances again, as before.
+    random_bits((2,), generator)
+    assert ops.convert_to_numpy(generator.state).tolist() != start
+
+
+def test_dropout_inside_keyed_draws_keeps_the_rate():
+    x = ops.ones((256, 256))
+    with keyed_draws(3):
+        y = ops.convert_to_numpy(dropout(x, 0.3, keras.random.SeedGenerator(1)))
+    assert abs((y == 0).mean() - 0.3) < 0.01
+    np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.7], rtol=1e-6)

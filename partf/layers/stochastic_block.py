@@ -31,6 +31,7 @@ https://arxiv.org/abs/2009.04534
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from keras import ops
 from partf.attention import Attention, attention_names, create_attention, get_attention_class
 from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_noise, gumbel_softmax
+from partf.random import keyed_draws
 from partf.serialization import register
 
 EVAL_MODES = ("argmax", "expected", "sample")
@@ -366,8 +368,20 @@ class StochasticBlock(keras.layers.Layer):
         if self.num_candidates == 1:
             return self.run_candidate(0, x, states[0], mask, training)[0], new_states
 
+        if keras.backend.backend() == "jax":
+            # A JAX branch cannot advance a seed generator (an assignment inside the
+            # conditional's trace): the candidates' draws are keyed by one draw made
+            # here, outside it, instead (partf.random.keyed_draws).
+            key = ops.cast(self.seed_generator.next(), "uint32")[1]
+        else:
+            key = None
+
         def branch(i: int):
-            return lambda x: self.run_candidate(i, x, states[i], mask, training)[0]
+            def run(x: Any) -> Any:
+                with keyed_draws(key) if key is not None else contextlib.nullcontext():
+                    return self.run_candidate(i, x, states[i], mask, training)[0]
+
+            return run
 
         branches = [branch(i) for i in range(self.num_candidates)]
         return ops.switch(ops.cast(index, "int32"), branches, x), new_states

@@ -150,13 +150,6 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         # search, so every other model keeps the variables checkpoints restore by order.
         self.search_baseline = None
         if config.is_stochastic and config.search_estimator == "sampled":
-            if keras.backend.backend() != "tensorflow":
-                # The drawn candidate runs inside a conditional; Keras's random state
-                # cannot be advanced inside a JAX conditional branch.
-                raise ValueError(
-                    "search_estimator='sampled' works on the TensorFlow backend only; use "
-                    "search_estimator='mixture' on the JAX backend."
-                )
             self.search_baseline = self.add_weight(
                 name="search_baseline",
                 shape=(2,),
