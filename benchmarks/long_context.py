@@ -335,6 +335,41 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
     return rows
 
 
+def search_speed(folder: Path, steps: int, rounds: int, tiny: bool) -> list[dict[str, Any]]:
+    """Training steps/s at the long context of the mixture search, the sampled-path
+    search and a fixed architecture (Transformer-XL), built as partf-train builds them
+    and timed in alternating rounds (so a change of load hits all three alike)."""
+    x, y = load_split(folder, "long", "train", tiny)
+    _, batch, seq_len = x.shape
+    rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
+    fit = dict(batch_size=batch, shuffle=False, epochs=1, verbose=0)
+    runs = {
+        "mixture search": ["--search=par"],
+        "sampled search": ["--search=par", "--search_estimator=sampled"],
+        f"fixed {TXL}": [f"--architecture={TXL}"],
+    }
+    models = {}
+    for label, flags in runs.items():
+        spec = {"name": "speed", "context": "long", "seed": 0, "flags": flags}
+        models[label] = build(spec, x.shape, tiny)[-1]
+        models[label].fit(rows_x[: 32 * batch], rows_y[: 32 * batch], **fit)  # compiles
+    seconds: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(rounds):
+        for label, model in models.items():
+            began = time.perf_counter()
+            model.fit(rows_x[: steps * batch], rows_y[: steps * batch], **fit)
+            seconds[label].append(time.perf_counter() - began)
+    return [
+        {
+            "run": label,
+            "steps_per_second": steps / min(times),
+            "rounds": [steps / t for t in times],
+            "device": _device(),
+        }
+        for label, times in seconds.items()
+    ]
+
+
 def _device() -> str:
     import jax
 
@@ -693,6 +728,11 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true")
     p = sub.add_parser("report", help="tables from results.json")
     p.add_argument("--results", nargs="+", required=True, help="later files win per run")
+    p = sub.add_parser("search_speed", help="mixture vs sampled search vs fixed, steps/s")
+    p.add_argument("--batches", default="data/long_context")
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--tiny", action="store_true")
     p = sub.add_parser("gif", help="the pi animation of one search")
     p.add_argument("--results", nargs="+", required=True)
     p.add_argument("--name", required=True)
@@ -706,6 +746,9 @@ def main() -> int:
         spec = json.loads(args.spec)
         work = speed if spec["name"] == "speed" else train_one
         work(spec, Path(args.batches), Path(args.work), args.tiny)
+    elif args.command == "search_speed":
+        rows = search_speed(Path(args.batches), args.steps, args.rounds, args.tiny)
+        print(json.dumps(rows, indent=1))
     elif args.command == "gif":
         frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
         print(f"{args.gif}: {frames} frames")
