@@ -39,6 +39,7 @@ Examples:
     KERAS_BACKEND=jax python benchmarks/long_context.py run \\
         --batches data/long_context --out "$OUT" --deadline 540                 # GPU
     python benchmarks/long_context.py report --results results.json             # here
+    KERAS_BACKEND=jax python benchmarks/long_context.py search_speed            # estimators
     KERAS_BACKEND=jax python benchmarks/long_context.py run --batches DIR --tiny  # check
 """
 
