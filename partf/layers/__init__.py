@@ -5,14 +5,10 @@ from partf.layers.adaptive_softmax import (
     tail_projection_dims,
     validate_cutoffs,
 )
+from partf.layers.candidates import BUILTIN_CANDIDATES, EVAL_MODES, candidate_kind
 from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_noise, gumbel_softmax
-from partf.layers.stochastic_block import (
-    BUILTIN_CANDIDATES,
-    EVAL_MODES,
-    StochasticBlock,
-    candidate_kind,
-)
+from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import TAU_SCHEDULES, Temperature, scheduled_temperature
 
 __all__ = [

@@ -13,11 +13,7 @@ from typing import Any
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
-from partf.layers.stochastic_block import (
-    ARCH_PARAMETERIZATIONS,
-    BUILTIN_CANDIDATES,
-    EVAL_MODES,
-)
+from partf.layers.candidates import ARCH_PARAMETERIZATIONS, BUILTIN_CANDIDATES, EVAL_MODES
 from partf.layers.temperature import validate_temperature
 from partf.settings import setting
 

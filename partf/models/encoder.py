@@ -40,13 +40,9 @@ from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.positions import sinusoid, stream_positions
+from partf.layers.candidates import EVAL_MODES, candidate_kind, noncausal_attention_names
 from partf.layers.feed_forward import FeedForward
-from partf.layers.stochastic_block import (
-    EVAL_MODES,
-    StochasticBlock,
-    candidate_kind,
-    noncausal_attention_names,
-)
+from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
 from partf.models.config import parse_architecture
 from partf.models.search_interface import SearchInterface

@@ -224,7 +224,7 @@ def masked_lm(model_config: Any) -> Any:
 def _check_encoder_settings(model_config: Any) -> None:
     """Refuses, in the flags' words, what the encoder of --objective=mlm cannot do."""
     from partf.attention import get_attention_class
-    from partf.layers.stochastic_block import noncausal_attention_names
+    from partf.layers.candidates import noncausal_attention_names
     from partf.models.config import parse_architecture
 
     if model_config.architecture is None:

@@ -7,7 +7,8 @@ import tensorflow as tf
 from keras import ops
 
 from partf.attention import Attention, register_attention
-from partf.layers.stochastic_block import StochasticBlock, candidate_kind
+from partf.layers.candidates import candidate_kind
+from partf.layers.stochastic_block import StochasticBlock
 from tests.layer_checks import assert_close, assert_config_round_trip
 
 D, B, T, M = 8, 2, 5, 6
