@@ -46,6 +46,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -153,7 +154,7 @@ def load_split(folder: Path, context: str, split: str, tiny: bool) -> tuple[np.n
 
 # ------------------------------------------------------------------ one run (JAX)
 def _config(spec: dict[str, Any], num_batches: int) -> tuple[Any, Any, int]:
-    """partf-train's TrainConfig for the run's flags, and its ModelConfig fields."""
+    """partf-train's TrainConfig for the run's flags, the argv, and the run's steps."""
     from partf.cli.train import parse_args
 
     flags, epochs = CONTEXTS[spec["context"]]
@@ -181,22 +182,14 @@ def build(spec: dict[str, Any], shape: tuple[int, int, int], tiny: bool) -> tupl
     """The run's TrainConfig, its argv, and its model compiled as partf-train does."""
     import keras
 
-    from partf.models.config import ModelConfig
     from partf.models.par_transformer_xl import PARTransformerXL
 
     num_batches, batch, _ = shape
-    config, argv, total_steps = _config(spec, num_batches)
-    fields = dict(config.model)
-    if config.search == "original":
-        fields.setdefault("arch_parameterization", "probabilities")  # as partf-train
     if tiny:
-        fields.update(d_model=16, num_heads=2, d_ffn=32)
-    model_config = ModelConfig(
-        vocab_size=12_000,  # the original tokenizer's pieces
-        batch_size=batch,
-        tau_steps=total_steps,
-        **fields,
-    )
+        spec = {**spec, "flags": [*spec["flags"], "--d_model=16", "--num_heads=2", "--d_ffn=32"]}
+    config, argv, total_steps = _config(spec, num_batches)
+    # The original tokenizer's 12,000 pieces.
+    model_config = config.model_config(12_000, batch, total_steps)
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy("float32")
     model = PARTransformerXL(model_config, name="par_transformer_xl")
@@ -575,10 +568,19 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ report (here)
+def load_runs(paths: list[Path]) -> dict[str, Any]:
+    """The runs of one or more results.json files (later files win per run)."""
+    runs: dict[str, Any] = {}
+    for path in paths:
+        runs.update(json.loads(path.read_text())["runs"])
+    return runs
+
+
 def _mflops(value: float) -> str:
     return f"{value / 1e6:.2f}"
 
 
+@functools.cache
 def long_flops(architecture: str, rotary: bool = False) -> dict[str, float]:
     """Analytic forward FLOPs per token of a fixed architecture at the long context
     (`partf.models.cost`, from a model built but not trained)."""
@@ -598,9 +600,7 @@ def report(paths: list[Path]) -> str:
 
     from partf.training.search import searched_architecture
 
-    runs: dict[str, Any] = {}
-    for path in paths:
-        runs.update(json.loads(path.read_text())["runs"])
+    runs = load_runs(paths)
     runs.pop("speed", None)
     txl = {r["seed"]: r for n, r in runs.items() if n.startswith("long_txl")}
     txl_flops = long_flops(TXL)
@@ -691,10 +691,7 @@ def pi_gif(results: list[Path], name: str, path: Path) -> int:
 
     from partf.training.plots import make_gif, save_pi_heatmap
 
-    runs: dict[str, Any] = {}
-    for result in results:
-        runs.update(json.loads(result.read_text())["runs"])
-    run = runs[name]
+    run = load_runs(results)[name]
     with tempfile.TemporaryDirectory() as folder:
         for frame in run["pi_frames"]:
             title = f"{name}, step {frame['step']} of {run['steps']}"

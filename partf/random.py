@@ -133,7 +133,8 @@ def keyed_draws(key: Any) -> Iterator[None]:
     and per element, and no state is written.
 
     Args:
-        key: uint32 (or int) scalar tensor, e.g. `ops.cast(generator.next(), "uint32")[1]`.
+        key: uint32 (or int) scalar tensor, e.g. `ops.cast(generator.next(), "uint32")[1]`;
+            None: no scope (draws advance their generators as outside).
 
     Example:
         >>> gen = keras.random.SeedGenerator(3)
@@ -142,6 +143,9 @@ def keyed_draws(key: Any) -> Iterator[None]:
         >>> int(keras.ops.convert_to_numpy(gen.state)[1])  # not advanced
         0
     """
+    if key is None:
+        yield
+        return
     _SCOPES.append([ops.cast(key, "uint32"), 0])
     try:
         yield

@@ -31,7 +31,6 @@ https://arxiv.org/abs/2009.04534
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -334,17 +333,16 @@ class StochasticBlock(keras.layers.Layer):
         if self.num_candidates == 1:
             return self.run_candidate(0, x, states[0], mask, training)[0], new_states
 
+        # A JAX branch cannot advance a seed generator (an assignment inside the
+        # conditional's trace): there the candidates' draws are keyed by one draw made
+        # here, outside it (partf.random.keyed_draws); TensorFlow's draws advance as usual.
+        key = None
         if keras.backend.backend() == "jax":
-            # A JAX branch cannot advance a seed generator (an assignment inside the
-            # conditional's trace): the candidates' draws are keyed by one draw made
-            # here, outside it, instead (partf.random.keyed_draws).
             key = ops.cast(self.seed_generator.next(), "uint32")[1]
-        else:
-            key = None
 
         def branch(i: int):
             def run(x: Any) -> Any:
-                with keyed_draws(key) if key is not None else contextlib.nullcontext():
+                with keyed_draws(key):
                     return self.run_candidate(i, x, states[i], mask, training)[0]
 
             return run

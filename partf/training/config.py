@@ -29,7 +29,7 @@ SPIKE_GUARDS = ("off", "skip", "stop")
 #: Architecture-search presets: the settings of the architecture logits' own optimizer
 #: each one stands for (see `TrainConfig.arch_settings`). "original" shares the model's
 #: optimizer, as the original project did, and (for the causal model) takes its clipped
-#: probabilities as the architecture parameters (partf.training.state._model_config).
+#: probabilities as the architecture parameters (`TrainConfig.model_config`).
 #: "par" is what made the search converge at the base configuration (docs/search.md:
 #: every block's pi above 0.9 in 6,080 steps, for 3 seeds): Adam at 3e-2 (the PAR
 #: paper's 1e-2 left two blocks of one seed undecided) with the paper's weight decay,
@@ -270,6 +270,36 @@ class TrainConfig:
                 raise ConfigError(
                     f"model field {name!r} comes from the data and the run's length; do not set it."
                 )
+
+    def model_config(self, vocab_size: int, batch_size: int, total_steps: int) -> Any:
+        """The `ModelConfig` of this run: its model fields and those the data gives.
+
+        Needs no TensorFlow (benchmarks/long_context.py builds partf-train's model on
+        the JAX backend with it).
+
+        Raises:
+            ConfigError: model settings the model refuses.
+        """
+        from partf.models.config import ModelConfig
+
+        fields = dict(self.model)
+        if self.search == "original" and self.objective == "causal":
+            # The original's search is its shared optimizer acting on its own parameters:
+            # clipped probabilities, not logits. With logits its blocks stayed undecided
+            # on WikiText-2 and validation fell behind the original's from epoch 4 on
+            # (docs/results.md, "The seed's table, side by side").
+            fields.setdefault("arch_parameterization", "probabilities")
+        if self.objective == "mlm":
+            # The encoder has no XL memory and a full softmax tied to the embedding:
+            # record that (mem_len 0, no cutoffs) instead of values given for the causal
+            # model.
+            fields.update(mem_len=0, cutoffs=(), proj_dims=None)
+        try:
+            return ModelConfig(
+                vocab_size=vocab_size, batch_size=batch_size, tau_steps=total_steps, **fields
+            )
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e).rstrip(".") + ".") from None
 
     def arch_settings(self, total_steps: int) -> Any:
         """The architecture logits' optimizer settings for a run of `total_steps` updates:

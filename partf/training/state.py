@@ -67,31 +67,6 @@ class Built:
         return groups
 
 
-def _model_config(config: TrainConfig, vocab_size: int, batch_size: int, total_steps: int):
-    from partf.models.config import ModelConfig
-
-    fields = dict(config.model)
-    if config.search == "original" and config.objective == "causal":
-        # The original's search is its shared optimizer acting on its own parameters:
-        # clipped probabilities, not logits. With logits its blocks stayed undecided on
-        # WikiText-2 and validation fell behind the original's from epoch 4 on
-        # (docs/results.md, "The seed's table, side by side").
-        fields.setdefault("arch_parameterization", "probabilities")
-    if config.objective == "mlm":
-        # The encoder has no XL memory and a full softmax tied to the embedding: record
-        # that (mem_len 0, no cutoffs) instead of values given for the causal model.
-        fields.update(mem_len=0, cutoffs=(), proj_dims=None)
-    try:
-        return ModelConfig(
-            vocab_size=vocab_size,
-            batch_size=batch_size,
-            tau_steps=total_steps,
-            **fields,
-        )
-    except (TypeError, ValueError) as e:
-        raise ConfigError(str(e).rstrip(".") + ".") from None
-
-
 def build_model(
     config: TrainConfig, data: RunData, strategy: tf.distribute.Strategy | None
 ) -> Built:
@@ -119,7 +94,7 @@ def build_model(
     rows = data.train.batch_size
     if strategy is not None:
         rows = per_replica_batch(strategy, rows)
-    model_config = _model_config(config, data.vocab_size, rows, data.total_steps)
+    model_config = config.model_config(data.vocab_size, rows, data.total_steps)
     sampled = model_config.is_stochastic and model_config.search_estimator == "sampled"
     if sampled and config.jit_compile and keras.backend.backend() == "tensorflow":
         # TensorFlow's XLA bridge resolves every input of the per-block conditional as a
@@ -169,7 +144,7 @@ def masked_lm(model_config: Any) -> Any:
     options, the positions and the dropout. The rest belongs to the causal model and is
     ignored: the XL memory (`mem_len`; an encoder sees its whole sequence) and the
     adaptive softmax (`cutoffs`, `proj_*`, `tie_embeddings`: the MLM head is a full
-    softmax tied to the embedding; `_model_config` records mem_len 0 and no cutoffs).
+    softmax tied to the embedding; `TrainConfig.model_config` records mem_len 0 and no cutoffs).
     A search's architecture logits get the optimizer settings of --search and --arch_*
     as the causal model's do (the optimizer picks them by the "arch_logits" path).
 

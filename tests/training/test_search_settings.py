@@ -31,10 +31,8 @@ def test_the_original_preset_shares_the_models_optimizer():
 def test_the_original_preset_takes_the_originals_probabilities(search, model, objective, expected):
     """--search=original builds the causal model with the original's clipped
     probabilities unless --arch_parameterization is given; other presets keep logits."""
-    from partf.training.state import _model_config
-
     config = TrainConfig(search=search, model=model, objective=objective)
-    assert _model_config(config, 3000, 4, 10).arch_parameterization == expected
+    assert config.model_config(3000, 4, 10).arch_parameterization == expected
 
 
 def test_the_par_preset_freezes_for_half_the_run():
