@@ -201,6 +201,7 @@ def build(spec: dict[str, Any], shape: tuple[int, int, int], tiny: bool) -> tupl
 def train_one(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> dict[str, Any]:
     """Trains one run; writes and returns its results."""
     from partf.models.cost import expected_flops, model_flops
+    from partf.training.block_weights import ModeEvaluator
     from partf.training.jax_evaluator import JaxEvaluator
 
     context = spec["context"]
@@ -230,6 +231,9 @@ def train_one(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> dict
     chunk = max(32, num_batches // FRAMES_PER_EPOCH // 32 * 32)
     timed_steps = 0
     evaluator = JaxEvaluator(model)  # one instance: its compiled program is reused
+    # A search is also validated with the expected mixture each epoch: while pi is frozen
+    # the argmax model is the all-attention stack, which training never runs alone.
+    mixture = ModeEvaluator(JaxEvaluator(model), model, "expected") if searching else None
     for epoch in range(1, config.epochs + 1):
         model.reset_state("train")  # partf-train empties the memory at each epoch's start
         for start in range(0, num_batches, chunk):
@@ -253,9 +257,10 @@ def train_one(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> dict
                 result["pi_frames"].append({"step": step, "pi": model.pi().round(4).tolist()})
             print(f"{spec['name']}: step {step}/{total_steps} loss {loss:.4f}", flush=True)
         stats = evaluator.evaluate(valid)
-        result["valid"].append(
-            {"epoch": epoch, "step": epoch * num_batches, **_perplexities(stats)}
-        )
+        row = {"epoch": epoch, "step": epoch * num_batches, **_perplexities(stats)}
+        if mixture is not None:
+            row["expected"] = _perplexities(mixture.evaluate(valid))
+        result["valid"].append(row)
         print(f"{spec['name']}: epoch {epoch} valid {result['valid'][-1]}", flush=True)
         _write(out / f"{spec['name']}.json", result)
     result["steps_per_second"] = timed_steps / max(result["train_seconds"], 1e-9)

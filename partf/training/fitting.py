@@ -117,6 +117,7 @@ def make_callbacks(
     evaluator: Any,
     resumed: Resumed,
     save: CheckpointWriter,
+    while_frozen: Any = None,
 ) -> RunCallbacks:
     """partf's callbacks for a run (see `partf.training.callbacks`), and their writers.
 
@@ -129,6 +130,8 @@ def make_callbacks(
         evaluator: scores the validation split.
         resumed: the restored running-loss sums and checkpoint.
         save: writes a checkpoint.
+        while_frozen: a search's evaluator for validations while pi is frozen
+            (`partf.training.block_weights.expected_evaluator`), or None.
 
     Returns:
         The `RunCallbacks`.
@@ -144,6 +147,8 @@ def make_callbacks(
             data.valid.dataset,
             config.eval_every,
             data.valid.text_counts,
+            frozen_until=config.arch_settings(data.total_steps).freeze_steps if while_frozen else 0,
+            while_frozen=while_frozen,
         )
     spike = None
     if built.guard is not None:

@@ -265,6 +265,10 @@ class ValidationCallback(EveryNSteps):
         dataset: the validation split.
         eval_every: steps between validations (0: epoch ends only).
         text_counts: keyword arguments of `perplexity_report` (word and character counts).
+        frozen_until: a search's last step with pi not yet moved (`--arch_freeze_steps`).
+        while_frozen: scores validations up to `frozen_until` instead of `evaluator`
+            (`partf.training.block_weights.expected_evaluator`: the argmax of an unmoved
+            pi is each block's first candidate, a stack the mixture never trains alone).
 
     Attributes:
         report: the newest figures (`perplexity_report`), or None before the first.
@@ -279,10 +283,14 @@ class ValidationCallback(EveryNSteps):
         dataset: tf.data.Dataset,
         eval_every: int = 0,
         text_counts: dict[str, int | None] | None = None,
+        frozen_until: int = 0,
+        while_frozen: Any = None,
     ) -> None:
         super().__init__(progress, eval_every)
         self.writer = writer
         self.evaluator = evaluator
+        self.frozen_until = frozen_until
+        self.while_frozen = while_frozen
         self.dataset = dataset
         self.text_counts = text_counts or {}
         self.report: dict[str, Any] | None = None
@@ -309,8 +317,13 @@ class ValidationCallback(EveryNSteps):
     def validate(self, step: int) -> dict[str, Any]:
         """Scores the split now and records the figures at `step`."""
         start = time.perf_counter()
-        report = perplexity_report(self.evaluator.evaluate(self.dataset), **self.text_counts)
-        self.report, self.report_step = report, step
+        evaluator, how = self.evaluator, ""
+        if self.while_frozen is not None and step <= self.frozen_until:
+            evaluator = self.while_frozen
+            how = f" with expected block weights (pi frozen until step {self.frozen_until})"
+        report = perplexity_report(evaluator.evaluate(self.dataset), **self.text_counts)
+        # A figure of other block weights than the run's own is not its final figure.
+        self.report, self.report_step = report, (step if evaluator is self.evaluator else None)
         with self.writer.as_default(step=step):
             for name, value in report.items():
                 if name.startswith("num_") or value is None or not math.isfinite(value):
@@ -318,8 +331,9 @@ class ValidationCallback(EveryNSteps):
                 tf.summary.scalar(name, value)
         self.writer.flush()
         logger.info(
-            "validation at step %d: loss %.4f, perplexity %.2f (original's figure %.2f) in %.1fs",
+            "validation at step %d%s: loss %.4f, perplexity %.2f (original's figure %.2f) in %.1fs",
             step,
+            how,
             report["loss"],
             report["perplexity"],
             report["perplexity_original"],

@@ -59,6 +59,7 @@ def finish(
     trained: Trained,
     valid_writer: Any,
     clock: Clock,
+    expected: Any = None,
 ) -> dict[str, Any]:
     """Scores the splits, saves the model and writes results.json.
 
@@ -71,6 +72,9 @@ def finish(
         trained: where training ended.
         valid_writer: the TensorBoard writer of logs/<model_name>/valid.
         clock: the run's wall time.
+        expected: a search's evaluator with expected block weights
+            (`partf.training.block_weights.expected_evaluator`): the splits are scored
+            with it too, as results.json's "expected_weights"; None: not.
 
     Returns:
         The results, as written to results.json.
@@ -80,7 +84,7 @@ def finish(
     save_pi_heatmap(pi, model.candidate_names, paths.plots / f"step{step}.png", f"Iteration {step}")
     frames = make_gif(paths.plots, paths.plots / "pi.gif")
     logger.info("pi animation: %s (%d frames)", paths.plots / "pi.gif", frames)
-    scores = {}
+    scores, expected_scores = {}, {}
     for name, split in (("valid", data.valid), ("test", data.test)):
         if split is None:
             continue
@@ -89,16 +93,11 @@ def finish(
         else:
             report = perplexity_report(evaluator.evaluate(split.dataset), **split.text_counts)
         scores[name] = report
-        logger.info(
-            "%s: loss %.4f, perplexity %.2f, original's figure %.2f, word perplexity %s, "
-            "bits per character %s",
-            name,
-            report["loss"],
-            report["perplexity"],
-            report["perplexity_original"],
-            _fmt(report["word_perplexity"]),
-            _fmt(report["bits_per_character"]),
-        )
+        _log_scores(name, report)
+        if expected is not None:
+            report = perplexity_report(expected.evaluate(split.dataset), **split.text_counts)
+            expected_scores[name] = report
+            _log_scores(f"{name} (expected block weights)", report)
     if "valid" in scores:
         with valid_writer.as_default(step=step):
             tf.summary.scalar("final_perplexity", scores["valid"]["perplexity"])
@@ -115,6 +114,8 @@ def finish(
         },
         "valid": scores.get("valid"),
         "test": scores.get("test"),
+        # A search scored by argmax: the same splits with the expected mixture of pi.
+        "expected_weights": expected_scores or None,
         "objective": config.objective,
         "tau": _tau(model),
         "pi": pi.tolist(),
@@ -178,6 +179,19 @@ def _tau(model: keras.Model) -> float | None:
     """The final temperature; None for a model without one (a fixed mlm encoder)."""
     tau = model.tau()
     return None if tau is None else float(keras.ops.convert_to_numpy(tau))
+
+
+def _log_scores(name: str, report: dict[str, Any]) -> None:
+    logger.info(
+        "%s: loss %.4f, perplexity %.2f, original's figure %.2f, word perplexity %s, "
+        "bits per character %s",
+        name,
+        report["loss"],
+        report["perplexity"],
+        report["perplexity_original"],
+        _fmt(report["word_perplexity"]),
+        _fmt(report["bits_per_character"]),
+    )
 
 
 def _fmt(value: float | None) -> str:

@@ -30,13 +30,23 @@ def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[st
         The architecture in the tokens of `--architecture`.
 
     Raises:
-        ConfigError: every block chose the identity.
+        ConfigError: every block chose the identity, or a block's pi is still exactly
+            uniform (a search stopped before its logits moved: its argmax would be the
+            first candidate by default, not by choice).
     """
     import numpy as np
 
     from partf.models.config import architecture_token
 
-    names = [candidates[int(i)] for i in np.argmax(np.asarray(pi, np.float64), axis=1)]
+    pi = np.asarray(pi, np.float64)
+    undecided = [b + 1 for b, row in enumerate(pi) if len(row) > 1 and np.ptp(row) == 0]
+    if undecided:
+        raise ConfigError(
+            f"the search has not decided block(s) {', '.join(map(str, undecided))}: pi is "
+            "still uniform there (stopped within --arch_freeze_steps?); finish the search "
+            "before training its architecture."
+        )
+    names = [candidates[int(i)] for i in np.argmax(pi, axis=1)]
     kept = [architecture_token(name) for name in names if name != "identity"]
     if not kept:
         raise ConfigError("the search chose the identity in every block; nothing to train.")

@@ -53,6 +53,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from partf.training.block_weights import expected_evaluator
 from partf.training.callbacks import RunProgress, StopReason
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
 from partf.training.config import TrainConfig
@@ -246,7 +247,17 @@ class Trainer:
             )
             progress.move_to(resumed.step)
 
-            own = make_callbacks(config, paths, built, data, progress, evaluator, resumed, save)
+            # A search evaluated by argmax also scores the expected mixture: while pi is
+            # frozen (validation) and at the end (results.json "expected_weights").
+            expected = expected_evaluator(
+                built.model,
+                lambda: make_evaluator(
+                    built.model, strategy, data.train.batch_size, config.jit_compile
+                ),
+            )
+            own = make_callbacks(
+                config, paths, built, data, progress, evaluator, resumed, save, expected
+            )
             try:
                 with own.signals.installed():
                     callbacks = own.as_list() + self.callbacks
@@ -264,7 +275,9 @@ class Trainer:
                 valid_report=validation.report if validation else None,
                 valid_report_step=validation.report_step if validation else None,
             )
-            return finish(config, paths, built, data, evaluator, trained, own.writers.valid, clock)
+            return finish(
+                config, paths, built, data, evaluator, trained, own.writers.valid, clock, expected
+            )
 
 
 def train(config: TrainConfig, callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:

@@ -205,6 +205,11 @@ def test_searched_architecture_is_argmax_without_identity():
     assert searched_architecture(pi[:1], ["linear", "dense", "identity"]) == "linear"
     with pytest.raises(ConfigError, match="identity in every block"):
         searched_architecture(pi[1:2], ["attention", "dense", "identity"])
+    # A search stopped while pi was frozen has no choice to train: argmax would be block 1's
+    # first candidate by default. Only the exactly uniform block is named.
+    frozen = [[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]]
+    with pytest.raises(ConfigError, match=r"not decided block\(s\) 2: pi is still uniform"):
+        searched_architecture(frozen, ["attention", "dense", "identity"])
 
 
 @pytest.fixture(scope="module")

@@ -100,8 +100,9 @@ def _config(records, out, **changes):
 
 @pytest.fixture(scope="module")
 def run(records, tmp_path_factory):
-    """One XLA-compiled run: 2 epochs of 12 batches, 4 steps per execution."""
-    config = _config(records, tmp_path_factory.mktemp("run"))
+    """One XLA-compiled run: 2 epochs of 12 batches, 4 steps per execution, pi frozen for
+    the first epoch."""
+    config = _config(records, tmp_path_factory.mktemp("run"), arch_freeze_steps=12)
     results = train(config)
     return config, results, RunPaths(Path(config.output_dir), "tiny")
 
@@ -128,6 +129,9 @@ def test_every_artifact_is_written(run):
     log = paths.training_log.read_text()
     for expected in ('"d_model": 16', "Total params", "step 24/24", "validation at step"):
         assert expected in log
+    # While pi is frozen its argmax is each block's first candidate: the mixture is scored.
+    assert "validation at step 12 with expected block weights (pi frozen until step 12)" in log
+    assert "validation at step 20: loss" in log and "validation at step 24: loss" in log
     assert (paths.logs / "train").is_dir() and (paths.logs / "valid").is_dir()
     frames = sorted(p.name for p in paths.plots.glob("step*.png"))
     assert frames == ["step16.png", "step24.png", "step8.png"]
@@ -152,6 +156,11 @@ def test_results_hold_every_figure(run):
         total_nll = report["loss"] * report["num_tokens"]
         assert report["word_perplexity"] == pytest.approx(math.exp(total_nll / words))
         assert report["bits_per_character"] == pytest.approx(total_nll / chars / math.log(2))
+    # The search (argmax evaluation) is also scored with the expected mixture of pi.
+    for split in ("valid", "test"):
+        mixture, argmax = results["expected_weights"][split], results[split]
+        assert mixture["num_tokens"] == argmax["num_tokens"]
+        assert mixture["loss"] != pytest.approx(argmax["loss"], rel=1e-6)
     pi = np.array(results["pi"])
     assert pi.shape == (2, 3)
     np.testing.assert_allclose(pi.sum(axis=1), 1.0, rtol=1e-5)
