@@ -84,8 +84,13 @@ PROTOCOL = [
 ]
 
 _VALIDATION = re.compile(
-    r"validation at step (\d+): loss ([\d.]+), perplexity ([\d.]+) \(original's figure ([\d.]+)\)"
+    r"validation at step (\d+)(?: with (\w+) block weights[^:]*)?: loss ([\d.]+), "
+    r"perplexity ([\d.]+) \(original's figure ([\d.]+)\)"
 )
+#: A log line's time, to the second.
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", re.M)
+#: The first line partf-train writes to training.log at each launch.
+_START = "[INFO] configuration:"
 _EPOCH = re.compile(r"(\d+) batches of \d+x\d+ per epoch")
 
 
@@ -100,15 +105,40 @@ def cpu_name() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
-def validations(log_file: Path) -> dict[int, tuple[float, float, float]]:
-    """step -> (loss, exact perplexity, original's figure) of each validation logged;
-    a step validated twice (a resumed run) keeps its last figures."""
-    found: dict[int, tuple[float, float, float]] = {}
+def validations(log_file: Path) -> dict[int, tuple[float, float, float, str | None]]:
+    """step -> (loss, exact perplexity, original's figure, block weights) of each
+    validation logged; a step validated twice (a resumed run) keeps its last figures.
+    The block weights are None for the run's own eval_mode, or the mode a search was
+    scored with instead while its pi was frozen ("expected")."""
+    found: dict[int, tuple[float, float, float, str | None]] = {}
     if log_file.exists():
         for match in _VALIDATION.finditer(log_file.read_text(errors="replace")):
-            step, loss, exact, original = match.groups()
-            found[int(step)] = (float(loss), float(exact), float(original))
+            step, weights, loss, exact, original = match.groups()
+            found[int(step)] = (float(loss), float(exact), float(original), weights)
     return found
+
+
+def logged_seconds(log_file: Path) -> float | None:
+    """Wall time the run's launches spent, from training.log's timestamps: for each
+    launch (from its "configuration:" line to its last line), last minus first."""
+    import datetime
+
+    if not log_file.exists():
+        return None
+    total, first, last = 0.0, None, None
+    for line in log_file.read_text(errors="replace").splitlines():
+        match = _STAMP.match(line)
+        if not match:
+            continue
+        when = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+        if _START in line:
+            if first is not None and last is not None:
+                total += (last - first).total_seconds()
+            first = when
+        last = when
+    if first is not None and last is not None:
+        total += (last - first).total_seconds()
+    return total
 
 
 def batches_per_epoch(log_file: Path) -> int | None:
@@ -150,7 +180,6 @@ def train(run: str, seed: int, flags: list[str], out: Path, until_epoch: int | N
         return
     print(f"{run}: {shlex.join(command)}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
     with open(out / f"{run}.out", "a") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
@@ -166,10 +195,6 @@ def train(run: str, seed: int, flags: list[str], out: Path, until_epoch: int | N
             process.send_signal(signal.SIGINT)
             process.wait()
             raise
-    times = out / f"{run}.times.json"
-    spent = json.loads(times.read_text()) if times.exists() else []
-    spent.append(round(time.time() - start, 1))
-    times.write_text(json.dumps(spent) + "\n")
     # 0: finished; 128 + SIGINT: stopped here after --until_epoch (checkpointed).
     if process.returncode not in (0, 128 + signal.SIGINT):
         raise SystemExit(
@@ -183,20 +208,19 @@ def run_report(run: str, out: Path) -> dict[str, Any]:
     log_file = out / "logs" / run / "training.log"
     per_epoch = batches_per_epoch(log_file) or 2827
     epochs = {
-        step // per_epoch: {"step": step, "exact": exact, "original": original}
-        for step, (_, exact, original) in validations(log_file).items()
+        step // per_epoch: {"step": step, "exact": exact, "original": original, "weights": w}
+        for step, (_, exact, original, w) in validations(log_file).items()
         if step % per_epoch == 0
     }
     results_file = out / "checkpoints" / run / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
-    times = out / f"{run}.times.json"
     return {
         "run": run,
         "epochs": epochs,
         "test": results.get("test"),
         "pi": results.get("pi"),
         "architecture": results.get("architecture"),
-        "seconds": sum(json.loads(times.read_text())) if times.exists() else None,
+        "seconds": logged_seconds(log_file),
     }
 
 
@@ -215,7 +239,8 @@ def markdown(reports: list[dict[str, Any]], machine: str) -> str:
         row = f"| {epoch} | {_cell(SEED_TABLE.get(epoch))} |"
         for r in reports:
             got = r["epochs"].get(epoch, {})
-            row += f" {_cell(got.get('original'))} | {_cell(got.get('exact'))} |"
+            mark = "*" if got.get("weights") else ""  # scored with other block weights
+            row += f" {_cell(got.get('original'))}{mark} | {_cell(got.get('exact'))}{mark} |"
         lines.append(row)
     lines.append("")
     for r in reports:
@@ -233,7 +258,15 @@ def markdown(reports: list[dict[str, Any]], machine: str) -> str:
                 + f"; architecture {r['architecture']}"
             )
         if r["seconds"]:
-            lines.append(f"- {r['run']}: {r['seconds'] / 3600:.2f} h of training so far")
+            lines.append(
+                f"- {r['run']}: {r['seconds'] / 3600:.2f} h of wall time so far (training and "
+                "validation, from training.log)"
+            )
+    if any(got.get("weights") for r in reports for got in r["epochs"].values()):
+        lines.append(
+            "- *: validated with expected block weights while the search's pi was frozen "
+            "(the argmax of an unmoved pi is each block's first candidate)"
+        )
     lines.append(f"- machine: {machine}")
     return "\n".join(lines) + "\n"
 
