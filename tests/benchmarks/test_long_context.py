@@ -42,6 +42,10 @@ def test_stage2_trains_each_derived_architecture_once_per_seed(long_context):
             [[0.1, 0.8, 0.1, 0, 0], [0, 0, 0, 1, 0]],
             ["relative", "norm", "linear", "dense", "identity"],
         ),
+        # A search whose pi never moved (stopped while frozen) has nothing to train.
+        "long_which_f25_s1": search(
+            1, [[0.2] * 5, [0, 0, 0, 1, 0]], ["relative", "norm", "linear", "dense", "identity"]
+        ),
         "long_txl_s0": search(0, [A, D]),  # not a search
         "short_par_s0": search(0, [A, D]),  # not the long context
     }

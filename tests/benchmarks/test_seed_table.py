@@ -30,7 +30,7 @@ def write_run(out: Path, run: str, lines: list[str]) -> None:
 def start(at: str, step: int = 0) -> str:
     """A launch's first lines: the configuration, then the data (a later time)."""
     return (
-        f"2026-11-26 {at},000 [INFO] configuration:\n{{\n  \"model\": {{}}\n}}\n"
+        f'2026-11-26 {at},000 [INFO] configuration:\n{{\n  "model": {{}}\n}}\n'
         f"2026-11-26 {at},000 [INFO] 10 batches of 32x32 per epoch, 200 steps in all, "
         f"starting at step {step}"
     )
