@@ -270,14 +270,16 @@ def train_one(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> dict
     result["valid_final"] = {}
     # The sampled figure is the original protocol's, compared at the short context only.
     modes = ("argmax", "expected", "sample") if context == "short" else ("argmax", "expected")
+    # The run's own evaluator for its own mode, the epoch-end mixture for "expected", and
+    # a wrapped fresh one for any other, so the model's own eval_mode is never changed.
+    scorers = {model_config.eval_mode: evaluator}
+    if mixture is not None:
+        scorers.setdefault("expected", mixture)
     for mode in modes if searching else ("argmax",):
-        if mode != model_config.eval_mode:
-            for block in model.blocks:
-                block.eval_mode = mode
-            evaluator = JaxEvaluator(model)
-        result["valid_final"][mode] = _perplexities(evaluator.evaluate(valid))
+        scorer = scorers.get(mode) or ModeEvaluator(JaxEvaluator(model), model, mode)
+        result["valid_final"][mode] = _perplexities(scorer.evaluate(valid))
         began = time.perf_counter()
-        stats = evaluator.evaluate(test)
+        stats = scorer.evaluate(test)
         result["test"][mode] = _perplexities(stats)
         if mode == "argmax":
             result["test_batches_per_second"] = stats.num_batches / (time.perf_counter() - began)

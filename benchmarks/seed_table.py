@@ -125,20 +125,17 @@ def logged_seconds(log_file: Path) -> float | None:
 
     if not log_file.exists():
         return None
-    total, first, last = 0.0, None, None
+    launches: list[list[datetime.datetime]] = []  # [first, last] timestamp of each
     for line in log_file.read_text(errors="replace").splitlines():
         match = _STAMP.match(line)
         if not match:
             continue
         when = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
         if _START in line:
-            if first is not None and last is not None:
-                total += (last - first).total_seconds()
-            first = when
-        last = when
-    if first is not None and last is not None:
-        total += (last - first).total_seconds()
-    return total
+            launches.append([when, when])
+        elif launches:  # lines before the first launch's are not the run's
+            launches[-1][1] = when
+    return sum((last - first).total_seconds() for first, last in launches)
 
 
 def batches_per_epoch(log_file: Path) -> int | None:

@@ -24,6 +24,11 @@ from typing import Any
 from partf.layers.candidates import EVAL_MODES
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in EVAL_MODES:
+        raise ValueError(f"unknown eval_mode {mode!r}; choose one of {', '.join(EVAL_MODES)}.")
+
+
 def mixed_blocks(model: Any) -> list[Any]:
     """The blocks of `model` that mix candidates (a search's; none in a fixed model)."""
     return [b for b in getattr(model, "blocks", []) if getattr(b, "num_candidates", 1) > 1]
@@ -37,8 +42,7 @@ def block_weights(model: Any, mode: str) -> Iterator[None]:
     Raises:
         ValueError: `mode` is not one of `EVAL_MODES`.
     """
-    if mode not in EVAL_MODES:
-        raise ValueError(f"unknown eval_mode {mode!r}; choose one of {', '.join(EVAL_MODES)}.")
+    _check_mode(mode)
     blocks = mixed_blocks(model)
     before = [b.eval_mode for b in blocks]
     for block in blocks:
@@ -62,8 +66,7 @@ class ModeEvaluator:
     """
 
     def __init__(self, evaluator: Any, model: Any, mode: str) -> None:
-        if mode not in EVAL_MODES:
-            raise ValueError(f"unknown eval_mode {mode!r}; choose one of {', '.join(EVAL_MODES)}.")
+        _check_mode(mode)  # here too, so a wrong mode fails when built, not when first used
         self.evaluator = evaluator
         self.model = model
         self.mode = mode

@@ -239,9 +239,13 @@ class Trainer:
         save = CheckpointWriter(manager, built, clock)
         with _log_to_file(paths.training_log):
             log_run_start(paths, built, data, resumed.step)
-            self.evaluator = evaluator = make_evaluator(
-                built.model, strategy, data.train.batch_size, config.jit_compile
-            )
+
+            def new_evaluator() -> Any:
+                return make_evaluator(
+                    built.model, strategy, data.train.batch_size, config.jit_compile
+                )
+
+            self.evaluator = evaluator = new_evaluator()
             self.progress = progress = RunProgress(
                 data.batches_per_epoch, data.total_steps, data.tokens_per_batch
             )
@@ -249,12 +253,7 @@ class Trainer:
 
             # A search evaluated by argmax also scores the expected mixture: while pi is
             # frozen (validation) and at the end (results.json "expected_weights").
-            expected = expected_evaluator(
-                built.model,
-                lambda: make_evaluator(
-                    built.model, strategy, data.train.batch_size, config.jit_compile
-                ),
-            )
+            expected = expected_evaluator(built.model, new_evaluator)
             own = make_callbacks(
                 config, paths, built, data, progress, evaluator, resumed, save, expected
             )
