@@ -343,8 +343,9 @@ class Encoder(SearchInterface, keras.Model):
                 x = x + self.position_embedding(ops.minimum(positions, limit))
         x = self.input_dropout(x, training=training)
         if self.is_search:
-            # Only sampled weights read tau: training, or eval_mode="sample".
-            sampling = bool(training) or self.eval_mode == "sample"
+            # Only sampled weights read tau: training, or a block evaluated by "sample"
+            # (the blocks' own modes, which partf.training.block_weights may change).
+            sampling = bool(training) or any(b.eval_mode == "sample" for b in self.blocks)
             tau = self.tau() if sampling else None
             for block in self.blocks:
                 x, _ = block(x, tau=tau, mask=mask, training=training)

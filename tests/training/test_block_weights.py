@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from partf.generation.model_helpers import reconfigure
-from partf.models import PARTransformerXL
+from partf.models import MaskedLanguageModel, PARTransformerXL
 from partf.training.block_weights import ModeEvaluator, block_weights, expected_evaluator
 from partf.training.monitoring import ValidationCallback
 from partf.training.perplexity import Evaluator, SplitStats
@@ -103,3 +103,38 @@ def test_validation_scores_the_mixture_while_pi_is_frozen(tmp_path):
     assert callback.report_step is None and (own.calls, frozen.calls) == (0, 1)
     assert callback.validate(51)["loss"] == pytest.approx(3.0)
     assert callback.report_step == 51 and (own.calls, frozen.calls) == (1, 1)
+
+
+@pytest.fixture(scope="module")
+def mlm_search():
+    """A masked-LM search (the encoder's blocks) with non-uniform pi, and masked batches:
+    targets hold the original token at chosen positions and 0 elsewhere."""
+    model = MaskedLanguageModel(
+        VOCAB, d_model=16, num_heads=2, d_ffn=32, num_layers=2, candidates=("attention", "dense", "identity"),
+    )  # fmt: skip
+    model(np.ones((2, 6), np.int32))
+    rng = np.random.default_rng(2)
+    for block in model.blocks:
+        block.arch_logits.assign(rng.normal(size=3).astype("float32"))
+    inputs = rng.integers(1, VOCAB, size=(3, 2, 6)).astype(np.int32)
+    targets = np.where(rng.random(inputs.shape) < 0.3, inputs, 0).astype(np.int32)
+    targets[..., 0] = inputs[..., 0]  # at least one scored position per row
+    return model, tf.data.Dataset.from_tensor_slices((inputs, targets))
+
+
+@pytest.mark.parametrize("mode", ["expected", "sample"])
+def test_a_masked_lm_search_scores_with_other_block_weights(mlm_search, mode):
+    model, dataset = mlm_search
+    assert expected_evaluator(model, lambda: "made").evaluator == "made"
+    own = _stats(model, dataset)
+    other = _stats(model, dataset, mode)
+    assert np.isfinite(other.total_nll) and other.num_tokens == own.num_tokens
+    assert other.total_nll != pytest.approx(own.total_nll, rel=1e-4)
+    assert {b.eval_mode for b in model.blocks} == {"argmax"}
+    if mode == "expected":
+        config = {**model.get_config(), "eval_mode": "expected"}
+        copy = MaskedLanguageModel.from_config(config)
+        copy(np.ones((2, 6), np.int32))
+        copy.set_weights(model.get_weights())
+        reference = _stats(copy, dataset)
+        assert other.total_nll == pytest.approx(reference.total_nll, rel=1e-6)
