@@ -305,7 +305,7 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
     timed = min(len(x), 320) // 32 * 32
     rows = []
     for architecture, rotary in spec["architectures"]:
-        flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+        flags = fixed_flags(architecture)
         if rotary:
             flags.append("--position=rotary")
         run = {"name": "speed", "context": "long", "seed": 0, "flags": flags}
@@ -338,10 +338,18 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
     return rows
 
 
-def search_speed(folder: Path, steps: int, rounds: int, tiny: bool) -> list[dict[str, Any]]:
+def fixed_flags(architecture: str) -> list[str]:
+    """partf-train's flags for a fixed `architecture` (its depth is its block count)."""
+    return [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+
+
+def search_speed(
+    folder: Path, steps: int, rounds: int, tiny: bool, architectures: tuple[str, ...] = (TXL,)
+) -> list[dict[str, Any]]:
     """Training steps/s at the long context of the mixture search, the sampled-path
-    search and a fixed architecture (Transformer-XL), built as partf-train builds them
-    and timed in alternating rounds (so a change of load hits all three alike)."""
+    search and fixed architectures (Transformer-XL, and derived ones to set a search's
+    cost against), built as partf-train builds them and timed in alternating rounds (so
+    a change of load hits them all alike)."""
     x, y = load_split(folder, "long", "train", tiny)
     _, batch, seq_len = x.shape
     rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
@@ -349,7 +357,7 @@ def search_speed(folder: Path, steps: int, rounds: int, tiny: bool) -> list[dict
     runs = {
         "mixture search": ["--search=par"],
         "sampled search": ["--search=par", "--search_estimator=sampled"],
-        f"fixed {TXL}": [f"--architecture={TXL}"],
+        **{f"fixed {arch}": fixed_flags(arch) for arch in architectures},
     }
     models = {}
     for label, flags in runs.items():
@@ -466,7 +474,7 @@ def phase2(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if architecture == TXL:
             continue  # Transformer-XL itself is trained in phase 1
-        flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+        flags = fixed_flags(architecture)
         rotary = "which" in name
         if rotary:
             flags.append("--position=rotary")
@@ -610,7 +618,7 @@ def long_flops(architecture: str, rotary: bool = False) -> dict[str, float]:
     (`partf.models.cost`, from a model built but not trained)."""
     from partf.models.cost import model_flops
 
-    flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+    flags = fixed_flags(architecture)
     if rotary:
         flags.append("--position=rotary")
     spec = {"name": "flops", "context": "long", "seed": 0, "flags": flags}
@@ -755,6 +763,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--tiny", action="store_true")
+    p.add_argument(
+        "--architectures", nargs="+", default=[TXL], help="fixed models timed beside them"
+    )
     p = sub.add_parser("gif", help="the pi animation of one search")
     p.add_argument("--results", nargs="+", required=True)
     p.add_argument("--name", required=True)
@@ -769,7 +780,9 @@ def main() -> int:
         work = speed if spec["name"] == "speed" else train_one
         work(spec, Path(args.batches), Path(args.work), args.tiny)
     elif args.command == "search_speed":
-        rows = search_speed(Path(args.batches), args.steps, args.rounds, args.tiny)
+        rows = search_speed(
+            Path(args.batches), args.steps, args.rounds, args.tiny, tuple(args.architectures)
+        )
         print(json.dumps(rows, indent=1))
     elif args.command == "gif":
         frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
