@@ -41,6 +41,7 @@ Examples:
     python benchmarks/long_context.py report --results results.json             # here
     KERAS_BACKEND=jax python benchmarks/long_context.py search_speed            # estimators
     KERAS_BACKEND=jax python benchmarks/long_context.py run --batches DIR --tiny  # check
+    python benchmarks/long_context.py train_tf --name long_cost0.05_s0 --out runs  # CPU
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import functools
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -155,13 +157,10 @@ def load_split(folder: Path, context: str, split: str, tiny: bool) -> tuple[np.n
 
 
 # ------------------------------------------------------------------ one run (JAX)
-def _config(spec: dict[str, Any], num_batches: int) -> tuple[Any, Any, int]:
-    """partf-train's TrainConfig for the run's flags, the argv, and the run's steps."""
-    from partf.cli.train import parse_args
-
+def run_flags(spec: dict[str, Any]) -> list[str]:
+    """partf-train's flags of one run of the plan, but its data."""
     flags, epochs = CONTEXTS[spec["context"]]
-    argv = [
-        "--train_directory=unused",
+    return [
         *BASE_FLAGS,
         *flags,
         f"--epochs={spec.get('epochs', epochs)}",
@@ -169,8 +168,59 @@ def _config(spec: dict[str, Any], num_batches: int) -> tuple[Any, Any, int]:
         f"--model_name={spec['name']}",
         *spec["flags"],
     ]
+
+
+def _config(spec: dict[str, Any], num_batches: int) -> tuple[Any, Any, int]:
+    """partf-train's TrainConfig for the run's flags, the argv, and the run's steps."""
+    from partf.cli.train import parse_args
+
+    argv = ["--train_directory=unused", *run_flags(spec)]
     config, _ = parse_args(argv)
     return config, argv, config.epochs * num_batches
+
+
+def plan_spec(name: str, architecture: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """A phase-1 run by name, or with `architecture`, a fixed model at the long context
+    (a stage-2 run; rotary positions when `name` is a which-attention one's)."""
+    if architecture is None:
+        specs = {spec["name"]: spec for spec in phase1()}
+        if name not in specs:
+            raise SystemExit(
+                f"long_context.py: error: no run {name!r} in the plan; choose one of "
+                f"{', '.join(specs)}, or give --architecture for a fixed model."
+            )
+        return specs[name]
+    flags = fixed_flags(architecture)
+    if "which" in name:
+        flags.append("--position=rotary")
+    return {"name": name, "context": "long", "seed": seed, "flags": flags}
+
+
+def tf_command(spec: dict[str, Any], records: Path, out: Path) -> list[str]:
+    """partf-train's command for one run of the plan on TensorFlow: the JAX run's flags, on
+    export's TFRecords (`records`: its `<out>_records` folder) or, at the short context,
+    the original's records, checkpointed every 256 steps. Where no accelerator is lent,
+    this runs the plan on a CPU across sessions: the same command resumes the run."""
+    from shared_data import original_dir
+
+    original = original_dir()
+    folders = {
+        split: (records / f"long_{split}")
+        if spec["context"] == "long"
+        else (original / f"tfrecords_{split}")
+        for split in ("train", "valid", "test")
+    }
+    return [
+        sys.executable,
+        "-m",
+        "partf.cli.train",
+        *(f"--{split}_directory={folder}" for split, folder in folders.items()),
+        f"--sp_model_prefix={original / 'tokenizer' / 'wiki2_12k'}",
+        f"--output_dir={out}",
+        "--ckpt_every=256",
+        "--log_every=64",
+        *run_flags(spec),
+    ]
 
 
 def _perplexities(stats: Any) -> dict[str, float]:
@@ -766,6 +816,13 @@ def main() -> int:
     p.add_argument(
         "--architectures", nargs="+", default=[TXL], help="fixed models timed beside them"
     )
+    p = sub.add_parser("train_tf", help="one run of the plan with partf-train (resumable)")
+    p.add_argument("--name", required=True, help="a phase-1 run, or a stage-2 run's name")
+    p.add_argument("--architecture", help="a fixed model (stage 2) instead of a plan run")
+    p.add_argument("--seed", type=int, default=0, help="with --architecture")
+    p.add_argument("--records", default="data/long_context_records", help="export's records")
+    p.add_argument("--out", default="runs", help="partf-train's --output_dir")
+    p.add_argument("--dry_run", action="store_true", help="print the command only")
     p = sub.add_parser("gif", help="the pi animation of one search")
     p.add_argument("--results", nargs="+", required=True)
     p.add_argument("--name", required=True)
@@ -784,6 +841,12 @@ def main() -> int:
             Path(args.batches), args.steps, args.rounds, args.tiny, tuple(args.architectures)
         )
         print(json.dumps(rows, indent=1))
+    elif args.command == "train_tf":
+        spec = plan_spec(args.name, args.architecture, args.seed)
+        command = tf_command(spec, Path(args.records).resolve(), Path(args.out).resolve())
+        print(shlex.join(command), flush=True)
+        if not args.dry_run:
+            return subprocess.run(command, cwd=ROOT).returncode
     elif args.command == "gif":
         frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
         print(f"{args.gif}: {frames} frames")

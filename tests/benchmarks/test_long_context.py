@@ -141,3 +141,28 @@ def test_pi_gif_has_one_frame_per_recorded_pi(long_context, tmp_path):
     assert long_context.pi_gif([path], "long_search_s0", gif) == 2
     with Image.open(gif) as image:
         assert image.n_frames == 2
+
+
+def test_train_tf_runs_a_plan_entry_with_its_flags_on_the_exported_records(
+    long_context, tmp_path, monkeypatch
+):
+    from partf.cli.train import parse_args
+
+    monkeypatch.setenv("PARTF_SHARED_DATA", str(tmp_path / "shared"))
+    spec = long_context.plan_spec("long_cost0.05_s1")
+    command = long_context.tf_command(spec, tmp_path / "records", tmp_path / "runs")
+    assert command[1:3] == ["-m", "partf.cli.train"]
+    config, _ = parse_args(command[3:])
+    assert config.train_directory == str(tmp_path / "records" / "long_train")
+    assert config.test_directory == str(tmp_path / "records" / "long_test")
+    model = config.model_config(12_000, 8, 100)
+    assert (model.mem_len, config.epochs, config.seed, config.search) == (256, 6, 1, "par")
+    assert model.search_cost_weight == 0.05 and model.architecture is None
+    assert config.output_dir == str(tmp_path / "runs") and config.ckpt_every == 256
+    # A stage-2 run: the fixed architecture's depth, rotary positions for a which one.
+    fixed = long_context.plan_spec("long_derived_which_s0", "A D D", seed=0)
+    config, _ = parse_args(long_context.tf_command(fixed, tmp_path, tmp_path)[3:])
+    model = config.model_config(12_000, 8, 100)
+    assert (model.architecture, model.num_layers, model.position) == ("A D D", 3, "rotary")
+    with pytest.raises(SystemExit, match="no run 'long_nothing' in the plan"):
+        long_context.plan_spec("long_nothing")
