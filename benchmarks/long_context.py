@@ -210,11 +210,14 @@ def tf_command(spec: dict[str, Any], records: Path, out: Path) -> list[str]:
         else (original / f"tfrecords_{split}")
         for split in ("train", "valid", "test")
     }
+    # TensorFlow's XLA bridge does not compile the sampled search (docs/search.md).
+    compile_flags = ["--jit_compile=False"] if "--search_estimator=sampled" in spec["flags"] else []
     return [
         sys.executable,
         "-m",
         "partf.cli.train",
         *(f"--{split}_directory={folder}" for split, folder in folders.items()),
+        *compile_flags,
         f"--sp_model_prefix={original / 'tokenizer' / 'wiki2_12k'}",
         f"--output_dir={out}",
         "--ckpt_every=256",
