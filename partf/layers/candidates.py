@@ -8,6 +8,14 @@ from partf.attention import attention_names, get_attention_class
 
 #: Block weights at evaluation.
 EVAL_MODES = ("argmax", "expected", "sample")
+
+
+def check_eval_mode(mode: str) -> None:
+    """Raises ValueError naming the choices when `mode` is not one of `EVAL_MODES`."""
+    if mode not in EVAL_MODES:
+        raise ValueError(f"unknown eval_mode {mode!r}; choose one of {', '.join(EVAL_MODES)}.")
+
+
 #: Candidate names that are not attention registry names.
 BUILTIN_CANDIDATES = ("attention", "dense", "identity")
 

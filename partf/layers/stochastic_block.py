@@ -40,9 +40,9 @@ from keras import ops
 from partf.attention import Attention, create_attention, get_attention_class
 from partf.layers.candidates import (
     ARCH_PARAMETERIZATIONS,
-    EVAL_MODES,
     PROBABILITY_EPSILON,
     candidate_kind,
+    check_eval_mode,
     initial_probabilities,
     noncausal_attention_names,
 )
@@ -137,10 +137,7 @@ class StochasticBlock(keras.layers.Layer):
                 f"a non-causal block sees its whole sequence and keeps no memory, got "
                 f"mem_len={mem_len}; set mem_len=0."
             )
-        if eval_mode not in EVAL_MODES:
-            raise ValueError(
-                f"unknown eval_mode {eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
-            )
+        check_eval_mode(eval_mode)
         self.d_model = d_model
         self.num_heads = num_heads
         self.d_ffn = d_ffn

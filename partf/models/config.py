@@ -13,7 +13,7 @@ from typing import Any
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
-from partf.layers.candidates import ARCH_PARAMETERIZATIONS, BUILTIN_CANDIDATES, EVAL_MODES
+from partf.layers.candidates import ARCH_PARAMETERIZATIONS, BUILTIN_CANDIDATES, check_eval_mode
 from partf.layers.temperature import validate_temperature
 from partf.settings import setting
 
@@ -258,10 +258,7 @@ class ModelConfig:
                     f"architecture {self.architecture!r} has {len(blocks)} blocks but "
                     f"num_layers={self.num_layers}; set num_layers={len(blocks)}."
                 )
-        if self.eval_mode not in EVAL_MODES:
-            raise ValueError(
-                f"unknown eval_mode {self.eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
-            )
+        check_eval_mode(self.eval_mode)
         if self.search_estimator not in SEARCH_ESTIMATORS:
             raise ValueError(
                 f"unknown search_estimator {self.search_estimator!r}; choose one of "

@@ -40,7 +40,7 @@ from keras import ops
 
 from partf.attention import create_attention, get_attention_class
 from partf.attention.positions import sinusoid, stream_positions
-from partf.layers.candidates import EVAL_MODES, candidate_kind, noncausal_attention_names
+from partf.layers.candidates import candidate_kind, check_eval_mode, noncausal_attention_names
 from partf.layers.feed_forward import FeedForward
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
@@ -146,10 +146,7 @@ class Encoder(SearchInterface, keras.Model):
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0, got {num_classes}.")
-        if eval_mode not in EVAL_MODES:
-            raise ValueError(
-                f"unknown eval_mode {eval_mode!r}; choose one of {', '.join(EVAL_MODES)}."
-            )
+        check_eval_mode(eval_mode)
         if num_layers is not None and num_layers < 1:
             raise ValueError(f"num_layers must be >= 1 (or None), got {num_layers}.")
         if candidates is not None and not candidates:

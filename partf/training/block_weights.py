@@ -21,12 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from partf.layers.candidates import EVAL_MODES
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in EVAL_MODES:
-        raise ValueError(f"unknown eval_mode {mode!r}; choose one of {', '.join(EVAL_MODES)}.")
+from partf.layers.candidates import check_eval_mode
 
 
 def mixed_blocks(model: Any) -> list[Any]:
@@ -42,7 +37,7 @@ def block_weights(model: Any, mode: str) -> Iterator[None]:
     Raises:
         ValueError: `mode` is not one of `EVAL_MODES`.
     """
-    _check_mode(mode)
+    check_eval_mode(mode)
     blocks = mixed_blocks(model)
     before = [b.eval_mode for b in blocks]
     for block in blocks:
@@ -66,7 +61,7 @@ class ModeEvaluator:
     """
 
     def __init__(self, evaluator: Any, model: Any, mode: str) -> None:
-        _check_mode(mode)  # here too, so a wrong mode fails when built, not when first used
+        check_eval_mode(mode)  # here too, so a wrong mode fails when built, not when first used
         self.evaluator = evaluator
         self.model = model
         self.mode = mode
