@@ -190,9 +190,7 @@ def plan_spec(name: str, architecture: str | None = None, seed: int = 0) -> dict
                 f"{', '.join(specs)}, or give --architecture for a fixed model."
             )
         return specs[name]
-    flags = fixed_flags(architecture)
-    if "which" in name:
-        flags.append("--position=rotary")
+    flags = fixed_flags(architecture, rotary="which" in name)
     return {"name": name, "context": "long", "seed": seed, "flags": flags}
 
 
@@ -358,9 +356,7 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
     timed = min(len(x), 320) // 32 * 32
     rows = []
     for architecture, rotary in spec["architectures"]:
-        flags = fixed_flags(architecture)
-        if rotary:
-            flags.append("--position=rotary")
+        flags = fixed_flags(architecture, rotary)
         run = {"name": "speed", "context": "long", "seed": 0, "flags": flags}
         _, _, _, _, model = build(run, x.shape, tiny)
         fit = dict(batch_size=batch, shuffle=False, epochs=1, verbose=0)
@@ -391,9 +387,11 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
     return rows
 
 
-def fixed_flags(architecture: str) -> list[str]:
-    """partf-train's flags for a fixed `architecture` (its depth is its block count)."""
-    return [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+def fixed_flags(architecture: str, rotary: bool = False) -> list[str]:
+    """partf-train's flags for a fixed `architecture` (its depth is its block count), with
+    rotary positions for one derived from a which-attention search."""
+    flags = [f"--architecture={architecture}", f"--num_layers={len(architecture.split())}"]
+    return [*flags, "--position=rotary"] if rotary else flags
 
 
 def search_speed(
@@ -527,10 +525,8 @@ def phase2(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if architecture == TXL:
             continue  # Transformer-XL itself is trained in phase 1
-        flags = fixed_flags(architecture)
         rotary = "which" in name
-        if rotary:
-            flags.append("--position=rotary")
+        flags = fixed_flags(architecture, rotary)
         key = (architecture, result["seed"], rotary)
         if key in specs:
             specs[key]["derived_from"].append(name)
@@ -671,9 +667,7 @@ def long_flops(architecture: str, rotary: bool = False) -> dict[str, float]:
     (`partf.models.cost`, from a model built but not trained)."""
     from partf.models.cost import model_flops
 
-    flags = fixed_flags(architecture)
-    if rotary:
-        flags.append("--position=rotary")
+    flags = fixed_flags(architecture, rotary)
     spec = {"name": "flops", "context": "long", "seed": 0, "flags": flags}
     _, _, _, _, model = build(spec, (1, 8, 256), tiny=False)
     return model_flops(model, 256)
