@@ -657,6 +657,71 @@ def load_runs(paths: list[Path]) -> dict[str, Any]:
     return runs
 
 
+def train_tf_run(out: Path, name: str) -> dict[str, Any]:
+    """A `train_tf` run (partf-train's output folder `out`) in the form of a JAX run's
+    results: validation per epoch from training.log, pi from its TensorBoard log, and
+    test perplexity by block-weight mode from results.json once it has finished."""
+    import tensorflow as tf
+    from seed_table import batches_per_epoch, cpu_name, logged_seconds, validations
+
+    folder, log = out / "checkpoints" / name, out / "logs" / name / "training.log"
+    if not (folder / "config.json").exists():
+        raise SystemExit(
+            f"long_context.py: error: no partf-train run {name!r} in {out}; give the --out "
+            "that train_tf was given."
+        )
+    config = json.loads((folder / "config.json").read_text())
+    model, training = config["model"], config["training"]
+    per_epoch = batches_per_epoch(log) or 1
+    valid = []
+    for step, (_, exact, original, weights) in sorted(validations(log).items()):
+        if step % per_epoch == 0:  # end-of-epoch validations only
+            row = {"epoch": step // per_epoch, "step": step, "exact": exact}
+            # While pi is frozen partf-train scores a search with other block weights.
+            valid.append({**row, "original": original, "block_weights": weights})
+    frames: dict[int, dict[str, float]] = {}
+    for events in sorted((out / "logs" / name / "train").glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(events)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag.startswith("pi/block_"):
+                    number = float(tf.make_ndarray(value.tensor))
+                    frames.setdefault(event.step, {})[value.tag] = number
+    candidates = model["candidates"]
+    blocks = range(model["num_layers"])
+    tags = [[f"pi/block_{b}/{c}" for c in candidates] for b in blocks]
+    pi_frames = [
+        {"step": step, "pi": [[values[tag] for tag in row] for row in tags]}
+        for step, values in sorted(frames.items())
+        if all(tag in values for row in tags for tag in row)
+    ]
+    argv = [f"--architecture={model['architecture']}"] if model["architecture"] else []
+    argv += ["--position=rotary"] if model["position"] == "rotary" else []
+    run: dict[str, Any] = {
+        "name": name,
+        "context": "long",
+        "seed": training["seed"],
+        "argv": argv,
+        "steps": training["epochs"] * per_epoch,
+        "candidates": candidates,
+        "valid": valid,
+        "pi_frames": pi_frames if model["architecture"] is None else [],
+        "train_seconds": logged_seconds(log),
+        "device": f"cpu: {cpu_name()} (partf-train, TensorFlow)",
+    }
+    if (folder / "results.json").exists():
+        final = json.loads((folder / "results.json").read_text())
+        scores = {model["eval_mode"]: final["test"]}
+        scores["expected"] = (final.get("expected_weights") or {}).get("test")
+        run["test"] = {
+            mode: {"exact": s["perplexity"], "original": s["perplexity_original"]}
+            for mode, s in scores.items()
+            if s
+        }
+        run.update({k: final[k] for k in ("pi", "architecture", "flops_per_token") if k in final})
+    return run
+
+
 def _mflops(value: float) -> str:
     return f"{value / 1e6:.2f}"
 
@@ -673,30 +738,34 @@ def long_flops(architecture: str, rotary: bool = False) -> dict[str, float]:
     return model_flops(model, 256)
 
 
-def report(paths: list[Path]) -> str:
-    """Markdown tables of one or more results.json files (later files win per run)."""
+def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
+    """Markdown tables of one or more results.json files (later files win per run) and
+    the runs in `more` (`train_tf_run`'s, winning over the files')."""
     import numpy as np
 
     from partf.training.search import searched_architecture
 
-    runs = load_runs(paths)
+    runs = {**load_runs(paths), **(more or {})}
     runs.pop("speed", None)
     txl = {r["seed"]: r for n, r in runs.items() if n.startswith("long_txl")}
     txl_flops = long_flops(TXL)
-    out = ["Validation perplexity (exact) at the end of each epoch:", ""]
+    out = [
+        "Validation perplexity (exact) at the end of each epoch (* scored with the expected "
+        "block weights while pi was frozen):",
+        "",
+    ]
     curves = sorted((n for n in runs if runs[n]["valid"]), key=lambda n: (runs[n]["context"], n))
     width = max(len(runs[n]["valid"]) for n in curves) if curves else 0
-    out.append("| run | " + " | ".join(str(e) for e in range(1, width + 1)) + " | test, argmax |")
-    out.append("|---|" + "---:|" * (width + 1))
+    epochs = " | ".join(str(e) for e in range(1, width + 1))
+    out.append(f"| run | {epochs} | test, argmax | machine |")
+    out.append("|---|" + "---:|" * (width + 1) + "---|")
     for name in curves:
         r = runs[name]
-        cells = [f"{v['exact']:.2f}" for v in r["valid"]] + ["-"] * (width - len(r["valid"]))
+        cells = [f"{v['exact']:.2f}" + ("*" if v.get("block_weights") else "") for v in r["valid"]]
+        cells += ["-"] * (width - len(r["valid"]))
         test = r.get("test", {}).get("argmax", {}).get("exact")
-        out.append(
-            f"| {name} | " + " | ".join(cells) + f" | {test:.2f} |"
-            if test
-            else f"| {name} | " + " | ".join(cells) + " | - |"
-        )
+        cells.append(f"{test:.2f}" if test else "-")
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {r.get('device', '-')} |")
     out += [
         "",
         "Searches: the argmax architecture at the last recorded pi (identity kept as I):",
@@ -803,8 +872,10 @@ def main() -> int:
     p.add_argument("--batches", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--tiny", action="store_true")
-    p = sub.add_parser("report", help="tables from results.json")
-    p.add_argument("--results", nargs="+", required=True, help="later files win per run")
+    p = sub.add_parser("report", help="tables from results.json and train_tf's runs")
+    p.add_argument("--results", nargs="*", default=[], help="later files win per run")
+    p.add_argument("--train_tf", nargs="*", default=[], help="train_tf runs, by name")
+    p.add_argument("--out", default="runs", help="the --out train_tf was given")
     p = sub.add_parser("search_speed", help="mixture vs sampled search vs fixed, steps/s")
     p.add_argument("--batches", default="data/long_context")
     p.add_argument("--steps", type=int, default=64)
@@ -848,7 +919,8 @@ def main() -> int:
         frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
         print(f"{args.gif}: {frames} frames")
     else:
-        print(report([Path(p) for p in args.results]))
+        more = {name: train_tf_run(Path(args.out), name) for name in args.train_tf}
+        print(report([Path(p) for p in args.results], more))
     return 0
 
 
