@@ -224,6 +224,18 @@ def tf_command(spec: dict[str, Any], records: Path, out: Path) -> list[str]:
     ]
 
 
+def run_child(command: list[str]) -> int:
+    """Runs `command` to its end and returns its exit status. A Ctrl-C reaches the child
+    too (one process group), and partf-train answers it by writing a checkpoint: so this
+    waits for it rather than killing it as `subprocess.run` would, 0.25 s later."""
+    process = subprocess.Popen(command, cwd=ROOT)
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            continue
+
+
 def _perplexities(stats: Any) -> dict[str, float]:
     return {
         "exact": math.exp(stats.total_nll / max(stats.num_tokens, 1)),
@@ -914,7 +926,7 @@ def main() -> int:
         command = tf_command(spec, Path(args.records).resolve(), Path(args.out).resolve())
         print(shlex.join(command), flush=True)
         if not args.dry_run:
-            return subprocess.run(command, cwd=ROOT).returncode
+            return run_child(command)
     elif args.command == "gif":
         frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
         print(f"{args.gif}: {frames} frames")

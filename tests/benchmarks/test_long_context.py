@@ -233,3 +233,46 @@ def test_report_reads_a_train_tf_run_back_from_partf_trains_folder(long_context,
     assert curve.split("|")[2].strip().endswith("*") and "TensorFlow" in curve
     with pytest.raises(SystemExit, match="no partf-train run 'elsewhere'"):
         long_context.train_tf_run(out, "elsewhere")
+
+
+def test_ctrl_c_on_train_tf_lets_the_child_finish_its_checkpoint(tmp_path):
+    """Ctrl-C reaches the whole process group: the wrapper must wait while partf-train
+    (here a stand-in that takes a second to "checkpoint") finishes, not kill it."""
+    import os
+    import signal
+    import subprocess
+    import textwrap
+    import time
+
+    marker = tmp_path / "checkpoint"
+    child = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        def stop(*_):
+            time.sleep(1.0)  # longer than subprocess.run's 0.25 s grace
+            open({str(marker)!r}, "w").write("saved")
+            sys.exit(130)
+        signal.signal(signal.SIGINT, stop)
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    wrapper = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(SCRIPT.parent)!r})
+        import long_context
+        sys.exit(long_context.run_child([sys.executable, "-c", {child!r}]))
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", wrapper],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a terminal's job
+    )
+    assert process.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    assert process.wait(timeout=30) == 130
+    assert marker.read_text() == "saved"
