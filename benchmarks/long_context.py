@@ -845,15 +845,19 @@ def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
     return "\n".join(out)
 
 
-def pi_gif(results: list[Path], name: str, path: Path) -> int:
-    """The animation of a search's pi frames (as partf-train's plots/NAME/pi.gif)."""
+def pi_gif(run: dict[str, Any], name: str, path: Path, most: int = 48) -> int:
+    """The animation of a search's pi frames (as partf-train's plots/NAME/pi.gif), at most
+    `most` of them, evenly spaced, the last always among them."""
     import tempfile
 
     from partf.training.plots import make_gif, save_pi_heatmap
 
-    run = load_runs(results)[name]
+    frames = run["pi_frames"]
+    if len(frames) > most:
+        keep = np.linspace(len(frames) - 1, 0, most).round().astype(int)
+        frames = [frames[i] for i in sorted(set(keep.tolist()))]
     with tempfile.TemporaryDirectory() as folder:
-        for frame in run["pi_frames"]:
+        for frame in frames:
             title = f"{name}, step {frame['step']} of {run['steps']}"
             pi = np.asarray(frame["pi"])
             save_pi_heatmap(pi, run["candidates"], Path(folder) / f"step{frame['step']}.png", title)
@@ -904,9 +908,11 @@ def main() -> int:
     p.add_argument("--out", default="runs", help="partf-train's --output_dir")
     p.add_argument("--dry_run", action="store_true", help="print the command only")
     p = sub.add_parser("gif", help="the pi animation of one search")
-    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--results", nargs="*", default=[], help="a JAX run's results.json")
     p.add_argument("--name", required=True)
     p.add_argument("--gif", required=True)
+    p.add_argument("--out", help="or: the --out of train_tf, for a run of train_tf")
+    p.add_argument("--frames", type=int, default=48, help="at most this many frames")
     args = parser.parse_args()
     if args.command == "export":
         export(Path(args.out))
@@ -928,7 +934,11 @@ def main() -> int:
         if not args.dry_run:
             return run_child(command)
     elif args.command == "gif":
-        frames = pi_gif([Path(p) for p in args.results], args.name, Path(args.gif))
+        if args.out:
+            run = train_tf_run(Path(args.out), args.name)
+        else:
+            run = load_runs([Path(p) for p in args.results])[args.name]
+        frames = pi_gif(run, args.name, Path(args.gif), args.frames)
         print(f"{args.gif}: {frames} frames")
     else:
         more = {name: train_tf_run(Path(args.out), name) for name in args.train_tf}

@@ -131,7 +131,7 @@ def test_report_compares_stage2_with_transformer_xl_at_the_last_common_epoch(
     assert "pi not yet learning" in which_row
 
 
-def test_pi_gif_has_one_frame_per_recorded_pi(long_context, tmp_path):
+def test_pi_gif_has_one_frame_per_recorded_pi_up_to_a_limit(long_context, tmp_path):
     from PIL import Image
 
     frames = [{"step": 10, "pi": [[1 / 3] * 3] * 2}, {"step": 20, "pi": [A, IDENTITY]}]
@@ -139,9 +139,19 @@ def test_pi_gif_has_one_frame_per_recorded_pi(long_context, tmp_path):
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"runs": {"long_search_s0": run}}))
     gif = tmp_path / "pi.gif"
-    assert long_context.pi_gif([path], "long_search_s0", gif) == 2
+    loaded = long_context.load_runs([path])["long_search_s0"]
+    assert long_context.pi_gif(loaded, "long_search_s0", gif) == 2
     with Image.open(gif) as image:
         assert image.n_frames == 2
+    # partf-train logs pi every --log_every steps: 9 frames become 4, the last kept.
+    many = [{"step": 10 * k, "pi": [A, D if k == 9 else IDENTITY]} for k in range(1, 10)]
+    assert long_context.pi_gif({**run, "pi_frames": many}, "x", gif, most=4) == 4
+    with Image.open(gif) as image:
+        image.seek(3)
+        last = np.asarray(image.convert("RGB"))
+    long_context.pi_gif({**run, "pi_frames": many[-1:]}, "x", gif)
+    with Image.open(gif) as image:
+        np.testing.assert_array_equal(np.asarray(image.convert("RGB")), last)
 
 
 def test_train_tf_runs_a_plan_entry_with_its_flags_on_the_exported_records(
