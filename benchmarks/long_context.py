@@ -711,7 +711,7 @@ def train_tf_run(out: Path, name: str) -> dict[str, Any]:
     argv += ["--position=rotary"] if model["position"] == "rotary" else []
     run: dict[str, Any] = {
         "name": name,
-        "context": "long",
+        "context": "short" if name.startswith("short") else "long",  # the plan's names
         "seed": training["seed"],
         "argv": argv,
         "steps": training["epochs"] * per_epoch,
