@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The trainer tests' record folders (8 x 16 batches: train 12, valid 3, test 3).
+from tests.training.test_trainer import records  # noqa: F401 (a fixture)
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "long_context.py"
 CANDIDATES = ["attention", "dense", "identity"]
 A, D, IDENTITY = [0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.05, 0.05, 0.9]
@@ -184,47 +187,32 @@ def test_train_tf_runs_a_plan_entry_with_its_flags_on_the_exported_records(
         long_context.plan_spec("long_nothing")
 
 
-def test_report_reads_a_train_tf_run_back_from_partf_trains_folder(long_context, tmp_path):
+def test_report_reads_a_train_tf_run_back_from_partf_trains_folder(
+    long_context,
+    records,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+):
     """A real (tiny) partf-train search, read back the way `report --train_tf` reads it:
     a validation per epoch, marked where pi was frozen, pi from TensorBoard, test from
     results.json."""
-    from partf.data import context_batches, write_tfrecords
-    from partf.training.config import TrainConfig
     from partf.training.trainer import train
-    from tests.training.test_trainer import TINY, _markov_stream
+    from tests.training.test_trainer import _config
 
-    for split, batches, seed in (("train", 8, 0), ("valid", 2, 1), ("test", 2, 2)):
-        stream = _markov_stream(batches * 8 * 16 + 1, seed)
-        write_tfrecords(
-            context_batches(stream, 8, 16),
-            tmp_path / split,
-            vocab_size=200,
-            num_tokens=len(stream),
-            num_lines=40,
-            num_words=80,
-            num_chars=600,
-        )
     out = tmp_path / "runs"
-    config = TrainConfig(
-        train_directory=str(tmp_path / "train"),
-        valid_directory=str(tmp_path / "valid"),
-        test_directory=str(tmp_path / "test"),
+    # 2 epochs of 12 batches, pi logged every 4 steps (one execution), a validation every 10.
+    config = _config(
+        records,
+        out,
         model_name="long_search_s3",
-        output_dir=str(out),
         seed=3,
-        epochs=2,
-        max_lr=3e-3,
-        warmup_steps=2,
-        steps_per_execution=2,
-        log_every=2,
         search="par",  # pi frozen for the first half: epoch 1
         jit_compile=False,
-        model=dict(TINY),
     )
     results = train(config)
     run = long_context.train_tf_run(out, "long_search_s3")
-    assert (run["seed"], run["steps"], run["candidates"]) == (3, 16, CANDIDATES)
-    assert [(row["epoch"], row["step"]) for row in run["valid"]] == [(1, 8), (2, 16)]
+    assert (run["seed"], run["steps"], run["candidates"]) == (3, 24, CANDIDATES)
+    # The validations at steps 10 and 20 are mid-epoch ones, left out.
+    assert [(row["epoch"], row["step"]) for row in run["valid"]] == [(1, 12), (2, 24)]
     # Epoch 1 was scored with the expected mixture (pi frozen), epoch 2 with argmax, which
     # is the figure results.json holds for the run's end.
     assert [row["block_weights"] for row in run["valid"]] == ["expected", None]
@@ -232,8 +220,8 @@ def test_report_reads_a_train_tf_run_back_from_partf_trains_folder(long_context,
     assert run["test"]["argmax"]["exact"] == results["test"]["perplexity"]
     expected_test = results["expected_weights"]["test"]["perplexity"]
     assert run["test"]["expected"]["exact"] == expected_test
-    # pi every 2 steps; uniform while frozen, then the run's own final pi.
-    assert [frame["step"] for frame in run["pi_frames"]] == list(range(2, 17, 2))
+    # pi every 4 steps; uniform while frozen, then the run's own final pi.
+    assert [frame["step"] for frame in run["pi_frames"]] == list(range(4, 25, 4))
     np.testing.assert_allclose(run["pi_frames"][0]["pi"], np.full((2, 3), 1 / 3), atol=1e-6)
     np.testing.assert_allclose(run["pi_frames"][-1]["pi"], results["pi"], atol=1e-6)
     assert not np.allclose(run["pi_frames"][-1]["pi"], 1 / 3, atol=1e-3)
