@@ -40,6 +40,7 @@ Examples:
         --batches data/long_context --out "$OUT" --deadline 540                 # GPU
     python benchmarks/long_context.py report --results results.json             # here
     KERAS_BACKEND=jax python benchmarks/long_context.py search_speed            # estimators
+    python benchmarks/long_context.py speed --architectures "A D A D A D" "A D A D"  # speeds
     KERAS_BACKEND=jax python benchmarks/long_context.py run --batches DIR --tiny  # check
     python benchmarks/long_context.py train_tf --name long_cost0.05_s0 --out runs  # CPU
 """
@@ -356,16 +357,17 @@ def train_one(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> dict
 
 
 def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dict[str, Any]]:
-    """Each architecture alone on the device, one after another: training steps/s (after
-    a compiling call) and evaluation milliseconds per batch of segments."""
+    """Each architecture alone on the device, one after another, on the backend this runs
+    on: training steps/s (the better of two timed fits of `spec["steps"]` steps, 320 by
+    default, after a compiling fit) and evaluation milliseconds per batch of segments (the
+    test split, XL memory carried, after a compiling pass)."""
     from partf.models.cost import model_flops
-    from partf.training.jax_evaluator import JaxEvaluator
 
     x, y = load_split(folder, "long", "train", tiny)
     test = list(zip(*load_split(folder, "long", "test", tiny), strict=True))
     _, batch, seq_len = x.shape
     rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
-    timed = min(len(x), 320) // 32 * 32
+    timed = min(len(x), spec.get("steps", 320)) // 32 * 32
     rows = []
     for architecture, rotary in spec["architectures"]:
         flags = fixed_flags(architecture, rotary)
@@ -378,17 +380,19 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
             began = time.perf_counter()
             model.fit(rows_x[: timed * batch], rows_y[: timed * batch], **fit)
             seconds.append(time.perf_counter() - began)
-        evaluator = JaxEvaluator(model)
-        evaluator.evaluate(test)  # compiles
+        evaluate = _evaluator(model)
+        evaluate(test)  # compiles
         began = time.perf_counter()
-        stats = evaluator.evaluate(test)
+        num_batches = evaluate(test).num_batches
         eval_seconds = time.perf_counter() - began
         rows.append(
             {
                 "architecture": architecture,
                 "rotary": rotary,
                 "steps_per_second": timed / min(seconds),
-                "eval_ms_per_batch": 1000 * eval_seconds / stats.num_batches,
+                "rounds": [timed / t for t in seconds],
+                "eval_ms_per_batch": 1000 * eval_seconds / num_batches,
+                "batch": [batch, seq_len],
                 "flops_per_token": model_flops(model, seq_len),
                 "device": _device(),
                 "alone": spec.get("alone"),
@@ -397,6 +401,28 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
         _write(out / "speed.json", {"speed": rows})
         print(f"speed: {rows[-1]}", flush=True)
     return rows
+
+
+def _evaluator(model: Any) -> Any:
+    """A function scoring a list of (inputs, targets) batches with the model's evaluation
+    memory, compiled as partf-train's evaluation is on this backend: `SplitStats`."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        from partf.training.jax_evaluator import JaxEvaluator
+
+        return JaxEvaluator(model).evaluate
+    import tensorflow as tf
+
+    from partf.training.perplexity import Evaluator
+
+    evaluator = Evaluator(model)
+
+    def evaluate(batches: list[tuple[np.ndarray, np.ndarray]]) -> Any:
+        inputs, targets = (np.stack(part) for part in zip(*batches, strict=True))
+        return evaluator.evaluate(tf.data.Dataset.from_tensor_slices((inputs, targets)))
+
+    return evaluate
 
 
 def fixed_flags(architecture: str, rotary: bool = False) -> list[str]:
@@ -445,6 +471,12 @@ def search_speed(
 
 
 def _device() -> str:
+    import keras
+
+    if keras.backend.backend() != "jax":
+        from seed_table import cpu_name
+
+        return f"cpu: {cpu_name()} ({keras.backend.backend()})"
     import jax
 
     device = jax.devices()[0]
@@ -837,12 +869,66 @@ def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
             f"| {name} | {architecture.split('=', 1)[1]} | {r['seed']} | {epoch} | {mine:.2f} | "
             f"{theirs:.2f} | {100 * (mine / theirs - 1):+.1f}% | {tests} | {cost} |"
         )
+    out += seed_summary(runs, txl)
     if runs:
         out.append(
             f"\nTransformer-XL: {_mflops(txl_flops['blocks'])} block and "
             f"{_mflops(txl_flops['total'])} total MFLOPs per token."
         )
     return "\n".join(out)
+
+
+def _spread(values: list[float]) -> str:
+    return f"{np.mean(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def seed_summary(runs: dict[str, Any], txl: dict[int, dict[str, Any]]) -> list[str]:
+    """Stage 2 over seeds: for each search whose derived model finished (a test figure)
+    for two seeds or more, each beside a finished Transformer-XL of its seed, the mean and
+    range of the last validation and the test perplexity, and the mean FLOPs (the seeds
+    may derive different architectures)."""
+    families: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for name in sorted(n for n in runs if n.startswith("long_derived")):
+        r, base = runs[name], txl.get(runs[name]["seed"])
+        finished = [x for x in (r, base) if x and x.get("test", {}).get("argmax")]
+        if len(finished) == 2 and len(r["valid"]) == len(base["valid"]):
+            families.setdefault(name.rsplit("_s", 1)[0], []).append((r, base))
+    rows = [(family, pairs) for family, pairs in families.items() if len(pairs) >= 2]
+    if not rows:
+        return []
+    out = [
+        "",
+        "Stage 2 over seeds (mean, range in brackets; last epoch and test, argmax):",
+        "",
+        "| derived | seeds | architectures | valid | Transformer-XL valid | difference | "
+        "test | Transformer-XL test | difference | block, total MFLOPs/token (vs TXL) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    txl_flops = long_flops(TXL)
+    for family, pairs in rows:
+        mine = [r["valid"][-1]["exact"] for r, _ in pairs]
+        theirs = [b["valid"][-1]["exact"] for _, b in pairs]
+        mine_test = [r["test"]["argmax"]["exact"] for r, _ in pairs]
+        their_test = [b["test"]["argmax"]["exact"] for _, b in pairs]
+        archs = [next(a for a in r["argv"] if a.startswith("--architecture=")) for r, _ in pairs]
+        flops = [
+            long_flops(a.split("=", 1)[1], "--position=rotary" in r["argv"])
+            for a, (r, _) in zip(archs, pairs, strict=True)
+        ]
+        cost = ", ".join(
+            f"{_mflops(np.mean([f[k] for f in flops]))} "
+            f"({100 * (np.mean([f[k] for f in flops]) / txl_flops[k] - 1):+.0f}%)"
+            for k in ("blocks", "total")
+        )
+        seeds = " ".join(str(r["seed"]) for r, _ in pairs)
+        names = " / ".join(a.split("=", 1)[1] for a in archs)
+        out.append(
+            f"| {family} | {seeds} | {names} | {_spread(mine)} | {_spread(theirs)} | "
+            f"{100 * (np.mean(mine) / np.mean(theirs) - 1):+.1f}% | {_spread(mine_test)} | "
+            f"{_spread(their_test)} | {100 * (np.mean(mine_test) / np.mean(their_test) - 1):+.1f}% "
+            f"| {cost} |"
+        )
+    return out
 
 
 def pi_gif(run: dict[str, Any], name: str, path: Path, most: int = 48) -> int:
@@ -900,6 +986,13 @@ def main() -> int:
     p.add_argument(
         "--architectures", nargs="+", default=[TXL], help="fixed models timed beside them"
     )
+    p = sub.add_parser("speed", help="fixed models one after another: steps/s, eval latency")
+    p.add_argument("--batches", default="data/long_context")
+    p.add_argument("--out", default="runs", help="speed.json is written here")
+    p.add_argument("--architectures", nargs="+", default=[TXL])
+    p.add_argument("--rotary", action="store_true", help="rotary positions (which-attention)")
+    p.add_argument("--steps", type=int, default=320, help="steps per timed fit")
+    p.add_argument("--tiny", action="store_true")
     p = sub.add_parser("train_tf", help="one run of the plan with partf-train (resumable)")
     p.add_argument("--name", required=True, help="a phase-1 run, or a stage-2 run's name")
     p.add_argument("--architecture", help="a fixed model (stage 2) instead of a plan run")
@@ -922,6 +1015,12 @@ def main() -> int:
         spec = json.loads(args.spec)
         work = speed if spec["name"] == "speed" else train_one
         work(spec, Path(args.batches), Path(args.work), args.tiny)
+    elif args.command == "speed":
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        architectures = [(a, args.rotary) for a in args.architectures]
+        spec = {"name": "speed", "architectures": architectures, "steps": args.steps}
+        speed(spec, Path(args.batches), out, args.tiny)
     elif args.command == "search_speed":
         rows = search_speed(
             Path(args.batches), args.steps, args.rounds, args.tiny, tuple(args.architectures)

@@ -134,6 +134,55 @@ def test_report_compares_stage2_with_transformer_xl_at_the_last_common_epoch(
     assert "pi not yet learning" in which_row
 
 
+def finished(seed: int, exact: list[float], test: float, architecture: str) -> dict:
+    return {
+        "context": "long",
+        "seed": seed,
+        "valid": valid(*exact),
+        "pi_frames": [],
+        "argv": [f"--architecture={architecture}"],
+        "test": {"argmax": {"exact": test}},
+    }
+
+
+def test_report_gives_mean_and_range_over_seeds_of_finished_stage2_runs(long_context):
+    runs = {
+        "long_txl_s0": finished(0, [80.0, 50.0], 40.0, "A D A D A D"),
+        "long_txl_s1": finished(1, [81.0, 52.0], 42.0, "A D A D A D"),
+        # The seeds derived different architectures: FLOPs are their mean.
+        "long_derived_cost0.05_s0": finished(0, [79.0, 51.0], 41.0, "A D A D"),
+        "long_derived_cost0.05_s1": finished(1, [82.0, 53.0], 43.0, "A D"),
+        # One seed finished, the other stopped after epoch 1: no summary row.
+        "long_derived_search_s0": finished(0, [79.0, 51.0], 41.0, "A D A D"),
+        "long_derived_search_s1": {
+            **finished(1, [82.0], 43.0, "A D A D"),
+            "test": {},
+        },
+    }
+    text = long_context.report([], runs)
+    summary = text.split("Stage 2 over seeds")[1]
+    rows = [line for line in summary.splitlines() if line.startswith("| long_derived")]
+    assert len(rows) == 1
+    cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert cells[:3] == ["long_derived_cost0.05", "0 1", "A D A D / A D"]
+    assert cells[3:6] == [
+        "52.00 (51.00-53.00)",
+        "51.00 (50.00-52.00)",
+        f"{100 * (52 / 51 - 1):+.1f}%",
+    ]
+    assert cells[6:9] == [
+        "42.00 (41.00-43.00)",
+        "41.00 (40.00-42.00)",
+        f"{100 * (42 / 41 - 1):+.1f}%",
+    ]
+    blocks = np.mean([long_context.long_flops(a)["blocks"] for a in ("A D A D", "A D")])
+    txl = long_context.long_flops("A D A D A D")["blocks"]
+    assert cells[9].startswith(f"{blocks / 1e6:.2f} ({100 * (blocks / txl - 1):+.0f}%)")
+    # With a single finished seed there is nothing to summarise.
+    del runs["long_derived_cost0.05_s1"]
+    assert "Stage 2 over seeds" not in long_context.report([], runs)
+
+
 def test_pi_gif_has_one_frame_per_recorded_pi_up_to_a_limit(long_context, tmp_path):
     from PIL import Image
 
