@@ -433,12 +433,20 @@ def fixed_flags(architecture: str, rotary: bool = False) -> list[str]:
 
 
 def search_speed(
-    folder: Path, steps: int, rounds: int, tiny: bool, architectures: tuple[str, ...] = (TXL,)
+    folder: Path,
+    steps: int,
+    rounds: int,
+    tiny: bool,
+    architectures: tuple[str, ...] = (TXL,),
+    evaluate: bool = False,
 ) -> list[dict[str, Any]]:
     """Training steps/s at the long context of the mixture search, the sampled-path
     search and fixed architectures (Transformer-XL, and derived ones to set a search's
     cost against), built as partf-train builds them and timed in alternating rounds (so
-    a change of load hits them all alike)."""
+    a change of load hits them all alike), on the backend this runs on (with XLA on
+    TensorFlow too, which partf-train refuses for the sampled search: docs/search.md).
+    With `evaluate`, also each fixed model's evaluation milliseconds per batch of the
+    test split (XL memory carried; after a compiling pass, the better of two)."""
     x, y = load_split(folder, "long", "train", tiny)
     _, batch, seq_len = x.shape
     rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
@@ -459,7 +467,7 @@ def search_speed(
             began = time.perf_counter()
             model.fit(rows_x[: steps * batch], rows_y[: steps * batch], **fit)
             seconds[label].append(time.perf_counter() - began)
-    return [
+    rows = [
         {
             "run": label,
             "steps_per_second": steps / min(times),
@@ -468,6 +476,19 @@ def search_speed(
         }
         for label, times in seconds.items()
     ]
+    if evaluate:
+        test = list(zip(*load_split(folder, "long", "test", tiny), strict=True))
+        for row in rows:
+            if row["run"].startswith("fixed "):
+                scorer = _evaluator(models[row["run"]])
+                scorer(test)  # compiles
+                times = []
+                for _ in range(2):
+                    began = time.perf_counter()
+                    num_batches = scorer(test).num_batches
+                    times.append(time.perf_counter() - began)
+                row["eval_ms_per_batch"] = 1000 * min(times) / num_batches
+    return rows
 
 
 def _device() -> str:
@@ -986,6 +1007,7 @@ def main() -> int:
     p.add_argument(
         "--architectures", nargs="+", default=[TXL], help="fixed models timed beside them"
     )
+    p.add_argument("--evaluate", action="store_true", help="and the fixed models' eval latency")
     p = sub.add_parser("speed", help="fixed models one after another: steps/s, eval latency")
     p.add_argument("--batches", default="data/long_context")
     p.add_argument("--out", default="runs", help="speed.json is written here")
@@ -1023,7 +1045,12 @@ def main() -> int:
         speed(spec, Path(args.batches), out, args.tiny)
     elif args.command == "search_speed":
         rows = search_speed(
-            Path(args.batches), args.steps, args.rounds, args.tiny, tuple(args.architectures)
+            Path(args.batches),
+            args.steps,
+            args.rounds,
+            args.tiny,
+            tuple(args.architectures),
+            args.evaluate,
         )
         print(json.dumps(rows, indent=1))
     elif args.command == "train_tf":
