@@ -457,10 +457,13 @@ def search_speed(
         **{f"fixed {arch}": fixed_flags(arch) for arch in architectures},
     }
     models = {}
+    compile_seconds = {}
     for label, flags in runs.items():
         spec = {"name": "speed", "context": "long", "seed": 0, "flags": flags}
         models[label] = build(spec, x.shape, tiny)[-1]
+        began = time.perf_counter()
         models[label].fit(rows_x[: 32 * batch], rows_y[: 32 * batch], **fit)  # compiles
+        compile_seconds[label] = time.perf_counter() - began
     seconds: dict[str, list[float]] = {label: [] for label in runs}
     for _ in range(rounds):
         for label, model in models.items():
@@ -472,6 +475,8 @@ def search_speed(
             "run": label,
             "steps_per_second": steps / min(times),
             "rounds": [steps / t for t in times],
+            # The first fit of 32 steps (one execution), its compilation included.
+            "first_fit_seconds": compile_seconds[label],
             "device": _device(),
         }
         for label, times in seconds.items()
