@@ -808,6 +808,20 @@ def long_flops(architecture: str, rotary: bool = False) -> dict[str, float]:
     return model_flops(model, 256)
 
 
+def decided_step(frames: list[dict[str, Any]], threshold: float = 0.9) -> int | None:
+    """The first recorded step from which, in every later frame, each block's largest pi
+    is at least `threshold` and its argmax is the last frame's: the point where a search
+    can stop (None if it never got there)."""
+    pis = np.asarray([frame["pi"] for frame in frames])  # [frames, blocks, candidates]
+    if not len(pis):
+        return None
+    settled = (pis.max(-1) >= threshold).all(-1) & (pis.argmax(-1) == pis[-1].argmax(-1)).all(-1)
+    # The frames from the last unsettled one on; none settled after it means not decided.
+    unsettled = np.flatnonzero(~settled)
+    first = 0 if not len(unsettled) else unsettled[-1] + 1
+    return frames[first]["step"] if first < len(frames) else None
+
+
 def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
     """Markdown tables of one or more results.json files (later files win per run) and
     the runs in `more` (`train_tf_run`'s, winning over the files')."""
@@ -840,9 +854,9 @@ def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
         "",
         "Searches: the argmax architecture at the last recorded pi (identity kept as I):",
         "",
-        "| search | seed | pi at step | architecture | largest pi per block | "
-        "derived | block MFLOPs/token (vs Transformer-XL) |",
-        "|---|---:|---:|---|---|---|---:|",
+        "| search | seed | pi at step | architecture | largest pi per block | decided at "
+        "| derived | block MFLOPs/token (vs Transformer-XL) |",
+        "|---|---:|---:|---|---|---:|---|---:|",
     ]
     for name in sorted(n for n in runs if runs[n].get("pi_frames")):
         r = runs[name]
@@ -863,9 +877,10 @@ def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
             versus = f"{_mflops(flops)} ({100 * (flops / txl_flops['blocks'] - 1):+.0f}%)"
         else:
             versus = "-"
+        decided = decided_step(r["pi_frames"])
         out.append(
             f"| {name} | {r['seed']} | {frame['step']} | {arch} | {largest} | "
-            f"{derived} | {versus} |"
+            f"{'-' if decided is None else decided} | {derived} | {versus} |"
         )
     out += [
         "",

@@ -134,6 +134,23 @@ def test_report_compares_stage2_with_transformer_xl_at_the_last_common_epoch(
     assert "pi not yet learning" in which_row
 
 
+def test_a_search_is_decided_from_the_first_frame_after_which_pi_stays_settled(long_context):
+    uniform = [[1 / 3] * 3] * 2
+    weak = [[0.85, 0.1, 0.05], D]  # block 1's largest pi below 0.9
+    other = [D, D]  # settled, but on another argmax than the end's
+    frames = [
+        {"step": step, "pi": pi}
+        for step, pi in [(1, uniform), (2, [A, D]), (3, weak), (4, [A, D]), (5, [A, D])]
+    ]
+    assert long_context.decided_step(frames) == 4
+    assert long_context.decided_step(frames, threshold=0.95) is None
+    frames[3]["pi"] = other
+    assert long_context.decided_step(frames) == 5
+    frames[4]["pi"] = weak
+    assert long_context.decided_step(frames) is None
+    assert long_context.decided_step([]) is None
+
+
 def finished(seed: int, exact: list[float], test: float, architecture: str) -> dict:
     return {
         "context": "long",
