@@ -360,7 +360,7 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
     """Each architecture alone on the device, one after another, on the backend this runs
     on: training steps/s (the better of two timed fits of `spec["steps"]` steps, 320 by
     default, after a compiling fit) and evaluation milliseconds per batch of segments (the
-    test split, XL memory carried, after a compiling pass)."""
+    test split, XL memory carried: `eval_ms_per_batch`)."""
     from partf.models.cost import model_flops
 
     x, y = load_split(folder, "long", "train", tiny)
@@ -380,18 +380,13 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
             began = time.perf_counter()
             model.fit(rows_x[: timed * batch], rows_y[: timed * batch], **fit)
             seconds.append(time.perf_counter() - began)
-        evaluate = _evaluator(model)
-        evaluate(test)  # compiles
-        began = time.perf_counter()
-        num_batches = evaluate(test).num_batches
-        eval_seconds = time.perf_counter() - began
         rows.append(
             {
                 "architecture": architecture,
                 "rotary": rotary,
                 "steps_per_second": timed / min(seconds),
                 "rounds": [timed / t for t in seconds],
-                "eval_ms_per_batch": 1000 * eval_seconds / num_batches,
+                "eval_ms_per_batch": eval_ms_per_batch(model, test),
                 "batch": [batch, seq_len],
                 "flops_per_token": model_flops(model, seq_len),
                 "device": _device(),
@@ -401,6 +396,20 @@ def speed(spec: dict[str, Any], folder: Path, out: Path, tiny: bool) -> list[dic
         _write(out / "speed.json", {"speed": rows})
         print(f"speed: {rows[-1]}", flush=True)
     return rows
+
+
+def eval_ms_per_batch(model: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Milliseconds per batch of scoring `batches` in stream order with the model's
+    evaluation memory, as partf-train evaluates on this backend: the better of two passes
+    after a compiling one."""
+    evaluate = _evaluator(model)
+    evaluate(batches)  # compiles
+    seconds = []
+    for _ in range(2):
+        began = time.perf_counter()
+        evaluate(batches)
+        seconds.append(time.perf_counter() - began)
+    return 1000 * min(seconds) / len(batches)
 
 
 def _evaluator(model: Any) -> Any:
@@ -446,7 +455,7 @@ def search_speed(
     a change of load hits them all alike), on the backend this runs on (with XLA on
     TensorFlow too, which partf-train refuses for the sampled search: docs/search.md).
     With `evaluate`, also each fixed model's evaluation milliseconds per batch of the
-    test split (XL memory carried; after a compiling pass, the better of two)."""
+    test split (`eval_ms_per_batch`)."""
     x, y = load_split(folder, "long", "train", tiny)
     _, batch, seq_len = x.shape
     rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
@@ -485,14 +494,7 @@ def search_speed(
         test = list(zip(*load_split(folder, "long", "test", tiny), strict=True))
         for row in rows:
             if row["run"].startswith("fixed "):
-                scorer = _evaluator(models[row["run"]])
-                scorer(test)  # compiles
-                times = []
-                for _ in range(2):
-                    began = time.perf_counter()
-                    num_batches = scorer(test).num_batches
-                    times.append(time.perf_counter() - began)
-                row["eval_ms_per_batch"] = 1000 * min(times) / num_batches
+                row["eval_ms_per_batch"] = eval_ms_per_batch(models[row["run"]], test)
     return rows
 
 
