@@ -899,18 +899,14 @@ def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
             continue
         epoch = min(len(r["valid"]), len(base["valid"]))
         mine, theirs = r["valid"][epoch - 1]["exact"], base["valid"][epoch - 1]["exact"]
-        architecture = next(a for a in r["argv"] if a.startswith("--architecture="))
+        architecture, flops = _stage2_flops(r)
         test = r.get("test", {}).get("argmax", {}).get("exact")
         base_test = base.get("test", {}).get("argmax", {}).get("exact")
         tests = f"{test:.2f} ({base_test:.2f})" if test and base_test else "-"
-        flops = long_flops(architecture.split("=", 1)[1], "--position=rotary" in r["argv"])
-        cost = ", ".join(
-            f"{_mflops(flops[k])} ({100 * (flops[k] / txl_flops[k] - 1):+.0f}%)"
-            for k in ("blocks", "total")
-        )
         out.append(
-            f"| {name} | {architecture.split('=', 1)[1]} | {r['seed']} | {epoch} | {mine:.2f} | "
-            f"{theirs:.2f} | {100 * (mine / theirs - 1):+.1f}% | {tests} | {cost} |"
+            f"| {name} | {architecture} | {r['seed']} | {epoch} | {mine:.2f} | "
+            f"{theirs:.2f} | {100 * (mine / theirs - 1):+.1f}% | {tests} | "
+            f"{_cost(flops, txl_flops)} |"
         )
     out += seed_summary(runs, txl)
     if runs:
@@ -919,6 +915,21 @@ def report(paths: list[Path], more: dict[str, Any] | None = None) -> str:
             f"{_mflops(txl_flops['total'])} total MFLOPs per token."
         )
     return "\n".join(out)
+
+
+def _stage2_flops(run: dict[str, Any]) -> tuple[str, dict[str, float]]:
+    """A stage-2 run's architecture (from its argv) and its FLOPs per token."""
+    flag = next(a for a in run["argv"] if a.startswith("--architecture="))
+    architecture = flag.split("=", 1)[1]
+    return architecture, long_flops(architecture, "--position=rotary" in run["argv"])
+
+
+def _cost(flops: dict[str, float], txl_flops: dict[str, float]) -> str:
+    """Block and total MFLOPs per token, each against Transformer-XL's."""
+    return ", ".join(
+        f"{_mflops(flops[k])} ({100 * (flops[k] / txl_flops[k] - 1):+.0f}%)"
+        for k in ("blocks", "total")
+    )
 
 
 def _spread(values: list[float]) -> str:
@@ -953,18 +964,11 @@ def seed_summary(runs: dict[str, Any], txl: dict[int, dict[str, Any]]) -> list[s
         theirs = [b["valid"][-1]["exact"] for _, b in pairs]
         mine_test = [r["test"]["argmax"]["exact"] for r, _ in pairs]
         their_test = [b["test"]["argmax"]["exact"] for _, b in pairs]
-        archs = [next(a for a in r["argv"] if a.startswith("--architecture=")) for r, _ in pairs]
-        flops = [
-            long_flops(a.split("=", 1)[1], "--position=rotary" in r["argv"])
-            for a, (r, _) in zip(archs, pairs, strict=True)
-        ]
-        cost = ", ".join(
-            f"{_mflops(np.mean([f[k] for f in flops]))} "
-            f"({100 * (np.mean([f[k] for f in flops]) / txl_flops[k] - 1):+.0f}%)"
-            for k in ("blocks", "total")
-        )
+        archs, flops = zip(*(_stage2_flops(r) for r, _ in pairs), strict=True)
+        mean_flops = {k: float(np.mean([f[k] for f in flops])) for k in ("blocks", "total")}
+        cost = _cost(mean_flops, txl_flops)
         seeds = " ".join(str(r["seed"]) for r, _ in pairs)
-        names = " / ".join(a.split("=", 1)[1] for a in archs)
+        names = " / ".join(archs)
         out.append(
             f"| {family} | {seeds} | {names} | {_spread(mine)} | {_spread(theirs)} | "
             f"{100 * (np.mean(mine) / np.mean(theirs) - 1):+.1f}% | {_spread(mine_test)} | "
