@@ -1039,6 +1039,9 @@ def main() -> int:
     p.add_argument("--out", default="runs", help="speed.json is written here")
     p.add_argument("--architectures", nargs="+", default=[TXL])
     p.add_argument("--rotary", action="store_true", help="rotary positions (which-attention)")
+    p.add_argument(
+        "--which", nargs="+", default=[], help="then these with rotary positions (which-attention)"
+    )
     p.add_argument("--steps", type=int, default=320, help="steps per timed fit")
     p.add_argument("--tiny", action="store_true")
     p = sub.add_parser("train_tf", help="one run of the plan with partf-train (resumable)")
@@ -1067,6 +1070,7 @@ def main() -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         architectures = [(a, args.rotary) for a in args.architectures]
+        architectures += [(a, True) for a in args.which]
         spec = {"name": "speed", "architectures": architectures, "steps": args.steps}
         speed(spec, Path(args.batches), out, args.tiny)
     elif args.command == "search_speed":
