@@ -448,6 +448,7 @@ def search_speed(
     tiny: bool,
     architectures: tuple[str, ...] = (TXL,),
     evaluate: bool = False,
+    which: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Training steps/s at the long context of the mixture search, the sampled-path
     search and fixed architectures (Transformer-XL, and derived ones to set a search's
@@ -455,7 +456,8 @@ def search_speed(
     a change of load hits them all alike), on the backend this runs on (with XLA on
     TensorFlow too, which partf-train refuses for the sampled search: docs/search.md).
     With `evaluate`, also each fixed model's evaluation milliseconds per batch of the
-    test split (`eval_ms_per_batch`)."""
+    test split (`eval_ms_per_batch`). `which` adds fixed models with rotary positions
+    (derived from a which-attention search), timed in the same rounds."""
     x, y = load_split(folder, "long", "train", tiny)
     _, batch, seq_len = x.shape
     rows_x, rows_y = x.reshape(-1, seq_len), y.reshape(-1, seq_len)
@@ -464,6 +466,7 @@ def search_speed(
         "mixture search": ["--search=par"],
         "sampled search": ["--search=par", "--search_estimator=sampled"],
         **{f"fixed {arch}": fixed_flags(arch) for arch in architectures},
+        **{f"fixed {arch} (rotary)": fixed_flags(arch, rotary=True) for arch in which},
     }
     models = {}
     compile_seconds = {}
@@ -546,15 +549,15 @@ def phase1() -> list[dict[str, Any]]:
                     "flags": ["--search=par", f"--search_cost_weight={weight:g}"],
                 }
             )
-        if seed == 0:  # the sampled-path estimator beside the mixture (issue 23, item 4)
-            specs.append(
-                {
-                    "name": "long_sampled_s0",
-                    "context": "long",
-                    "seed": 0,
-                    "flags": ["--search=par", "--search_estimator=sampled"],
-                }
-            )
+        # The sampled-path estimator beside the mixture (issue 23, item 4).
+        specs.append(
+            {
+                "name": f"long_sampled_s{seed}",
+                "context": "long",
+                "seed": seed,
+                "flags": ["--search=par", "--search_estimator=sampled"],
+            }
+        )
         specs.append(
             {
                 "name": f"long_which_s{seed}",
@@ -1034,6 +1037,9 @@ def main() -> int:
         "--architectures", nargs="+", default=[TXL], help="fixed models timed beside them"
     )
     p.add_argument("--evaluate", action="store_true", help="and the fixed models' eval latency")
+    p.add_argument(
+        "--which", nargs="*", default=[], help="fixed models with rotary positions, timed too"
+    )
     p = sub.add_parser("speed", help="fixed models one after another: steps/s, eval latency")
     p.add_argument("--batches", default="data/long_context")
     p.add_argument("--out", default="runs", help="speed.json is written here")
@@ -1081,6 +1087,7 @@ def main() -> int:
             args.tiny,
             tuple(args.architectures),
             args.evaluate,
+            tuple(args.which),
         )
         print(json.dumps(rows, indent=1))
     elif args.command == "train_tf":

@@ -245,10 +245,12 @@ def test_train_tf_runs_a_plan_entry_with_its_flags_on_the_exported_records(
     model = config.model_config(12_000, 8, 100)
     assert (model.architecture, model.num_layers, model.position) == ("A D D", 3, "rotary")
     assert config.jit_compile
-    sampled = long_context.plan_spec("long_sampled_s0")
-    config, _ = parse_args(long_context.tf_command(sampled, tmp_path, tmp_path)[3:])
-    assert config.model_config(12_000, 8, 100).search_estimator == "sampled"
-    assert not config.jit_compile  # TensorFlow's XLA bridge does not compile it
+    for seed in (0, 1):  # the sampled search, with both seeds as the mixture's
+        sampled = long_context.plan_spec(f"long_sampled_s{seed}")
+        config, _ = parse_args(long_context.tf_command(sampled, tmp_path, tmp_path)[3:])
+        assert config.model_config(12_000, 8, 100).search_estimator == "sampled"
+        assert config.seed == seed
+        assert not config.jit_compile  # TensorFlow's XLA bridge does not compile it
     with pytest.raises(SystemExit, match="no run 'long_nothing' in the plan"):
         long_context.plan_spec("long_nothing")
 
