@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +85,17 @@ def finish(
     save_pi_heatmap(pi, model.candidate_names, paths.plots / f"step{step}.png", f"Iteration {step}")
     frames = make_gif(paths.plots, paths.plots / "pi.gif")
     logger.info("pi animation: %s (%d frames)", paths.plots / "pi.gif", frames)
-    scores, expected_scores = {}, {}
+    scores, expected_scores, seconds = {}, {}, {}
     for name, split in (("valid", data.valid), ("test", data.test)):
         if split is None:
             continue
         if name == "valid" and trained.valid_report_step == step:
             report = trained.valid_report  # scored at this very step already
         else:
+            began = time.perf_counter()
             report = perplexity_report(evaluator.evaluate(split.dataset), **split.text_counts)
+            # Evaluation latency as this run measured it (partf-study's report shows it).
+            seconds[name] = (time.perf_counter() - began) / max(split.num_batches, 1)
         scores[name] = report
         _log_scores(name, report)
         if expected is not None:
@@ -124,6 +128,14 @@ def finish(
         # Forward FLOPs per token at this run's segment length: the discrete architecture
         # (blocks, output layer, total) and, for a search, the blocks expected under pi.
         "flops_per_token": None if data.masking else model_flops(model, data.train.seq_len),
+        # The batch shape, and the milliseconds per batch of the final passes (a pass's
+        # first call compiles its program on JAX, so small splits read high there).
+        "data": {
+            "batch_size": data.train.batch_size,
+            "seq_len": data.train.seq_len,
+            "batches_per_epoch": data.batches_per_epoch,
+        },
+        "eval_ms_per_batch": {name: 1000.0 * secs for name, secs in seconds.items()},
         "search": search_summary(config, built, data),
         "config": built.full_config,
     }
