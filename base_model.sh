@@ -30,6 +30,8 @@
 #             real data set, trained with the 12,000-piece tokenizer as in the original.
 #             A folder of your own without train.txt falls back to training on valid.txt,
 #             with a 6,000-piece tokenizer (PARTF_TRAIN_SPLIT=valid of create_tfrecords.sh).
+#             Records that exist but were built from other text are refused (exit 2), as
+#             is a DATA_DIR that does not exist: rebuild with create_tfrecords.sh --overwrite.
 # Extra arguments go to partf-train (e.g. --eval_every=500 --arch_lr=1e-2).
 #
 # Examples:
@@ -40,6 +42,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
+# A DATA_DIR that does not exist is a mistake whether or not records exist: say so before
+# anything is installed or built, instead of training on the records built before.
+if [ -n "${DATA_DIR:-}" ] && [ ! -e "$DATA_DIR" ]; then
+  echo "base_model.sh: error: DATA_DIR=$DATA_DIR does not exist; give a folder with train.txt, valid.txt and test.txt, a WikiText-2 zip or a text file, or leave DATA_DIR unset to download WikiText-2" >&2
+  exit 2
+fi
 source scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
@@ -61,22 +69,25 @@ if [ -n "${DATA_DIR:-}" ] && [ -d "$DATA_DIR" ] && [ ! -f "$DATA_DIR/train.txt" 
   fi
 fi
 
-# Records built earlier by that fallback would otherwise be reused as they are, and a run
-# asked to train on DATA_DIR's train.txt would quietly train on valid.txt.
-if [ -n "${DATA_DIR:-}" ] && [ -f "$DATA_DIR/train.txt" ] && [ -f "$TRAIN_DIR/metadata.json" ]; then
-  source_file="$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("source_file") or "")' "$TRAIN_DIR/metadata.json" 2>/dev/null || true)"
-  if [ "$source_file" = valid.txt ]; then
-    echo "base_model.sh: error: $TRAIN_DIR was built from valid.txt (a folder without train.txt) but $DATA_DIR has train.txt; rebuild the records from it: DATA_DIR=$DATA_DIR ./create_tfrecords.sh --overwrite" >&2
-    exit 1
-  fi
+# Records that exist are reused, so a DATA_DIR naming other text than they were built
+# from (another corpus, or train.txt added to a folder that fell back to valid.txt) would
+# otherwise be ignored without a word. metadata.json holds the sha256 of each split's text.
+if [ -n "${DATA_DIR:-}" ]; then
+  python scripts/records_source.py base_model.sh "$DATA_DIR" "${PARTF_TRAIN_SPLIT:-train}" \
+    "$TRAIN_DIR" "$VAL_DIR" "$TEST_DIR" || exit 2
 fi
 
 if [ ! -d "$TRAIN_DIR" ] || [ ! -d "$VAL_DIR" ] || [ ! -d "$TEST_DIR" ]; then
   echo "partf: building the training records with ./create_tfrecords.sh" >&2
-  if ! ./create_tfrecords.sh; then
-    echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text: DATA_DIR=/path/to/folder ./base_model.sh (train.txt, valid.txt, test.txt, or one text file)" >&2
-    exit 1
-  fi
+  ./create_tfrecords.sh || {
+    status=$?
+    # With DATA_DIR given, create_tfrecords.sh's own error line says what is wrong;
+    # without it the download failed, and the way round it is DATA_DIR.
+    if [ -z "${DATA_DIR:-}" ]; then
+      echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text: DATA_DIR=/path/to/folder ./base_model.sh (train.txt, valid.txt, test.txt, or one text file)" >&2
+    fi
+    exit "$status"
+  }
 fi
 
 args=(

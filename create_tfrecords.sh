@@ -18,7 +18,8 @@
 #   VOCAB_SIZE=N             tokenizer size (default 12000), written as wiki2_<N/1000>k.model.
 #   SP_MODEL=file.model      use this existing tokenizer instead of training one.
 # Extra arguments go to partf-build-data (e.g. --overwrite, --shards=4, --batch_size=16).
-# Outputs that exist are kept: it says so and stops; pass --overwrite to rebuild.
+# Outputs that exist are kept: it says so and stops; pass --overwrite to rebuild. Outputs
+# built from other text than DATA_DIR's are refused (exit 2) until --overwrite is passed.
 #
 # Examples:
 #   ./create_tfrecords.sh
@@ -28,6 +29,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
+# Checked before the set-up, which may take minutes on a fresh machine.
+if [ -n "${DATA_DIR:-}" ] && [ ! -e "$DATA_DIR" ]; then
+  echo "create_tfrecords.sh: error: DATA_DIR=$DATA_DIR does not exist; give a folder with train.txt, valid.txt and test.txt, a WikiText-2 zip or a text file, or leave DATA_DIR unset to download WikiText-2" >&2
+  exit 2
+fi
 source scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
@@ -65,6 +71,11 @@ for out in "$TOKENIZER" "${RECORDS}_train" "${RECORDS}_valid" "${RECORDS}_test";
   [ -e "$out" ] || built=0
 done
 if [ "$built" = 1 ] && [[ " $* " != *" --overwrite "* ]]; then
+  # Records of other text than DATA_DIR's are not "already built": refuse, naming the fix.
+  if [ -n "${DATA_DIR:-}" ]; then
+    python scripts/records_source.py create_tfrecords.sh "$DATA_DIR" "$TRAIN_SPLIT" \
+      "${RECORDS}_train" "${RECORDS}_valid" "${RECORDS}_test" || exit 2
+  fi
   echo "partf: records already built (${RECORDS}_{train,valid,test}, $TOKENIZER); pass --overwrite to rebuild" >&2
   exit 0
 fi

@@ -20,13 +20,21 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_STUB = """#!/usr/bin/env bash
 echo "build $*" >> "$STUB_LOG"
 split=train
-for a in "$@"; do case "$a" in --train_split=*) split="${a#*=}" ;; esac; done
+for a in "$@"; do
+  case "$a" in
+    --train_split=*) split="${a#*=}" ;;
+    --text_file=*) text="${a#*=}" ;;
+    --sp_model_prefix=*) tokenizer="${a#*=}.model" ;;
+  esac
+done
+mkdir -p "$(dirname "$tokenizer")" && touch "$tokenizer"
 for s in train valid test; do
   d="data/wikitext2_bsz32_seqlen32_tfrecords_$s"
   mkdir -p "$d"
   src="$s.txt"
   [ "$s" = train ] && src="$split.txt"
-  printf '{"source_file": "%s"}\\n' "$src" > "$d/metadata.json"
+  sha="$(sha256sum "$text/$src" | cut -c1-64)"
+  printf '{"source_file": "%s", "source_sha256": "%s"}\\n' "$src" "$sha" > "$d/metadata.json"
 done
 """
 TRAIN_STUB = """#!/usr/bin/env bash
@@ -39,7 +47,7 @@ def project(tmp_path: Path) -> Path:
     """A copy of the two scripts with a no-op setup_env.sh and the stubs on PATH."""
     root = tmp_path / "project"
     (root / "scripts").mkdir(parents=True)
-    for name in ("base_model.sh", "create_tfrecords.sh"):
+    for name in ("base_model.sh", "create_tfrecords.sh", "scripts/records_source.py"):
         shutil.copy2(ROOT / name, root / name)
     (root / "scripts" / "setup_env.sh").write_text("# the stubs are on PATH already\n")
     stubs = tmp_path / "bin"
@@ -58,7 +66,10 @@ def corpus(folder: Path, *names: str) -> Path:
     return folder
 
 
-def run(project: Path, data_dir: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run(
+    project: Path, data_dir: Path, script: str = "base_model.sh", *args: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs `script` with DATA_DIR in a clean environment; returns it and the stubs' calls."""
     log = project.parent / "stub.log"
     log.unlink(missing_ok=True)
     # A clean environment: a PARTF_TRAIN_SPLIT or VOCAB_SIZE of the caller's must not leak.
@@ -69,7 +80,7 @@ def run(project: Path, data_dir: Path) -> tuple[subprocess.CompletedProcess, lis
         "DATA_DIR": str(data_dir),
     }
     done = subprocess.run(
-        ["bash", str(project / "base_model.sh")],
+        ["bash", str(project / script), *args],
         cwd=project,
         env=env,
         capture_output=True,
@@ -119,8 +130,70 @@ def test_fallback_records_are_refused_once_train_txt_is_there(project, tmp_path)
     assert run(project, data)[0].returncode == 0
     corpus(data, "train.txt")
     done, calls = run(project, data)
-    assert done.returncode == 1 and calls == []  # neither built over nor trained on
+    assert done.returncode == 2 and calls == []  # neither built over nor trained on
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("base_model.sh: error: ")
     assert "was built from valid.txt" in lines[0]
     assert f"DATA_DIR={data} ./create_tfrecords.sh --overwrite" in lines[0]
+
+
+def one_error_line(done: subprocess.CompletedProcess, prog: str) -> str:
+    """The only line on stderr, which must be `prog`'s error line."""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), done.stderr
+    return lines[0]
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("script", ["base_model.sh", "create_tfrecords.sh"])
+@pytest.mark.parametrize("records_exist", [False, True], ids=["no_records", "records"])
+def test_a_data_dir_that_does_not_exist_is_an_error(project, tmp_path, script, records_exist):
+    """A typo in DATA_DIR is never ignored, not even when records built before exist."""
+    if records_exist:
+        assert run(project, corpus(tmp_path / "wikitext-2", *TEXTS))[0].returncode == 0
+    before = tree(project)
+    done, calls = run(project, tmp_path / "wikitext-3", script)
+    assert done.returncode == 2 and calls == []
+    line = one_error_line(done, script)
+    assert f"DATA_DIR={tmp_path / 'wikitext-3'} does not exist" in line
+    assert tree(project) == before  # nothing written
+
+
+TEXTS = ("train.txt", "valid.txt", "test.txt")
+
+
+@pytest.mark.parametrize("script", ["base_model.sh", "create_tfrecords.sh"])
+def test_records_of_another_data_dir_are_refused(project, tmp_path, script):
+    first = corpus(tmp_path / "wikitext-2", *TEXTS)
+    assert run(project, first)[0].returncode == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in TEXTS:
+        (other / name).write_text(f" = another {name} = \n")
+    before = tree(project)
+    done, calls = run(project, other, script)
+    assert done.returncode == 2 and calls == []  # neither built over nor trained on
+    line = one_error_line(done, script)
+    assert "was built from other text than" in line and f"DATA_DIR={other}" in line
+    assert line.endswith(f"DATA_DIR={other} ./create_tfrecords.sh --overwrite")
+    assert tree(project) == before
+    # The fix works: --overwrite rebuilds from the new text, then training goes ahead.
+    done, calls = run(project, other, "create_tfrecords.sh", "--overwrite")
+    assert done.returncode == 0 and [c.split()[0] for c in calls] == ["build"]
+    done, calls = run(project, other)
+    assert done.returncode == 0 and [c.split()[0] for c in calls] == ["train"]
+
+
+def test_the_same_text_in_another_folder_is_accepted(project, tmp_path):
+    """Contents are compared, not paths: a copy of the text reuses the records."""
+    first = corpus(tmp_path / "wikitext-2", *TEXTS)
+    assert run(project, first)[0].returncode == 0
+    copy = shutil.copytree(first, tmp_path / "copy")
+    done, calls = run(project, copy)
+    assert done.returncode == 0 and [c.split()[0] for c in calls] == ["train"], done.stderr
+    done, calls = run(project, copy, "create_tfrecords.sh")
+    assert done.returncode == 0 and calls == []
+    assert "records already built" in done.stderr
