@@ -29,6 +29,7 @@ setup(
         "absl-py",
         "matplotlib",
         "pillow",
+        'tomli>=1.1; python_version < "3.11"',  # partf-study's plans (tomllib from 3.11)
     ],
     extras_require={
         "test": [
@@ -48,6 +49,7 @@ setup(
             "partf-train=partf.cli.train:run",
             "partf-generate=partf.cli.generate:run",
             "partf-evaluate=partf.cli.evaluate:run",
+            "partf-study=partf.cli.study:run",
         ],
     },
     classifiers=[

@@ -1,0 +1,152 @@
+"""partf-study: the PAR workflow as one resumable command.
+
+Search, derive (argmax of pi, identity blocks dropped), train the derived architecture
+from scratch (stage 2), and compare with Transformer-XL over seeds: a PLAN (TOML, see
+`partf.study.plan` and studies/) names the data, the shared flags, the arms and the
+seeds; every run is an ordinary partf-train run under OUT/runs/<name>/.
+
+    partf-study studies/tiny.toml --out /tmp/tiny --workers 2   # run (again: resume)
+    partf-study PLAN --out DIR --list      # the ready runs' partf-train commands
+    partf-study PLAN --out DIR --report    # rewrite DIR/report.md and DIR/pareto.png
+
+Running the same command again skips finished runs and resumes the others from their
+newest checkpoint. Ctrl-C or SIGTERM stops every run after a checkpoint. Several
+machines sharing DIR can each take runs from `--list` (a SLURM array, GNU parallel):
+a run's folder lock keeps any run from being trained twice at once.
+
+Exit status: 0 every selected run finished, 1 a run failed, 2 bad usage (a bad plan),
+128 + N stopped by signal N (the same command resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from partf.cli import exits
+
+PROG = "partf-study"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message} (see {PROG} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Run a PAR study (searches, their stage 2, fixed baselines) over seeds.",
+        epilog="Example: partf-study studies/tiny.toml --out /tmp/tiny --workers 2",
+    )
+    parser.add_argument("plan", help="the study's TOML plan (see studies/)")
+    parser.add_argument(
+        "--out", required=True, help="the study's folder (keep it outside the checkout)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="runs trained at once, each its own process"
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the partf-train command of every ready, unfinished run, and exit",
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="only rewrite report.md and pareto.png, and exit"
+    )
+    parser.add_argument(
+        "--arms", nargs="+", metavar="ARM", help="run these arms only (and their stage 2)"
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, metavar="SEED", help="run these seeds only")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks")
+    return parser
+
+
+def _say(message: str) -> None:
+    now = datetime.datetime.now().strftime("%H:%M:%S")
+    print(f"{PROG} {now} {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns the exit status (see the module docstring)."""
+    args = build_parser().parse_args(argv)
+    verbose = args.verbose
+
+    from partf.errors import UsageError
+    from partf.study.plan import load_plan
+    from partf.study.report import write_report
+    from partf.study.runner import StudyPaths, check_flags, list_commands, prepare_data, run_study
+
+    if args.workers < 1:
+        return exits.fail(
+            PROG, f"--workers must be 1 or more, not {args.workers}.", 2, None, verbose
+        )
+    try:
+        plan = load_plan(args.plan)
+        paths = StudyPaths(Path(args.out).resolve())
+        runs = plan.runs()
+        arms = {arm.name for arm in plan.arms}
+        unknown = sorted(set(args.arms or ()) - arms)
+        if unknown:
+            raise UsageError(
+                f"--arms {unknown[0]} is not in the plan; its arms: {', '.join(sorted(arms))}."
+            )
+        missing = sorted(set(args.seeds or ()) - set(plan.seeds))
+        if missing:
+            raise UsageError(
+                f"--seeds {missing[0]} is not in the plan; its seeds: {list(plan.seeds)}."
+            )
+        if args.arms:
+            runs = [r for r in runs if r.arm.removesuffix("-stage2") in args.arms]
+        if args.seeds:
+            runs = [r for r in runs if r.seed in args.seeds]
+        if args.report:
+            _say(f"report: {write_report(plan, paths)}")
+            return 0
+        check_flags(plan)
+        paths.out.mkdir(parents=True, exist_ok=True)
+        prepare_data(plan, paths, _say)
+        if args.list:
+            for line in list_commands(plan, paths, runs):
+                print(line, flush=True)
+            return 0
+        stage2 = ", with stage 2" if any(r.after for r in runs) else ""
+        _say(
+            f"{plan.path.name}: {len(runs)} runs ({len(plan.arms)} arms x {len(plan.seeds)} "
+            f"seeds{stage2}), {args.workers} at once, in {paths.out}"
+        )
+        outcome = run_study(
+            plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths)
+        )
+        report = write_report(plan, paths)
+        _say(f"report: {report}")
+    except UsageError as e:
+        return exits.fail(PROG, str(e), 2, e, verbose)
+    except OSError as e:
+        from partf.errors import os_error_message
+
+        message = os_error_message(
+            e, "while writing the study", "free some space, then run the same command again"
+        )
+        return exits.fail(PROG, message, 1, e, verbose)
+    if outcome.signum is not None:
+        _say("stopped; run the same command again to resume")
+        return 128 + outcome.signum
+    if outcome.failed:
+        names = ", ".join(f"{n} (status {s})" for n, s in outcome.failed.items())
+        return exits.fail(PROG, f"runs failed: {names}; see their console.log.", 1, None, verbose)
+    return 0
+
+
+def run() -> NoReturn:
+    """Console entry point `partf-study`."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,1 @@
+"""Studies: a plan of partf-train runs over arms and seeds, run and reported (partf-study)."""

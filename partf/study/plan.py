@@ -1,0 +1,339 @@
+"""A study plan: the TOML file `partf-study` reads, and the runs it names.
+
+A plan names the data, the flags every run shares, the arms (named flag sets), the
+seeds, and which arms are searches whose derived architecture is trained again from
+scratch (stage 2). Every run is an ordinary `partf-train` run:
+
+    description = "Transformer-XL against the PAR search"
+    seeds = [0, 1, 2]
+    reference = "txl"                  # the arm others are compared with
+    flags = "--d_model=128 --cutoffs=250 --cutoffs=2500 --epochs=20"
+
+    [data]                             # records folders ...
+    train = "${PARTF_SHARED_DATA}/par-transformer-xl-original/tfrecords_train"
+    valid = "${PARTF_SHARED_DATA}/par-transformer-xl-original/tfrecords_valid"
+    test = "${PARTF_SHARED_DATA}/par-transformer-xl-original/tfrecords_test"
+
+    [arms]
+    txl = "--architecture='A D A D A D'"
+    par = { flags = "--search=par", stage2 = true }
+
+Instead of records, `[data]` may name text (`text = "${DATA_DIR}"`, a folder with
+train.txt, valid.txt and test.txt) with `batch_size`, `seq_len` and either an existing
+tokenizer (`sp_model_prefix`) or the size of one to train (`vocab_size`); the study
+builds the records once under `<out>/data/`.
+
+Flags are strings in partf-train's own syntax (split as a shell would) or lists of
+such strings. `$VAR`, `${VAR}` and `${VAR:-default}` are expanded from the environment (an
+unset one without a default is an error), and relative paths are taken from the plan file's folder.
+
+Run names: `<arm>-s<seed>`; a search's stage 2 is `<arm>-stage2-s<seed>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from partf.errors import UsageError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+#: Keys a plan may hold, at the top and in [data] and in an arm's table.
+TOP_KEYS = ("description", "seeds", "reference", "flags", "data", "arms")
+RECORD_KEYS = ("train", "valid", "test", "sp_model_prefix")
+TEXT_KEYS = ("text", "sp_model_prefix", "vocab_size", "batch_size", "seq_len")
+ARM_KEYS = ("flags", "stage2", "stage2_flags")
+#: Flags the study sets itself for every run.
+OWN_FLAGS = ("--output_dir", "--model_name", "--seed", "--from_search", "--overwrite")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)(?::-([^}]*))?\}")
+
+
+class PlanError(UsageError):
+    """A plan that cannot be run: its one-line message names the key and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One named flag set of a plan.
+
+    Attributes:
+        name: the arm's name in the plan.
+        flags: partf-train flags of this arm (after the shared ones).
+        stage2: whether each of its runs (a search) is followed by its derived
+            architecture trained from scratch.
+        stage2_flags: extra flags of those stage-2 runs.
+    """
+
+    name: str
+    flags: tuple[str, ...]
+    stage2: bool = False
+    stage2_flags: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One partf-train run of a study.
+
+    Attributes:
+        name: `<arm>-s<seed>`, or `<arm>-stage2-s<seed>` for a stage 2.
+        arm: the row of the report it belongs to (`<arm>` or `<arm>-stage2`).
+        seed: its seed.
+        flags: its flags, but the output folder and its name.
+        after: the search run it derives from (stage 2), else None.
+    """
+
+    name: str
+    arm: str
+    seed: int
+    flags: tuple[str, ...]
+    after: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    """Where the runs' records come from: existing folders, or text to build them from.
+
+    Attributes:
+        records: {"train": folder, "valid": ..., "test": ...} of existing records, or
+            None when they are built from `text`.
+        text: a folder with train.txt, valid.txt and test.txt, or None.
+        sp_model_prefix: a tokenizer (without .model) to read or, for text without
+            one, None (a tokenizer of `vocab_size` pieces is trained).
+        vocab_size, batch_size, seq_len: how text is built into records.
+    """
+
+    records: dict[str, str] | None
+    text: str | None = None
+    sp_model_prefix: str | None = None
+    vocab_size: int = 12000
+    batch_size: int = 32
+    seq_len: int = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A parsed plan (see the module docstring).
+
+    Attributes:
+        path: the plan file.
+        description: one line saying what the study asks.
+        data: the records or text.
+        flags: partf-train flags every run shares.
+        arms: the arms, in the plan's order.
+        seeds: the seeds each arm runs with.
+        reference: the arm the others are compared with, or None.
+    """
+
+    path: Path
+    description: str
+    data: DataSpec
+    flags: tuple[str, ...]
+    arms: tuple[Arm, ...]
+    seeds: tuple[int, ...]
+    reference: str | None
+
+    def runs(self) -> list[Run]:
+        """Every run of the study: first stage, then stage 2; seed by seed, so that a
+        study cut short has every arm at its first seeds."""
+        first = [
+            Run(f"{arm.name}-s{seed}", arm.name, seed, self.flags + arm.flags)
+            for seed in self.seeds
+            for arm in self.arms
+        ]
+        second = [
+            Run(
+                f"{arm.name}-stage2-s{seed}",
+                f"{arm.name}-stage2",
+                seed,
+                arm.stage2_flags,
+                after=f"{arm.name}-s{seed}",
+            )
+            for seed in self.seeds
+            for arm in self.arms
+            if arm.stage2
+        ]
+        return first + second
+
+    def arm_names(self) -> list[str]:
+        """The report's rows: each arm, and `<arm>-stage2` after a search arm."""
+        names = []
+        for arm in self.arms:
+            names.append(arm.name)
+            if arm.stage2:
+                names.append(f"{arm.name}-stage2")
+        return names
+
+
+def _fail(path: Path, message: str) -> PlanError:
+    return PlanError(f"plan {path}: {message}")
+
+
+def _expand(path: Path, key: str, value: str) -> str:
+    """`value` with $VAR, ${VAR} and ${VAR:-default} replaced from the environment."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1) or match.group(2), match.group(3)
+        if not os.environ.get(name) and default is not None:
+            return default
+        if name not in os.environ:
+            raise _fail(
+                path, f"{key} uses ${name}, which is not set; export {name}=... and run again."
+            )
+        return os.environ[name]
+
+    return _VARIABLE.sub(replace, value)
+
+
+def _folder(path: Path, key: str, value: Any) -> str:
+    """A path of the plan, expanded and made absolute against the plan's folder."""
+    if not isinstance(value, str) or not value:
+        raise _fail(path, f"{key} must be a path (a non-empty string).")
+    expanded = Path(_expand(path, key, value)).expanduser()
+    if not expanded.is_absolute():
+        expanded = path.parent / expanded
+    return str(expanded.resolve())
+
+
+def _flags(path: Path, key: str, value: Any) -> tuple[str, ...]:
+    """Flags given as one string (split as a shell would) or a list of strings."""
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as e:
+            raise _fail(path, f"{key}: cannot split {value!r} ({e}); check its quotes.") from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        parts = list(value)
+    else:
+        raise _fail(path, f"{key} must be a string of flags or a list of strings.")
+    parts = [_expand(path, key, part) for part in parts]
+    for part in parts:
+        if not part.startswith("--"):
+            raise _fail(path, f"{key}: {part!r} is not a --flag; write flags as --name=value.")
+        if part.split("=", 1)[0] in OWN_FLAGS:
+            raise _fail(
+                path,
+                f"{key}: {part.split('=', 1)[0]} is set by partf-study for each run; remove it "
+                "(seeds go in `seeds`, folders come from --out).",
+            )
+    return tuple(parts)
+
+
+def _unknown(path: Path, where: str, table: dict[str, Any], allowed: Sequence[str]) -> None:
+    extra = sorted(set(table) - set(allowed))
+    if extra:
+        raise _fail(path, f"unknown key {extra[0]!r} in {where}; valid keys: {', '.join(allowed)}.")
+
+
+def _data(path: Path, table: Any) -> DataSpec:
+    if not isinstance(table, dict):
+        raise _fail(path, "[data] is missing; name records folders (train, valid, test) or text.")
+    if "text" in table:
+        _unknown(path, "[data] (text)", table, TEXT_KEYS)
+        numbers = {}
+        for key in ("vocab_size", "batch_size", "seq_len"):
+            value = table.get(key, DataSpec.__dataclass_fields__[key].default)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _fail(path, f"[data] {key} must be a positive integer, not {value!r}.")
+            numbers[key] = value
+        prefix = table.get("sp_model_prefix")
+        return DataSpec(
+            records=None,
+            text=_folder(path, "[data] text", table["text"]),
+            sp_model_prefix=_folder(path, "[data] sp_model_prefix", prefix) if prefix else None,
+            **numbers,
+        )
+    _unknown(path, "[data] (records)", table, RECORD_KEYS)
+    if "train" not in table:
+        raise _fail(path, "[data] needs `train` (a records folder) or `text` (a text folder).")
+    records = {
+        split: _folder(path, f"[data] {split}", table[split])
+        for split in ("train", "valid", "test")
+        if split in table
+    }
+    prefix = table.get("sp_model_prefix")
+    return DataSpec(
+        records=records,
+        sp_model_prefix=_folder(path, "[data] sp_model_prefix", prefix) if prefix else None,
+    )
+
+
+def _arm(path: Path, name: str, value: Any) -> Arm:
+    if not _NAME.match(name) or "-stage2" in name:
+        raise _fail(
+            path,
+            f"arm name {name!r}: use letters, digits, '_' and '.' (it names folders).",
+        )
+    if isinstance(value, dict):
+        _unknown(path, f"[arms.{name}]", value, ARM_KEYS)
+        stage2 = value.get("stage2", False)
+        if not isinstance(stage2, bool):
+            raise _fail(path, f"arms.{name}.stage2 must be true or false.")
+        return Arm(
+            name,
+            _flags(path, f"arms.{name}.flags", value.get("flags", "")),
+            stage2,
+            _flags(path, f"arms.{name}.stage2_flags", value.get("stage2_flags", "")),
+        )
+    return Arm(name, _flags(path, f"arms.{name}", value))
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Reads and checks a plan file.
+
+    Args:
+        path: the TOML file.
+
+    Returns:
+        The `Plan`.
+
+    Raises:
+        PlanError: a missing or unreadable file, bad TOML, an unknown key, a bad value.
+    """
+    path = Path(path).resolve()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"plan {path} does not exist; give a TOML file (see studies/).") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlanError(f"cannot read plan {path} ({e}).") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise _fail(path, f"not valid TOML ({e}).") from None
+    _unknown(path, "the plan", table, TOP_KEYS)
+    arms_table = table.get("arms")
+    if not isinstance(arms_table, dict) or not arms_table:
+        raise _fail(path, "[arms] is missing or empty; name at least one arm.")
+    arms = tuple(_arm(path, name, value) for name, value in arms_table.items())
+    seeds = table.get("seeds", [0])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise _fail(path, f"seeds must be a list of distinct non-negative integers, not {seeds!r}.")
+    reference = table.get("reference")
+    if reference is not None and reference not in arms_table:
+        raise _fail(
+            path, f"reference {reference!r} is not an arm; choose one of {list(arms_table)}."
+        )
+    return Plan(
+        path=path,
+        description=str(table.get("description", "")),
+        data=_data(path, table.get("data")),
+        flags=_flags(path, "flags", table.get("flags", "")),
+        arms=arms,
+        seeds=tuple(seeds),
+        reference=reference,
+    )

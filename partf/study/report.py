@@ -1,0 +1,330 @@
+"""A study's report: `report.md` and `pareto.png`, from what its runs wrote.
+
+One table per backend and machine (rows measured on different ones never share a
+table; a run resumed on another one is "mixed" and gets a table of its own). One row
+per arm: the seeds finished of those planned, validation and test perplexity (exact,
+token-weighted) as mean and min-max over the finished seeds, each against the
+reference arm's mean, the architectures the runs ended with and the step from which
+each search had decided, forward FLOPs per token (blocks, and all with the output
+layer), training steps per second (median of the logged intervals; compilation
+excluded) and the test pass's milliseconds per batch.
+
+`pareto.png`: validation perplexity against FLOPs per token, a dot per run, each arm's
+mean with its min-max, the reference arm's mean as a line and 2% above it dotted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from partf.study.plan import Plan
+from partf.study.runner import StudyPaths, newest_step
+
+#: A search has decided from the first logged step at which every block's largest pi is
+#: at least this, each block's argmax staying what it ends as from then on.
+DECIDED = 0.9
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """What the report knows of one planned run."""
+
+    name: str
+    arm: str
+    seed: int
+    where: str  # "backend on machine", "mixed: ..." or "not started"
+    results: dict[str, Any] | None
+    status: str  # finished, failed ..., at step N, not started
+    decided_step: int | None = None
+    steps_per_second: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.results is not None
+
+    def value(self, *keys: str) -> float | None:
+        """A number of results.json by its path of keys, or None."""
+        found: Any = self.results
+        for key in keys:
+            if not isinstance(found, dict):
+                return None
+            found = found.get(key)
+        return float(found) if isinstance(found, (int, float)) else None
+
+
+# ------------------------------------------------------------------ reading
+def event_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a TensorBoard folder: tag -> [(step, value)], in step order.
+    Empty when the folder or tensorboard itself is missing."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.util.tensor_util import make_ndarray
+    except ImportError:
+        return {}
+    if not logdir.is_dir():
+        return {}
+    events = EventAccumulator(str(logdir), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    found: dict[str, list[tuple[int, float]]] = {}
+    tags = events.Tags()
+    for tag in tags.get("scalars", []):
+        found[tag] = [(e.step, float(e.value)) for e in events.Scalars(tag)]
+    for tag in tags.get("tensors", []):
+        values = [(e.step, make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)]
+        found[tag] = [(step, float(v)) for step, v in values if getattr(v, "size", 0) == 1]
+    return {tag: sorted(values) for tag, values in found.items()}
+
+
+def decided_step(scalars: dict[str, list[tuple[int, float]]]) -> int | None:
+    """The step from which a search's pi stayed decided (see `DECIDED`), from its logged
+    pi/block_<i>/<candidate> scalars; None when it never decided or logged no pi."""
+    blocks: dict[int, dict[str, dict[int, float]]] = {}
+    for tag, values in scalars.items():
+        parts = tag.split("/")
+        if len(parts) == 3 and parts[0] == "pi" and parts[1].startswith("block_"):
+            blocks.setdefault(int(parts[1][6:]), {})[parts[2]] = dict(values)
+    if not blocks or all(len(c) < 2 for c in blocks.values()):
+        return None
+    steps = sorted(set.intersection(*(set(s) for c in blocks.values() for s in c.values())))
+    if not steps:
+        return None
+
+    def argmax_and_top(step: int) -> list[tuple[str, float]]:
+        rows = []
+        for block in sorted(blocks):
+            name, top = max(((n, v[step]) for n, v in blocks[block].items()), key=lambda t: t[1])
+            rows.append((name, top))
+        return rows
+
+    final = [name for name, _ in argmax_and_top(steps[-1])]
+    since = None
+    for step in steps:
+        rows = argmax_and_top(step)
+        held = [name for name, _ in rows] == final and all(top >= DECIDED for _, top in rows)
+        since = (since or step) if held else None
+    return since
+
+
+def _where(record: dict[str, Any]) -> str:
+    places = []
+    for launch in record.get("launches", []):
+        place = f"{launch.get('backend', '?')} on {launch.get('machine', '?')}"
+        if place not in places:
+            places.append(place)
+    if not places:
+        return "not started"
+    return places[0] if len(places) == 1 else "mixed: " + " + ".join(places)
+
+
+def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
+    """A `RunRecord` for every run of the plan, finished or not."""
+    records = []
+    for run in plan.runs():
+        study: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            study = json.loads(paths.record(run.name).read_text())
+        results = None
+        with contextlib.suppress(OSError, ValueError):
+            results = json.loads(paths.results(run.name).read_text())
+        if results is not None:
+            status = "finished"
+        elif study.get("status", "").startswith("failed"):
+            status = study["status"]
+        elif study:
+            status = f"at step {newest_step(paths, run.name) or 0}"
+        else:
+            status = "not started"
+        record = RunRecord(run.name, run.arm, run.seed, _where(study), results, status)
+        if results is not None:
+            scalars = event_scalars(paths.run_dir(run.name) / "logs" / run.name / "train")
+            if (results.get("search") or None) is not None:
+                record.decided_step = decided_step(scalars)
+            tokens = [v for _, v in scalars.get("tokens_per_second", [])]
+            shape = results.get("data") or {}
+            if tokens and shape.get("batch_size") and shape.get("seq_len"):
+                per_step = shape["batch_size"] * shape["seq_len"]
+                record.steps_per_second = statistics.median(tokens) / per_step
+        records.append(record)
+    return records
+
+
+# ------------------------------------------------------------------ numbers
+def spread(values: Sequence[float], digits: int = 2) -> str:
+    """ "mean (min-max)" of `values`, or the value alone, or "-"."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _against(value: float | None, reference: float | None) -> str:
+    if value is None or reference is None or reference == 0:
+        return "-"
+    return f"{100.0 * (value / reference - 1.0):+.1f}%"
+
+
+@dataclasses.dataclass
+class ArmRow:
+    """An arm's finished runs in one table, and its planned seeds."""
+
+    arm: str
+    planned: int
+    runs: list[RunRecord]
+
+    def values(self, *keys: str) -> list[float]:
+        return [v for r in self.runs if (v := r.value(*keys)) is not None]
+
+
+def _architectures(row: ArmRow) -> str:
+    parts = []
+    for run in row.runs:
+        text = f"`{run.results.get('architecture')}`"
+        if run.decided_step is not None:
+            text += f" @{run.decided_step:,}"
+        elif run.results.get("search"):
+            text += " (undecided)"
+        parts.append(text)
+    return "; ".join(parts) or "-"
+
+
+def table(rows: list[ArmRow], reference: str | None) -> list[str]:
+    """The markdown lines of one table."""
+    ref = next((r for r in rows if r.arm == reference), None)
+    ref_valid = _mean(ref.values("valid", "perplexity")) if ref else None
+    ref_flops = _mean(ref.values("flops_per_token", "total")) if ref else None
+    lines = [
+        "| arm | seeds | valid ppl | vs ref | test ppl | vs ref | architectures (decided at) "
+        "| MFLOPs/token blocks | total | vs ref | train steps/s | test ms/batch |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    ref_test = _mean(ref.values("test", "perplexity")) if ref else None
+    for row in rows:
+        valid = row.values("valid", "perplexity")
+        test = row.values("test", "perplexity")
+        blocks = [v / 1e6 for v in row.values("flops_per_token", "blocks")]
+        flops = row.values("flops_per_token", "total")
+        total = [v / 1e6 for v in flops]
+        speeds = [r.steps_per_second for r in row.runs if r.steps_per_second is not None]
+        latency = row.values("eval_ms_per_batch", "test")
+        name = f"**{row.arm}** (reference)" if row.arm == reference else row.arm
+        lines.append(
+            f"| {name} | {len(row.runs)}/{row.planned} | {spread(valid)} "
+            f"| {_against(_mean(valid), ref_valid)} | {spread(test)} "
+            f"| {_against(_mean(test), ref_test)} | {_architectures(row)} "
+            f"| {spread(blocks, 3)} | {spread(total, 3)} "
+            f"| {_against(_mean(flops), ref_flops)} "
+            f"| {spread(speeds, 1)} | {spread(latency, 1)} |"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------ writing
+def pareto_plot(rows: list[ArmRow], reference: str | None, path: Path, title: str) -> bool:
+    """Writes the Pareto plot of one table; False when no run has finished."""
+    points = [
+        (row.arm, r.value("flops_per_token", "total"), r.value("valid", "perplexity"))
+        for row in rows
+        for r in row.runs
+    ]
+    points = [(a, x / 1e6, y) for a, x, y in points if x is not None and y is not None]
+    if not points:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, row in enumerate(rows):
+        mine = [(x, y) for a, x, y in points if a == row.arm]
+        if not mine:
+            continue
+        color = colors[i % len(colors)]
+        xs, ys = zip(*mine, strict=True)
+        axes.scatter(xs, ys, s=14, color=color, alpha=0.5)
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        axes.errorbar(
+            mx,
+            my,
+            yerr=[[my - min(ys)], [max(ys) - my]],
+            fmt="D" if row.arm != reference else "s",
+            markersize=8,
+            color=color,
+            capsize=3,
+            label=f"{row.arm} (n={len(mine)})",
+        )
+        if row.arm == reference:
+            axes.axhline(my, color=color, linestyle="--", linewidth=1)
+            axes.axhline(my * 1.02, color=color, linestyle=":", linewidth=1)
+    axes.set_xlabel("forward MFLOPs per token (blocks and output layer)")
+    axes.set_ylabel("validation perplexity (exact)")
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    partial = path.with_name(path.stem + ".partial.png")
+    figure.savefig(partial, dpi=120)
+    plt.close(figure)
+    partial.replace(path)
+    return True
+
+
+def write_report(plan: Plan, paths: StudyPaths) -> Path:
+    """Writes report.md and the Pareto plot(s) under the study folder; returns report.md."""
+    records = gather(plan, paths)
+    groups: dict[str, list[RunRecord]] = {}
+    for record in records:
+        if record.finished:
+            groups.setdefault(record.where, []).append(record)
+    planned = len(plan.seeds)
+    lines = [
+        f"# Study: {plan.path.name}",
+        "",
+        plan.description,
+        "",
+        f"Reproduce: `partf-study {plan.path} --out {paths.out}`. Written "
+        f"{datetime.datetime.now().isoformat(timespec='seconds')}; "
+        f"{sum(r.finished for r in records)} of {len(records)} runs finished.",
+        "",
+        "Perplexity is exact (token-weighted) on the validation and test records; "
+        "'vs ref' compares means with the reference arm's in the same table.",
+    ]
+    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+    for index, (where, finished) in enumerate(ordered):
+        rows = [
+            ArmRow(arm, planned, [r for r in finished if r.arm == arm]) for arm in plan.arm_names()
+        ]
+        rows = [row for row in rows if row.runs]
+        plot = "pareto.png" if index == 0 else f"pareto-{index + 1}.png"
+        lines += ["", f"## {where}", "", *table(rows, plan.reference)]
+        if pareto_plot(rows, plan.reference, paths.out / plot, f"{plan.path.name}: {where}"):
+            lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
+    searches = [r for r in records if r.finished and r.results.get("search")]
+    if searches:
+        lines += ["", "## pi during each search", ""]
+        for r in searches:
+            gif = Path("runs") / r.name / "plots" / r.name / "pi.gif"
+            lines.append(f"- {r.name}: [{gif}]({gif})")
+    open_runs = [r for r in records if not r.finished]
+    if open_runs:
+        lines += ["", "## Not finished", ""]
+        lines += [f"- {r.name}: {r.status} ({r.where})" for r in open_runs]
+    path = paths.out / "report.md"
+    partial = path.with_name("report.md.partial")
+    partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    partial.replace(path)
+    return path

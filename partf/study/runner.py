@@ -1,0 +1,435 @@
+"""Running a study: each run a `partf-train` process, several at once, resumable.
+
+Layout under the study folder `out`:
+
+    data/                      records built from the plan's text (when it names text)
+    runs/<name>/               one run's --output_dir: checkpoints/<name>/ (results.json,
+                               ckpt-*.npz, the .keras model), logs/<name>/ (TensorBoard,
+                               training.log), plots/<name>/ (pi.gif), and
+    runs/<name>/console.log    what the process printed
+    runs/<name>/study.json     its command and every launch: when, backend, machine, code
+    report.md, pareto.png      the comparison (partf.study.report)
+
+A run is finished when its results.json exists, so running the study again skips it
+and resumes the others from their newest checkpoint (partf-train resumes by itself).
+While a run trains, its folder's `.lock` is held (by the study and the process, which
+inherits it), so a second study over the same folder, or a worker started from
+`--list`, never trains the same run twice. A stage-2 run becomes ready when its
+search's results.json appears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from partf.study.plan import Plan, PlanError, Run
+
+#: Seconds between the status lines of a running study.
+STATUS_EVERY = 60.0
+
+
+# ------------------------------------------------------------------ paths
+@dataclasses.dataclass(frozen=True)
+class StudyPaths:
+    """Where a study writes (see the module docstring)."""
+
+    out: Path
+
+    def run_dir(self, name: str) -> Path:
+        return self.out / "runs" / name
+
+    def results(self, name: str) -> Path:
+        return self.run_dir(name) / "checkpoints" / name / "results.json"
+
+    def checkpoints(self, name: str) -> Path:
+        return self.run_dir(name) / "checkpoints" / name
+
+    def record(self, name: str) -> Path:
+        return self.run_dir(name) / "study.json"
+
+    def finished(self, name: str) -> bool:
+        return self.results(name).is_file()
+
+
+# ------------------------------------------------------------------ data
+def records_of(plan: Plan, paths: StudyPaths) -> dict[str, str]:
+    """The records folders every run reads: the plan's, or those built from its text."""
+    if plan.data.records is not None:
+        return dict(plan.data.records)
+    base = paths.out / "data" / "records"
+    return {split: f"{base}_{split}" for split in ("train", "valid", "test")}
+
+
+def tokenizer_of(plan: Plan, paths: StudyPaths) -> str | None:
+    """The tokenizer the runs name (checked against the records' metadata)."""
+    if plan.data.sp_model_prefix:
+        return plan.data.sp_model_prefix
+    if plan.data.text is not None:
+        return str(paths.out / "data" / "tokenizer" / "spm")
+    return None
+
+
+def build_command(plan: Plan, paths: StudyPaths, into: Path) -> list[str]:
+    """partf-build-data's command that builds the plan's text into `into`."""
+    data = plan.data
+    command = [
+        sys.executable,
+        "-m",
+        "partf.cli.build_data",
+        f"--text_file={data.text}",
+        "--from_directory",
+        f"--tfrecords_directory={into / 'records'}",
+        f"--batch_size={data.batch_size}",
+        f"--seq_len={data.seq_len}",
+    ]
+    if data.sp_model_prefix:
+        command.append(f"--sp_model_prefix={data.sp_model_prefix}")
+    else:
+        command += [
+            "--train_tokenizer",
+            f"--vocab_size={data.vocab_size}",
+            f"--sp_model_prefix={into / 'tokenizer' / 'spm'}",
+        ]
+    return command
+
+
+def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> None:
+    """Checks the records exist, or builds them from the plan's text (once: built aside
+    and renamed, so an interrupted build starts over rather than leaving half)."""
+    if plan.data.records is not None:
+        for split, folder in plan.data.records.items():
+            if not Path(folder).is_dir():
+                raise PlanError(
+                    f"plan {plan.path}: [data] {split} {folder} does not exist; build the "
+                    "records (partf-build-data) or fix the path."
+                )
+        return
+    if not Path(plan.data.text).is_dir():
+        raise PlanError(
+            f"plan {plan.path}: [data] text {plan.data.text} is not a folder; give a folder "
+            "with train.txt, valid.txt and test.txt."
+        )
+    final = paths.out / "data"
+    if (final / "records_train" / "metadata.json").is_file():
+        return
+    partial = paths.out / "data.partial"
+    if partial.exists():
+        import shutil
+
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    say(f"building records from {plan.data.text} into {final}")
+    done = subprocess.run(build_command(plan, paths, partial), check=False)
+    if done.returncode != 0:
+        raise PlanError(
+            f"partf-build-data failed (status {done.returncode}) on {plan.data.text}; see its "
+            "message above."
+        )
+    partial.replace(final)
+
+
+# ------------------------------------------------------------------ commands
+def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
+    """partf-train's arguments for `run` (without the program)."""
+    own = [f"--model_name={run.name}", f"--output_dir={paths.run_dir(run.name)}"]
+    if run.after is not None:  # stage 2: the search's data, settings and seed
+        return [f"--from_search={paths.checkpoints(run.after)}", *own, *run.flags]
+    records = records_of(plan, paths)
+    data = [f"--{split}_directory={folder}" for split, folder in records.items()]
+    for split in ("valid", "test"):
+        if split not in records:
+            data.append(f"--{split}_directory=")
+    tokenizer = tokenizer_of(plan, paths)
+    if tokenizer:
+        data.append(f"--sp_model_prefix={tokenizer}")
+    return [*data, *run.flags, f"--seed={run.seed}", *own]
+
+
+def check_flags(plan: Plan) -> None:
+    """Parses every run's flags as partf-train would (without Keras), so that a typo in
+    the plan fails now, not hours into the study."""
+    from partf.cli.train import UsageExit, attention_options, build_parser
+
+    parser = build_parser(attention_options())
+    for run in plan.runs():
+        if run.after is not None:
+            argv = ["--from_search=x", *run.flags]
+        else:
+            argv = ["--train_directory=x", *run.flags, f"--seed={run.seed}"]
+        try:
+            parser.parse_args(argv)
+        except UsageExit as e:
+            raise PlanError(
+                f"plan {plan.path}: arm {run.arm.removesuffix('-stage2')}: {e}"
+            ) from None
+
+
+def ready(run: Run, paths: StudyPaths) -> bool:
+    """Whether `run` can start: always, or for a stage 2 once its search finished."""
+    return run.after is None or paths.finished(run.after)
+
+
+# ------------------------------------------------------------------ environment
+def machine_name() -> str:
+    """The accelerator, else the CPU, with its count: what a run's speed depends on."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        found = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split("\n")
+        gpus = [line.strip() for line in found if line.strip()]
+        if gpus:
+            return f"{len(gpus)}x {gpus[0]}"
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()}-core {cpu}"
+
+
+def code_version() -> str:
+    """The git commit partf runs from ("+changes" when its files differ from it), or
+    the package version outside a checkout."""
+    import partf
+
+    source = Path(partf.__file__).resolve().parents[1]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+
+        def git(*args: str) -> str:
+            return subprocess.run(
+                ["git", "-C", str(source), *args], capture_output=True, text=True, check=True
+            ).stdout.strip()
+
+        commit = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--", "partf")
+        return commit + ("+changes" if changed else "")
+    return f"partf {partf.__version__}"
+
+
+def backend_name() -> str:
+    """The Keras backend a child process will use (KERAS_BACKEND, else Keras's default)."""
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+# ------------------------------------------------------------------ processes
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the study dies (even by SIGKILL), so an orphan
+    checkpoints and stops instead of training on unwatched (Linux only)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclasses.dataclass
+class Child:
+    """A running partf-train process."""
+
+    run: Run
+    process: subprocess.Popen
+    lock: int
+    started: float
+
+
+def try_lock(path: Path) -> int | None:
+    """An exclusive lock on `path` (its fd), or None when another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _write_json(path: Path, value: Any) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, indent=2) + "\n")
+    partial.replace(path)
+
+
+def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
+    """Starts `run`'s partf-train, recording the launch in its study.json."""
+    args = train_args(plan, paths, run)
+    record_path = paths.record(run.name)
+    record: dict[str, Any] = {"name": run.name, "arm": run.arm, "seed": run.seed, "launches": []}
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads(record_path.read_text())
+    record["command"] = ["partf-train", *args]
+    record["launches"].append(
+        {
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "backend": backend_name(),
+            "machine": machine_name(),
+            "code": code_version(),
+            "host": platform.node(),
+        }
+    )
+    _write_json(record_path, record)
+    console = open(paths.run_dir(run.name) / "console.log", "ab")  # noqa: SIM115
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "partf.cli.train", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            env=env,
+            pass_fds=(lock,),  # the lock lasts as long as the process
+            start_new_session=True,  # Ctrl-C reaches the study, which stops each run in turn
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads here)
+        )
+    finally:
+        console.close()
+    return Child(run, process, lock, time.monotonic())
+
+
+def note_status(paths: StudyPaths, name: str, status: str) -> None:
+    """Records how a run's last launch ended in its study.json."""
+    path = paths.record(name)
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads(path.read_text())
+        record["status"] = status
+        _write_json(path, record)
+
+
+def newest_step(paths: StudyPaths, name: str) -> int | None:
+    """The step of a run's newest checkpoint, or None."""
+    steps = [
+        int(p.stem.split("-")[1])
+        for p in paths.checkpoints(name).glob("ckpt-*.npz")
+        if p.stem.split("-")[1].isdigit()
+    ]
+    return max(steps) if steps else None
+
+
+# ------------------------------------------------------------------ the loop
+@dataclasses.dataclass
+class Outcome:
+    """What one invocation of the study did."""
+
+    finished: list[str] = dataclasses.field(default_factory=list)
+    failed: dict[str, int] = dataclasses.field(default_factory=dict)
+    elsewhere: list[str] = dataclasses.field(default_factory=list)
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _signals_caught(outcome: Outcome) -> Iterator[None]:
+    def stop(signum: int, frame: Any) -> None:
+        outcome.signum = signum
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_study(
+    plan: Plan,
+    paths: StudyPaths,
+    runs: list[Run],
+    workers: int,
+    say: Callable[[str], None],
+    on_end: Callable[[], None],
+) -> Outcome:
+    """Trains the unfinished ones of `runs`, `workers` at a time, stage 2 as soon as its
+    search finished; `on_end()` after each run ends (the report is rewritten there).
+
+    A SIGINT or SIGTERM stops launching, sends SIGTERM to every running process (each
+    writes a checkpoint and exits) and waits for them.
+    """
+    outcome = Outcome()
+    waiting = [run for run in runs if not paths.finished(run.name)]
+    done_before = len(runs) - len(waiting)
+    if done_before:
+        say(f"{done_before} of {len(runs)} runs finished before; {len(waiting)} to go")
+    running: dict[str, Child] = {}
+    last_status = time.monotonic()
+    with _signals_caught(outcome):
+        while waiting or running:
+            while outcome.signum is None and len(running) < workers:
+                run = next((r for r in waiting if ready(r, paths)), None)
+                if run is None:
+                    break
+                waiting.remove(run)
+                lock = try_lock(paths.run_dir(run.name) / ".lock")
+                if lock is None:
+                    outcome.elsewhere.append(run.name)
+                    say(f"{run.name}: trained by another process now; skipped")
+                    continue
+                step = newest_step(paths, run.name)
+                how = f"resuming at step {step}" if step else "starting"
+                running[run.name] = launch(plan, paths, run, lock)
+                say(f"{run.name}: {how} ({len(running)} running, {len(waiting)} waiting)")
+            if not running:
+                # What is left waits on searches that failed or run elsewhere.
+                for run in waiting:
+                    say(f"{run.name}: not started (its search {run.after} did not finish)")
+                break
+            time.sleep(0.5)
+            if outcome.signum is not None:
+                for child in running.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        child.process.send_signal(signal.SIGTERM)
+            for name, child in list(running.items()):
+                status = child.process.poll()
+                if status is None:
+                    continue
+                del running[name]
+                os.close(child.lock)
+                minutes = (time.monotonic() - child.started) / 60
+                if status == 0 and paths.finished(name):
+                    outcome.finished.append(name)
+                    note_status(paths, name, "finished")
+                    say(f"{name}: finished in {minutes:.1f} min")
+                elif outcome.signum is not None:
+                    note_status(paths, name, "stopped")
+                    say(f"{name}: stopped at step {newest_step(paths, name)} (resumes next time)")
+                else:
+                    outcome.failed[name] = status
+                    note_status(paths, name, f"failed (status {status})")
+                    log = paths.run_dir(name) / "console.log"
+                    say(f"{name}: failed with status {status} after {minutes:.1f} min; see {log}")
+                    waiting = [r for r in waiting if r.after != name]
+                on_end()
+            if outcome.signum is not None and not running:
+                break
+            if running and time.monotonic() - last_status >= STATUS_EVERY:
+                last_status = time.monotonic()
+                states = ", ".join(
+                    f"{name} step {newest_step(paths, name) or 0}" for name in running
+                )
+                say(f"running: {states}; {len(waiting)} waiting")
+    return outcome
+
+
+def list_commands(plan: Plan, paths: StudyPaths, runs: list[Run]) -> list[str]:
+    """The partf-train command of every unfinished run that is ready, one per line."""
+    return [
+        shlex.join(["partf-train", *train_args(plan, paths, run)])
+        for run in runs
+        if not paths.finished(run.name) and ready(run, paths)
+    ]

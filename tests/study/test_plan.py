@@ -1,0 +1,139 @@
+"""Study plans: the shipped plans load, runs are named and ordered, and every mistake in
+a plan is one message naming the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from partf.study.plan import PlanError, load_plan
+from partf.study.runner import StudyPaths, check_flags, train_args
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+
+
+@pytest.mark.parametrize("name", ["tiny.toml", "base.toml", "long_context.toml"])
+def test_shipped_plans_load_and_their_flags_parse(name):
+    plan = load_plan(STUDIES / name)
+    check_flags(plan)  # every run's flags as partf-train parses them
+    runs = plan.runs()
+    names = [run.name for run in runs]
+    assert len(names) == len(set(names))
+    assert plan.reference in {arm.name for arm in plan.arms}
+    stage2 = [run for run in runs if run.after is not None]
+    searches = {arm.name for arm in plan.arms if arm.stage2}
+    assert {run.after for run in stage2} == {f"{a}-s{s}" for a in searches for s in plan.seeds}
+    # First stage before stage 2, and seed by seed within it.
+    first = [run for run in runs if run.after is None]
+    assert runs[: len(first)] == first
+    assert [run.seed for run in first] == sorted(run.seed for run in first)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+seeds = [3, 1]
+reference = "a"
+flags = "--d_model=16 --cutoffs=250 --cutoffs=2500"
+[data]
+train = "records/train"
+[arms]
+a = "--architecture='A D'"
+[arms.b]
+flags = ["--search=par", "--search_cost_weight=0.05"]
+stage2 = true
+stage2_flags = "--epochs=2"
+"""
+
+
+def test_runs_carry_shared_then_arm_flags_and_stage2_reads_the_search(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD))
+    runs = {run.name: run for run in plan.runs()}
+    assert list(runs) == ["a-s3", "b-s3", "a-s1", "b-s1", "b-stage2-s3", "b-stage2-s1"]
+    assert runs["a-s1"].flags[-1] == "--architecture=A D"  # split as a shell would
+    assert plan.arm_names() == ["a", "b", "b-stage2"]
+    paths = StudyPaths(tmp_path / "out")
+    args = train_args(plan, paths, runs["b-s1"])
+    # Relative paths are the plan file's; valid and test left out are turned off.
+    assert args[:3] == [
+        f"--train_directory={tmp_path / 'records' / 'train'}",
+        "--valid_directory=",
+        "--test_directory=",
+    ]
+    assert args[3:] == [
+        "--d_model=16",
+        "--cutoffs=250",
+        "--cutoffs=2500",
+        "--search=par",
+        "--search_cost_weight=0.05",
+        "--seed=1",
+        "--model_name=b-s1",
+        f"--output_dir={tmp_path / 'out' / 'runs' / 'b-s1'}",
+    ]
+    assert train_args(plan, paths, runs["b-stage2-s1"]) == [
+        f"--from_search={tmp_path / 'out' / 'runs' / 'b-s1' / 'checkpoints' / 'b-s1'}",
+        "--model_name=b-stage2-s1",
+        f"--output_dir={tmp_path / 'out' / 'runs' / 'b-stage2-s1'}",
+        "--epochs=2",
+    ]
+
+
+def test_environment_variables_expand_with_defaults(tmp_path, monkeypatch):
+    text = GOOD.replace('"records/train"', '"${STUDY_ROOT:-/fallback}/train"')
+    monkeypatch.delenv("STUDY_ROOT", raising=False)
+    assert load_plan(write(tmp_path, text)).data.records["train"] == "/fallback/train"
+    monkeypatch.setenv("STUDY_ROOT", str(tmp_path / "elsewhere"))
+    assert load_plan(write(tmp_path, text)).data.records["train"] == str(
+        tmp_path / "elsewhere" / "train"
+    )
+
+
+def test_text_data_takes_the_build_settings(tmp_path):
+    text = GOOD.replace('train = "records/train"', 'text = "corpus"\nseq_len = 256\nbatch_size = 8')
+    data = load_plan(write(tmp_path, text)).data
+    assert (data.records, data.text, data.batch_size, data.seq_len) == (
+        None,
+        str(tmp_path / "corpus"),
+        8,
+        256,
+    )
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (("seeds = [3, 1]", "seeds = [3, 3]"), "seeds must be a list of distinct"),
+        (("seeds = [3, 1]", "seds = [3]"), "unknown key 'seds' in the plan; valid keys"),
+        (('reference = "a"', 'reference = "z"'), "reference 'z' is not an arm"),
+        (("[arms]", "[arms]\nc = '--seed=4'"), "--seed is set by partf-study"),
+        (("[arms]", "[arms]\nc = 'architecture=A'"), "is not a --flag"),
+        (("[arms]", "[arms]\nc = { flag = '--search=par' }"), "unknown key 'flag' in [arms.c]"),
+        (("[arms]", "[arms]\n'c d' = '--search=par'"), "arm name 'c d'"),
+        (('train = "records/train"', 'train = "$NO_SUCH_VARIABLE_X/t"'), "NO_SUCH_VARIABLE_X"),
+        (('train = "records/train"', 'valid = "v"'), "[data] needs `train`"),
+        (("[arms]", "[arms"), "not valid TOML"),
+        (('flags = "--d_model=16', "flags = \"--d_model='16"), "check its quotes"),
+    ],
+)
+def test_mistakes_are_one_line_naming_the_fix(tmp_path, change, expected):
+    with pytest.raises(PlanError) as raised:
+        load_plan(write(tmp_path, GOOD.replace(*change)))
+    message = str(raised.value)
+    assert expected in message
+    assert "\n" not in message and str(tmp_path / "plan.toml") in message
+
+
+def test_a_mistyped_flag_fails_before_any_run(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD.replace("--search_cost_weight", "--search_cost_wieght")))
+    with pytest.raises(PlanError, match=r"arm b: unrecognized arguments: --search_cost_wieght"):
+        check_flags(plan)
+
+
+def test_a_missing_plan_file(tmp_path):
+    with pytest.raises(PlanError, match="does not exist"):
+        load_plan(tmp_path / "none.toml")
