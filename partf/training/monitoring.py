@@ -225,7 +225,8 @@ class PiPlotter(EveryNSteps):
     """Every `plot_every` steps: plots/<model_name>/step<N>.png and a TensorBoard image.
 
     N is the step at which the picture was taken: the first execution end at or after
-    each multiple of `plot_every`.
+    each multiple of `plot_every`, and the step where training ends, so that a run
+    shorter than `plot_every` (a --max_steps run) has its heatmap in TensorBoard too.
 
     Args:
         progress: the run's position.
@@ -238,9 +239,18 @@ class PiPlotter(EveryNSteps):
         super().__init__(progress, plot_every)
         self.writer = writer
         self.folder = Path(folder)
+        self.plotted_step: int | None = None  # the step of the newest picture
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        # `fit` ends at every segment (epoch) end too; only the run's last step counts.
+        step = self.progress.global_step
+        last = step == self.progress.total_steps
+        if self.every > 0 and last and step != self.plotted_step:
+            self.on_interval(step, logs)
 
     def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
         """Writes the heatmap of the current pi for `step`."""
+        self.plotted_step = step
         png = save_pi_heatmap(
             self.model.pi(),
             self.model.candidate_names,

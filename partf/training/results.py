@@ -110,7 +110,12 @@ def finish(
     results = {
         "model_name": config.model_name,
         "steps": step,
+        # "epochs" is the --epochs asked for; a run cut short by --max_steps (or resumed
+        # to a new end) ran a different amount, which the two keys after it give.
         "epochs": config.epochs,
+        "epochs_run": round(step / data.batches_per_epoch, 4),
+        "epochs_completed": step // data.batches_per_epoch,
+        "max_steps": config.max_steps,
         "wall_time_seconds": clock.seconds(),
         "train": {
             "loss": train_loss,

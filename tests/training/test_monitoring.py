@@ -1,5 +1,5 @@
 """What MetricsLogger writes besides the loss: the search's expected cost and Primal's
-KSVD term, each under its own TensorBoard tag."""
+KSVD term, each under its own TensorBoard tag; and PiPlotter's heatmap at a run's end."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from partf.models import PARTransformerXL
 from partf.models.cost import expected_flops
-from partf.training.monitoring import MetricsLogger
+from partf.training.monitoring import MetricsLogger, PiPlotter
 from partf.training.progress import RunProgress
 
 
@@ -48,3 +48,29 @@ def test_nothing_extra_without_them(tmp_path, model):
     scalars = _logged(tmp_path, model, {"loss": 3.0}, seq_len=None)
     assert "ksvd_loss" not in scalars and "search/expected_cost" not in scalars
     assert scalars["loss"] == pytest.approx(3.0)
+
+
+def _images(folder) -> list[int]:
+    events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    events.Reload()
+    return [e.step for e in events.Tensors("pi")] if "pi" in events.Tags()["tensors"] else []
+
+
+def test_a_run_ending_between_plots_gets_its_heatmap(tmp_path, model):
+    """A run shorter than plot_every (a --max_steps run) still has a pi heatmap in
+    TensorBoard and plots/ at its last step; a run ending on a plot gets no second one."""
+    progress = RunProgress(100, 300, 16)
+    writer = tf.summary.create_file_writer(str(tmp_path / "logs"))
+    plotter = PiPlotter(progress, writer, tmp_path / "plots", plot_every=1000)
+    plotter.set_model(model)
+    progress.move_to(200)  # an epoch's `fit` ends: not the run's end, no picture
+    plotter.on_train_end()
+    progress.move_to(300)
+    plotter.on_train_end()
+    writer.flush()
+    assert _images(tmp_path / "logs") == [300]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["step300.png"]
+    # A picture already taken at the last step is not taken again.
+    plotter.on_train_end()
+    writer.flush()
+    assert _images(tmp_path / "logs") == [300]

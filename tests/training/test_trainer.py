@@ -231,6 +231,22 @@ class _SigintAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
+def test_a_run_cut_by_max_steps_says_what_it_ran(records, tmp_path):
+    """results.json: "epochs" is what was asked; epochs_run, epochs_completed and steps
+    what ran. The heatmap of the last step is written though no plot_every multiple came."""
+    config = _config(
+        records, tmp_path, train_directory=str(records[0] / "train6"), valid_directory="",
+        test_directory="", jit_compile=False, steps_per_execution=3, max_steps=9,
+        ckpt_every=0, eval_every=0, log_every=3, plot_every=100,
+    )  # fmt: skip
+    results = train(config)
+    assert (results["steps"], results["epochs"], results["max_steps"]) == (9, 2, 9)
+    assert (results["epochs_run"], results["epochs_completed"]) == (1.5, 1)
+    paths = RunPaths(Path(config.output_dir), "tiny")
+    assert [p.name for p in paths.plots.glob("step*.png")] == ["step9.png"]
+    assert [step for step, _ in _scalars(paths.logs / "train")["pi"]] == [9]
+
+
 @pytest.fixture(scope="module")
 def resumed(records, tmp_path_factory):
     """Uninterrupted and interrupted-then-resumed runs of 2 epochs of 6 batches (no XLA)."""
