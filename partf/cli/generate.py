@@ -2,9 +2,11 @@
 
 The prompt is read once; then each new token is fed alone with the carried
 state (XL memory or a linear attention's running sums), so a token costs
-the same however long the text is. The text printed is the prompt and its
-continuation, decoded with the SentencePiece model (end-of-line tokens
-become line breaks; the tokenizer may have lowercased the prompt).
+the same however long the text is. The text printed is the prompt, then
+--separator (" | "), then the continuation, each decoded with the
+SentencePiece model (end-of-line tokens become line breaks; the tokenizer
+may have lowercased the prompt). Without a prompt only the continuation is
+printed; --separator "" prints the two as one text.
 
 Examples:
     partf-generate --model checkpoints/base --prompt "the game was released" \\
@@ -58,6 +60,10 @@ logger = logging.getLogger("partf.cli.generate")
 #: from about 12 tokens on. XLA compiled for 20 s and was no faster per step.
 EAGER_BELOW = 16
 
+#: Between the prompt and the continuation: the first generated piece often continues
+#: the prompt's last word ("=" then "1ing"), which would read as part of the prompt.
+SEPARATOR = " | "
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags, `--name VALUE` and `--name=VALUE` alike."""
@@ -68,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tokenizer from config.json",
     )
     parser.add_argument("--prompt", default="", help="text to continue (default: a new line)")
+    parser.add_argument(
+        "--separator",
+        default=SEPARATOR,
+        help="printed between the prompt and the generated text, so that the boundary shows "
+        "even inside a word; '' joins them",
+    )
     parser.add_argument("--max_tokens", type=int, default=100, help="tokens to generate")
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="sampling temperature; 0 is greedy"
@@ -204,7 +216,9 @@ def _main(args: argparse.Namespace) -> str:
     tokens = generator.generate([prompt], args.max_tokens, sampling, seed=seed).tokens[0]
     elapsed = time.perf_counter() - start
     logger.info("%d tokens in %.2f s", len(tokens), elapsed)
-    return decode(sp, [*prompt[1:], *tokens.tolist()])
+    if args.separator == "" or not args.prompt:
+        return decode(sp, [*prompt[1:], *tokens.tolist()])
+    return decode(sp, prompt[1:]) + args.separator + decode(sp, tokens.tolist())
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -103,6 +103,20 @@ def test_prints_text_and_reproduces_it_from_the_run_folder(workspace, capsys, mo
     assert restored == text
 
 
+def test_the_prompt_and_the_continuation_are_separated(workspace, capsys):
+    """The prompt, " | ", then the generated text decoded on its own; --separator ""
+    joins them as one decoded text."""
+    model = ["--model", str(workspace["run_dir"] / "tiny.keras")]
+    sampling = [f"--sp_model={workspace['sp_model']}", "--prompt", PROMPT, "--max_tokens=8"]
+    sampling += ["--temperature=0.9", "--seed=3"]
+    text = generate_text(capsys, *model, *sampling)
+    prompt, sep, continuation = text.rstrip("\n").partition(" | ")
+    assert (prompt, sep) == (PROMPT, " | ") and continuation.strip(), text
+    joined = generate_text(capsys, *model, *sampling, "--separator=")
+    assert " | " not in joined and joined.startswith(PROMPT)
+    assert joined.replace(" ", "") == (prompt + continuation).replace(" ", "") + "\n"
+
+
 def test_original_tokenizer(original_artifacts, tmp_path, capsys):
     sp_model = original_artifacts / "tokenizer" / "wiki2_12k.model"
     model = tiny_model(12000, seed=4)
