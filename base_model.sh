@@ -9,7 +9,9 @@
 #
 # On a fresh machine it sets up .venv (scripts/setup_env.sh), builds the WikiText-2
 # records with ./create_tfrecords.sh if they are missing, and trains with partf-train.
-# Running it again resumes from the newest checkpoint of the same MODEL_NAME.
+# Running it again resumes from the newest checkpoint of the same MODEL_NAME. At the end
+# it prints the next commands (partf-generate, partf-evaluate, tensorboard, from .venv/bin)
+# with the run's folder, <OUTPUT_DIR>/checkpoints/<MODEL_NAME>.
 #
 # Environment overrides (defaults in brackets):
 #   EPOCHS [20]  MAX_STEPS [all]  MODEL_NAME [dmodel128_dffn512_blocks6]  OUTPUT_DIR [.]
@@ -41,6 +43,7 @@
 #     SP_MODEL_PREFIX=path/tokenizer/wiki2_12k ./base_model.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CALLER_DIR="$PWD"
 cd "$ROOT"
 # A DATA_DIR that does not exist is a mistake whether or not records exist: say so before
 # anything is installed or built, instead of training on the records built before.
@@ -121,5 +124,49 @@ args=(
 )
 [ -n "${MAX_STEPS:-}" ] && args+=(--max_steps="$MAX_STEPS")
 
-echo "=== partf: training the base configuration ===" >&2
-exec partf-train "${args[@]}" "$@"
+# The run's folders, as partf-train names them: checkpoints/<model_name> and
+# logs/<model_name> under --output_dir; flags given to this script win, as there.
+model_name="${MODEL_NAME:-dmodel128_dffn512_blocks6}"
+output_dir="${OUTPUT_DIR:-.}"
+previous=""
+for arg in "$@"; do
+  case "$arg" in
+    --model_name=*) model_name="${arg#*=}" ;;
+    --output_dir=*) output_dir="${arg#*=}" ;;
+  esac
+  case "$previous" in
+    --model_name) model_name="$arg" ;;
+    --output_dir) output_dir="$arg" ;;
+  esac
+  previous="$arg"
+done
+under() { if [ "$output_dir" = . ]; then echo "$1"; else echo "${output_dir%/}/$1"; fi; }
+venv_bin="${VENV:-$ROOT/.venv}/bin"
+venv_bin="${venv_bin#"$ROOT"/}"
+
+echo "=== partf: training the base configuration into $(under "checkpoints/$model_name") ===" >&2
+# Not exec'd, so that the next commands can be printed when training ends. partf-train
+# runs as a job of its own (set -m): a terminal's Ctrl-C then reaches it once, through the
+# trap, as a supervisor's SIGTERM to this script does; it checkpoints and exits 128 + N.
+set -m
+partf-train "${args[@]}" "$@" &
+train_pid=$!
+trap 'kill -INT "$train_pid" 2>/dev/null || true' INT
+trap 'kill -TERM "$train_pid" 2>/dev/null || true' TERM HUP
+while :; do
+  # wait returns early (status > 128) when a trapped signal arrives; wait again until
+  # partf-train has written its checkpoint and exited.
+  wait "$train_pid" && status=0 || status=$?
+  kill -0 "$train_pid" 2>/dev/null || break
+done
+trap - INT TERM HUP
+[ "$status" = 0 ] || exit "$status"
+
+{
+  echo "=== partf: done: the run is in $(under "checkpoints/$model_name") ==="
+  echo "Next (the commands are in $venv_bin; or first: source $venv_bin/activate):"
+  [ "$CALLER_DIR" = "$ROOT" ] || echo "  cd $ROOT"
+  echo "  $venv_bin/partf-generate --model $(under "checkpoints/$model_name") --prompt \"= valkyria chronicles =\" --max_tokens 60 --temperature 0.8 --top_p 0.9 --seed 1"
+  echo "  $venv_bin/partf-evaluate --model $(under "checkpoints/$model_name") --records $TEST_DIR"
+  echo "  $venv_bin/tensorboard --logdir $(under logs)"
+} >&2

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,8 +39,16 @@ for s in train valid test; do
   printf '{"source_file": "%s", "source_sha256": "%s"}\\n' "$src" "$sha" > "$d/metadata.json"
 done
 """
+# With STUB_WAIT set it runs until a signal comes, logs which, and exits 128 + N as
+# partf-train does after its checkpoint.
 TRAIN_STUB = """#!/usr/bin/env bash
 echo "train $*" >> "$STUB_LOG"
+if [ -n "${STUB_WAIT:-}" ]; then
+  trap 'echo "got INT" >> "$STUB_LOG"; exit 130' INT
+  trap 'echo "got TERM" >> "$STUB_LOG"; exit 143' TERM
+  touch "$STUB_WAIT"
+  for _ in $(seq 600); do sleep 0.1; done
+fi
 """
 
 
@@ -66,19 +76,24 @@ def corpus(folder: Path, *names: str) -> Path:
     return folder
 
 
+def clean_env(project: Path, data_dir: Path, **more: str) -> dict[str, str]:
+    """A clean environment: a PARTF_TRAIN_SPLIT or VOCAB_SIZE of the caller's must not leak."""
+    return {
+        "PATH": f"{project.parent / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(project.parent),
+        "STUB_LOG": str(project.parent / "stub.log"),
+        "DATA_DIR": str(data_dir),
+        **more,
+    }
+
+
 def run(
-    project: Path, data_dir: Path, script: str = "base_model.sh", *args: str
+    project: Path, data_dir: Path, script: str = "base_model.sh", *args: str, **env: str
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Runs `script` with DATA_DIR in a clean environment; returns it and the stubs' calls."""
     log = project.parent / "stub.log"
     log.unlink(missing_ok=True)
-    # A clean environment: a PARTF_TRAIN_SPLIT or VOCAB_SIZE of the caller's must not leak.
-    env = {
-        "PATH": f"{project.parent / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin",
-        "HOME": str(project.parent),
-        "STUB_LOG": str(log),
-        "DATA_DIR": str(data_dir),
-    }
+    env = clean_env(project, data_dir, **env)
     done = subprocess.run(
         ["bash", str(project / script), *args],
         cwd=project,
@@ -197,3 +212,52 @@ def test_the_same_text_in_another_folder_is_accepted(project, tmp_path):
     done, calls = run(project, copy, "create_tfrecords.sh")
     assert done.returncode == 0 and calls == []
     assert "records already built" in done.stderr
+
+
+def test_base_model_ends_with_the_next_commands_for_its_run(project, tmp_path):
+    """The commands printed at the end name the real run folder and the venv's programs,
+    so they run as printed in a fresh shell."""
+    data = corpus(tmp_path / "wikitext-2", *TEXTS)
+    done, _ = run(project, data)
+    assert done.returncode == 0, done.stderr
+    run_dir = "checkpoints/dmodel128_dffn512_blocks6"
+    tail = done.stderr.splitlines()[-5:]
+    assert tail[0] == f"=== partf: done: the run is in {run_dir} ==="
+    assert "source .venv/bin/activate" in tail[1]
+    assert tail[2].startswith(f"  .venv/bin/partf-generate --model {run_dir} --prompt ")
+    records = "data/wikitext2_bsz32_seqlen32_tfrecords_test"
+    assert tail[3] == f"  .venv/bin/partf-evaluate --model {run_dir} --records {records}"
+    assert tail[4] == "  .venv/bin/tensorboard --logdir logs"
+    # MODEL_NAME, OUTPUT_DIR and a --model_name given to the script (it wins) are followed.
+    done, (call,) = run(project, data, "base_model.sh", "--model_name=mine", MODEL_NAME="x",
+                        OUTPUT_DIR="out")  # fmt: skip
+    assert flag(call, "output_dir") == "out"
+    assert "=== partf: done: the run is in out/checkpoints/mine ===" in done.stderr
+    assert "  .venv/bin/tensorboard --logdir out/logs" in done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_base_model_reaches_partf_train_once(project, tmp_path, signum):
+    """base_model.sh waits for partf-train rather than exec'ing it: a SIGTERM or SIGINT
+    sent to the script is passed on (once), and the script exits with partf-train's
+    status; nothing is printed after a stopped run."""
+    data = corpus(tmp_path / "wikitext-2", *TEXTS)
+    assert run(project, data)[0].returncode == 0  # records built
+    log, ready = tmp_path / "stub.log", tmp_path / "ready"
+    log.unlink()
+    script = subprocess.Popen(
+        ["bash", str(project / "base_model.sh")],
+        cwd=project,
+        env=clean_env(project, data, STUB_WAIT=str(ready)),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    script.send_signal(signum)
+    _, err = script.communicate(timeout=30)
+    assert script.returncode == 128 + signum, err
+    name = signal.Signals(signum).name.removeprefix("SIG")
+    assert log.read_text().splitlines()[1:] == [f"got {name}"]
+    assert "done: the run is in" not in err
