@@ -26,8 +26,12 @@ import tensorflow as tf
 
 from partf.data.batching import stream_from_batches
 from partf.data.metadata import METADATA_FILE, RecordsMetadata, write_metadata
+
+# The folder helpers are shared with the reader that needs no TensorFlow.
+from partf.data.record_reader import check_fit as _check
+from partf.data.record_reader import original_files as _original_files
+from partf.data.record_reader import record_files as _record_files
 from partf.data.staging import StagedOutputs
-from partf.data.text_stats import file_sha256
 from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -137,22 +141,6 @@ def write_tfrecords(
         return write_shards(batches, staged.dir_for(directory), shards, **metadata)
 
 
-def _natural_key(path: Path) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
-
-
-def _original_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    files = sorted(path.glob("*.tfrecords"), key=_natural_key)
-    if not files:
-        raise UsageError(
-            f"{path} holds no metadata.json and no .tfrecords files; build records with "
-            f"partf-build-data"
-        )
-    return files
-
-
 def _infer_metadata(files: list[Path]) -> RecordsMetadata:
     """Metadata of the original project's records: shape of the first record, counts."""
     where = files[0] if len(files) == 1 else files[0].parent
@@ -182,20 +170,6 @@ def _infer_metadata(files: list[Path]) -> RecordsMetadata:
     )
 
 
-def _record_files(path: Path, meta: RecordsMetadata) -> list[Path]:
-    folder = path if path.is_dir() else path.parent
-    if meta.format_version == 0:
-        return _original_files(path)
-    files = [folder / name for name in meta.shards]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise DataError(
-            f"record shards missing: {', '.join(missing)}; rebuild them with "
-            f"partf-build-data --overwrite"
-        )
-    return files
-
-
 def read_metadata(path: str | os.PathLike) -> RecordsMetadata:
     """The metadata of a record folder: from metadata.json, or inferred for the
     original project's folders (or a single .tfrecords file).
@@ -214,42 +188,6 @@ def read_metadata(path: str | os.PathLike) -> RecordsMetadata:
     if path.is_dir() and meta_file.is_file():
         return RecordsMetadata.from_json(meta_file.read_text(encoding="utf-8"), str(meta_file))
     return _infer_metadata(_original_files(path))
-
-
-def _check(
-    meta: RecordsMetadata,
-    path: Path,
-    sp_model: str | os.PathLike | None,
-    batch_size: int | None,
-    seq_len: int | None,
-) -> None:
-    for name, want, have in (
-        ("batch_size", batch_size, meta.batch_size),
-        ("seq_len", seq_len, meta.seq_len),
-    ):
-        if want is not None and want != have:
-            raise DataError(
-                f"records in {path} have {name}={have}, not the {want} asked for; use "
-                f"{name}={have}, or rebuild the records with --{name}={want}"
-            )
-    if sp_model is None:
-        return
-    if meta.tokenizer_sha256 is None:
-        logger.warning(
-            "records in %s name no tokenizer (original format); cannot check %s against them",
-            path,
-            sp_model,
-        )
-        return
-    if not Path(sp_model).is_file():
-        raise UsageError(f"tokenizer model {sp_model} does not exist; check the path")
-    have = file_sha256(sp_model)
-    if have != meta.tokenizer_sha256:
-        raise DataError(
-            f"tokenizer {sp_model} (sha256 {have[:12]}) is not the one the records in {path} "
-            f"were built with (sha256 {meta.tokenizer_sha256[:12]}, {meta.tokenizer_file}); "
-            f"use that tokenizer, or rebuild the records with this one"
-        )
 
 
 def load_batches(

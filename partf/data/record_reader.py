@@ -1,0 +1,249 @@
+"""Reading context-batch records into numpy, without TensorFlow.
+
+`partf.data.tfrecords` reads records with `tf.data`; this module reads the same files
+with Python and numpy (`partf.data.tfrecord_format`), for the JAX backend on machines
+where TensorFlow is not installed. It reads both partf's folders (listed by their
+metadata.json) and the original project's (`file1.tfrecords`, ... in numeric order;
+shape from the first record), checks every CRC, and returns the same batches, in the
+same order, as `load_batches`.
+
+The folder helpers (which files, in which order; whether the records fit a tokenizer
+and a batch shape) live here and serve both readers.
+
+Example:
+    >>> batches = read_record_batches("data/wikitext2_bsz32_seqlen32_tfrecords_valid")
+    >>> batches.shape  # [n, B, L + 1]
+    (229, 32, 33)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from partf.data.metadata import METADATA_FILE, RecordsMetadata
+from partf.data.text_stats import file_sha256
+from partf.data.tfrecord_format import (
+    DT_INT32,
+    FrameError,
+    WireError,
+    decode_tensor,
+    example_bytes_feature,
+    read_frames,
+)
+from partf.errors import DataError, UsageError
+
+logger = logging.getLogger(__name__)
+
+#: The one feature of a record: `tf.io.serialize_tensor` of an int32 batch [B, L + 1].
+FEATURE = "batch"
+
+
+# ------------------------------------------------------------------ folders
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def original_files(path: Path) -> list[Path]:
+    """The `.tfrecords` files of an original-format folder, in numeric order (or `path`
+    itself when it is a file)."""
+    if path.is_file():
+        return [path]
+    files = sorted(path.glob("*.tfrecords"), key=_natural_key)
+    if not files:
+        raise UsageError(
+            f"{path} holds no metadata.json and no .tfrecords files; build records with "
+            f"partf-build-data"
+        )
+    return files
+
+
+def record_files(path: Path, meta: RecordsMetadata) -> list[Path]:
+    """The record files of a folder, in stream order.
+
+    Raises:
+        DataError: a shard that metadata.json lists is missing.
+    """
+    folder = path if path.is_dir() else path.parent
+    if meta.format_version == 0:
+        return original_files(path)
+    files = [folder / name for name in meta.shards]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise DataError(
+            f"record shards missing: {', '.join(missing)}; rebuild them with "
+            f"partf-build-data --overwrite"
+        )
+    return files
+
+
+def check_fit(
+    meta: RecordsMetadata,
+    path: Path,
+    sp_model: str | os.PathLike | None,
+    batch_size: int | None,
+    seq_len: int | None,
+) -> None:
+    """Refuses records of another batch shape, or built with another tokenizer.
+
+    Raises:
+        DataError: the batch size, sequence length or tokenizer differs.
+        UsageError: `sp_model` does not exist.
+    """
+    for name, want, have in (
+        ("batch_size", batch_size, meta.batch_size),
+        ("seq_len", seq_len, meta.seq_len),
+    ):
+        if want is not None and want != have:
+            raise DataError(
+                f"records in {path} have {name}={have}, not the {want} asked for; use "
+                f"{name}={have}, or rebuild the records with --{name}={want}"
+            )
+    if sp_model is None:
+        return
+    if meta.tokenizer_sha256 is None:
+        logger.warning(
+            "records in %s name no tokenizer (original format); cannot check %s against them",
+            path,
+            sp_model,
+        )
+        return
+    if not Path(sp_model).is_file():
+        raise UsageError(f"tokenizer model {sp_model} does not exist; check the path")
+    have = file_sha256(sp_model)
+    if have != meta.tokenizer_sha256:
+        raise DataError(
+            f"tokenizer {sp_model} (sha256 {have[:12]}) is not the one the records in {path} "
+            f"were built with (sha256 {meta.tokenizer_sha256[:12]}, {meta.tokenizer_file}); "
+            f"use that tokenizer, or rebuild the records with this one"
+        )
+
+
+# ------------------------------------------------------------------ records
+def _damaged(path: Path, detail: str, good: int) -> DataError:
+    return DataError(
+        f"records in {path} are truncated or corrupt ({detail}) after {good} good batches; "
+        f"rebuild them with partf-build-data --overwrite"
+    )
+
+
+def read_record_file(path: Path) -> list[np.ndarray]:
+    """Every batch of one `.tfrecords` file, as int32 arrays, CRCs checked.
+
+    Raises:
+        DataError: the file is truncated or corrupt, or its records are not int32
+            context batches.
+    """
+    try:
+        payloads = read_frames(path.read_bytes())
+    except FrameError as e:
+        raise _damaged(path, e.detail, e.good) from None
+    batches = []
+    for payload in payloads:
+        try:
+            (serialized,) = example_bytes_feature(payload, FEATURE)
+            tensor = decode_tensor(serialized)
+        except (WireError, ValueError) as e:
+            raise DataError(
+                f"{path} does not hold context-batch records (record {len(batches)}: {e}); "
+                f"build records with partf-build-data"
+            ) from None
+        if tensor.dtype != DT_INT32 or tensor.array.ndim != 2 or tensor.array.shape[1] < 2:
+            raise DataError(
+                f"records in {path} have shape {list(tensor.array.shape)}, not int32 "
+                "[batch, seq_len + 1]; build records with partf-build-data"
+            )
+        batches.append(tensor.array)
+    return batches
+
+
+def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
+    """`partf.data.read_metadata` without TensorFlow: metadata.json, or, for the original
+    project's folders, the shape of the first record and the count of all of them.
+
+    Raises:
+        UsageError: the path does not exist or holds no records.
+        DataError: the metadata or the records cannot be read.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(
+            f"records {path} do not exist; build them with partf-build-data "
+            f"(or create_tfrecords.sh)"
+        )
+    meta_file = path / METADATA_FILE
+    if path.is_dir() and meta_file.is_file():
+        return RecordsMetadata.from_json(meta_file.read_text(encoding="utf-8"), str(meta_file))
+    files = original_files(path)
+    counts, shape = [], None
+    for file in files:
+        batches = read_record_file(file)
+        counts.append(len(batches))
+        if shape is None and batches:
+            shape = batches[0].shape
+    if shape is None:
+        raise DataError(f"{files[0]} holds no records; rebuild it")
+    return RecordsMetadata(
+        batch_size=int(shape[0]),
+        seq_len=int(shape[1]) - 1,
+        num_batches=sum(counts),
+        shards=tuple(f.name for f in files),
+        shard_batches=tuple(counts),
+        format_version=0,
+        overlap=0,
+        eos_per_line=False,
+    )
+
+
+def read_record_batches(
+    path: str | os.PathLike,
+    sp_model: str | os.PathLike | None = None,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+) -> np.ndarray:
+    """All batches of a record folder (or one original-format file), in stream order.
+
+    The same batches as `partf.data.load_batches`, with every record's CRCs checked and
+    the count checked against metadata.json.
+
+    Args:
+        path: a record folder, or one original-format `.tfrecords` file.
+        sp_model: optional `.model` file: it must be the tokenizer the records were
+            built with.
+        batch_size: optional; must equal the records' batch size.
+        seq_len: optional; must equal the records' sequence length.
+
+    Returns:
+        int32 [n, B, L + 1].
+
+    Raises:
+        DataError: damaged records, batches of another shape than the metadata says,
+            or another count; a tokenizer or shape that does not fit.
+        UsageError: the path does not exist or holds no records.
+    """
+    path = Path(path)
+    meta = read_records_metadata(path)
+    check_fit(meta, path, sp_model, batch_size, seq_len)
+    shape = (meta.batch_size, meta.seq_len + 1)
+    batches: list[np.ndarray] = []
+    for file in record_files(path, meta):
+        for batch in read_record_file(file):
+            if batch.shape != shape:
+                raise DataError(
+                    f"a record of {file} has shape {list(batch.shape)}, not the "
+                    f"{list(shape)} of the others; rebuild the records with "
+                    "partf-build-data --overwrite"
+                )
+            batches.append(batch)
+    if meta.num_batches is not None and len(batches) != meta.num_batches:
+        raise DataError(
+            f"records in {path} hold {len(batches)} batches but their metadata says "
+            f"{meta.num_batches}; rebuild them with partf-build-data --overwrite"
+        )
+    if not batches:
+        return np.zeros((0, *shape), np.int32)
+    return np.stack(batches)
