@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from partf.cli.exits import quiet_tensorflow
 from tests.shared_data import absent, original_dir, shared_data_dir
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ start-up lines (absl's notice, oneDNN, "Could not find cuda drivers")
+# go to fd 2 before its log level applies, and pytest does not capture them when a
+# folder's conftest imports TensorFlow during collection: filter them as the commands do.
+# TF_CPP_MIN_LOG_LEVEL=0 shows them.
+quiet_tensorflow(verbose=False)
 
 # The shared folder ($PARTF_SHARED_DATA, else ../shared/data) holds WikiText-2's train,
 # valid and test text and the original project's artifacts. Users do not have it: tests that need

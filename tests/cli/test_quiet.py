@@ -10,6 +10,7 @@ past capsys anyway.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,28 @@ def test_a_data_error_after_tensorflow_loaded_is_one_line(tmp_path):
     done = run([sys.executable, "-c", code], tmp_path)
     assert done.returncode == 1, done.stderr
     assert "does not hold context-batch records" in one_error_line(done, "partf-train")
+
+
+def test_the_test_command_prints_no_tensorflow_startup_lines():
+    """pytest on the tests folder: tests/attention/conftest.py imports TensorFlow during
+    collection, outside pytest's capture; tests/conftest.py filters what it prints then.
+    The test modules are left out (--ignore-glob) so that only the conftests load."""
+    root = Path(__file__).resolve().parents[2]
+    argv = ["--collect-only", "-q", "-p", "no:cacheprovider", "tests", "--ignore-glob=*/test_*.py"]
+    code = (
+        "import sys, pytest\n"
+        f"status = pytest.main({argv!r})\n"
+        "assert 'tensorflow' in sys.modules, 'TensorFlow was not loaded: nothing checked'\n"
+        "sys.exit(0 if status == 5 else status)  # 5: no tests collected, as meant\n"
+    )
+    done = run([sys.executable, "-c", code], root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (done.stdout + done.stderr).splitlines():
+        assert not STARTUP_LINE.match(line), line
+
+
+#: A line TensorFlow's C++ code writes while it loads (see STARTUP below).
+STARTUP_LINE = re.compile(r"([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\] )|WARNING: All log messages before")
 
 
 # ------------------------------------------------------------------- the filter itself
