@@ -18,10 +18,10 @@ scratch (stage 2). Every run is an ordinary `partf-train` run:
     txl = "--architecture='A D A D A D'"
     par = { flags = "--search=par", stage2 = true }
 
-Instead of records, `[data]` may name text (`text = "${DATA_DIR}"`, a folder with
-train.txt, valid.txt and test.txt) with `batch_size`, `seq_len` and either an existing
-tokenizer (`sp_model_prefix`) or the size of one to train (`vocab_size`); the study
-builds the records once under `<out>/data/`.
+Instead of records, `[data]` may name text (`text = "${DATA_DIR}"`: a folder with
+train.txt, valid.txt and test.txt, or one file, split by lines 90% / 5% / 5%) with
+`batch_size`, `seq_len` and either an existing tokenizer (`sp_model_prefix`) or the size
+of one to train (`vocab_size`); the study builds the records once under `<out>/data/`.
 
 Flags are strings in partf-train's own syntax (split as a shell would) or lists of
 such strings. `$VAR`, `${VAR}` and `${VAR:-default}` are expanded from the environment (an
@@ -106,7 +106,8 @@ class DataSpec:
     Attributes:
         records: {"train": folder, "valid": ..., "test": ...} of existing records, or
             None when they are built from `text`.
-        text: a folder with train.txt, valid.txt and test.txt, or None.
+        text: a folder with train.txt, valid.txt and test.txt, or one text file, or
+            None.
         sp_model_prefix: a tokenizer (without .model) to read or, for text without
             one, None (a tokenizer of `vocab_size` pieces is trained).
         vocab_size, batch_size, seq_len: how text is built into records.
