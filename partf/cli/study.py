@@ -116,8 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(line, flush=True)
             return 0
         stage2 = ", with stage 2" if any(r.after for r in runs) else ""
+        arm_count = len({r.arm for r in runs if r.after is None})
+        seed_count = len({r.seed for r in runs})
         _say(
-            f"{plan.path.name}: {len(runs)} runs ({len(plan.arms)} arms x {len(plan.seeds)} "
+            f"{plan.path.name}: {len(runs)} runs ({arm_count} arms x {seed_count} "
             f"seeds{stage2}), {args.workers} at once, in {paths.out}"
         )
         outcome = run_study(

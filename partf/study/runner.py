@@ -337,6 +337,35 @@ class Outcome:
     signum: int | None = None
 
 
+def _start_next(
+    plan: Plan,
+    paths: StudyPaths,
+    waiting: list[Run],
+    running: dict[str, Child],
+    outcome: Outcome,
+    say: Callable[[str], None],
+) -> Child | None:
+    """Launches the first ready run of `waiting` that no other process is training;
+    None when there is none. Runs another process finished meanwhile leave `waiting`."""
+    for run in [r for r in waiting if ready(r, paths)]:
+        if paths.finished(run.name):
+            waiting.remove(run)
+            continue
+        lock = try_lock(paths.run_dir(run.name) / ".lock")
+        if lock is None:
+            if run.name not in outcome.elsewhere:
+                outcome.elsewhere.append(run.name)
+                say(f"{run.name}: trained by another process now; waiting for it")
+            continue
+        waiting.remove(run)
+        step = newest_step(paths, run.name)
+        how = f"resuming at step {step}" if step else "starting"
+        running[run.name] = child = launch(plan, paths, run, lock)
+        say(f"{run.name}: {how} ({len(running)} running, {len(waiting)} waiting)")
+        return child
+    return None
+
+
 @contextlib.contextmanager
 def _signals_caught(outcome: Outcome) -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
@@ -374,21 +403,17 @@ def run_study(
     with _signals_caught(outcome):
         while waiting or running:
             while outcome.signum is None and len(running) < workers:
-                run = next((r for r in waiting if ready(r, paths)), None)
-                if run is None:
+                child = _start_next(plan, paths, waiting, running, outcome, say)
+                if child is None:
                     break
-                waiting.remove(run)
-                lock = try_lock(paths.run_dir(run.name) / ".lock")
-                if lock is None:
-                    outcome.elsewhere.append(run.name)
-                    say(f"{run.name}: trained by another process now; skipped")
-                    continue
-                step = newest_step(paths, run.name)
-                how = f"resuming at step {step}" if step else "starting"
-                running[run.name] = launch(plan, paths, run, lock)
-                say(f"{run.name}: {how} ({len(running)} running, {len(waiting)} waiting)")
             if not running:
-                # What is left waits on searches that failed or run elsewhere.
+                if outcome.signum is not None:
+                    break
+                held = set(outcome.elsewhere)
+                if any(r.name in held or r.after in held for r in waiting):
+                    time.sleep(2.0)  # another process trains what the rest waits on
+                    continue
+                # What is left waits on searches that failed.
                 for run in waiting:
                     say(f"{run.name}: not started (its search {run.after} did not finish)")
                 break

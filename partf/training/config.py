@@ -274,8 +274,7 @@ class TrainConfig:
     def model_config(self, vocab_size: int, batch_size: int, total_steps: int) -> Any:
         """The `ModelConfig` of this run: its model fields and those the data gives.
 
-        Needs no TensorFlow (benchmarks/long_context.py builds partf-train's model on
-        the JAX backend with it).
+        Needs no TensorFlow (partf-train builds its model with it on the JAX backend too).
 
         Raises:
             ConfigError: model settings the model refuses.

@@ -1,0 +1,112 @@
+"""The study report: the decision rule read from pi's scalars, means and ranges, and one
+table per backend and machine, from runs written by hand (no training here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from partf.study.plan import load_plan
+from partf.study.report import decided_step, event_scalars, spread, write_report
+from partf.study.runner import StudyPaths
+
+
+def pi_scalars(frames: dict[int, list[list[float]]], names=("A", "D")) -> dict:
+    """TensorBoard-like pi/block_<i>/<name> scalars from {step: pi}."""
+    found: dict = {}
+    for step, pi in sorted(frames.items()):
+        for block, row in enumerate(pi):
+            for name, value in zip(names, row, strict=True):
+                found.setdefault(f"pi/block_{block}/{name}", []).append((step, value))
+    return found
+
+
+def test_a_search_decides_from_the_first_step_after_which_pi_stays_settled():
+    frames = {
+        10: [[0.5, 0.5], [0.5, 0.5]],
+        20: [[0.95, 0.05], [0.3, 0.7]],  # block 1 not at 0.9 yet
+        30: [[0.95, 0.05], [0.05, 0.95]],  # both settled on their final argmax
+        40: [[0.91, 0.09], [0.02, 0.98]],
+    }
+    assert decided_step(pi_scalars(frames)) == 30
+    # A block that dips under 0.9 later starts the count again.
+    frames[40] = [[0.85, 0.15], [0.02, 0.98]]
+    frames[50] = [[0.97, 0.03], [0.02, 0.98]]
+    assert decided_step(pi_scalars(frames)) == 50
+    # An argmax that changes after reaching 0.9 was not the decision.
+    frames = {10: [[0.95, 0.05]], 20: [[0.05, 0.95]]}
+    assert decided_step(pi_scalars(frames)) == 20
+    # Never settled, or a fixed model (one candidate): no decision.
+    assert decided_step(pi_scalars({10: [[0.6, 0.4]]})) is None
+    assert decided_step(pi_scalars({10: [[1.0]]}, names=("A",))) is None
+
+
+def test_spread():
+    assert spread([]) == "-"
+    assert spread([2.0]) == "2.00"
+    assert spread([1.0, 2.0, 6.0]) == "3.00 (1.00-6.00)"
+
+
+def test_event_scalars_reads_what_tensorflow_writes(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step in (1, 2):
+            tf.summary.scalar("pi/block_0/A", 0.25 * step, step=step)
+    writer.flush()
+    assert event_scalars(tmp_path) == {"pi/block_0/A": [(1, 0.25), (2, 0.5)]}
+    assert event_scalars(tmp_path / "absent") == {}
+
+
+PLAN = """
+seeds = [0, 1]
+reference = "txl"
+[data]
+train = "records"
+[arms]
+txl = "--architecture='A D'"
+par = { flags = "--search=par", stage2 = true }
+"""
+
+
+def fake_run(paths: StudyPaths, name: str, valid: float, flops: float, where: list[str]):
+    folder = paths.checkpoints(name)
+    folder.mkdir(parents=True)
+    results = {
+        "valid": {"perplexity": valid},
+        "test": {"perplexity": valid - 1},
+        "architecture": "A D",
+        "flops_per_token": {"blocks": flops - 1e6, "total": flops},
+        "search": {"preset": "par"} if name.startswith("par-s") else None,
+        "eval_ms_per_batch": {"test": 2.0},
+    }
+    (folder / "results.json").write_text(json.dumps(results))
+    launches = [{"backend": b, "machine": "m"} for b in where]
+    paths.record(name).write_text(json.dumps({"launches": launches}))
+
+
+def test_the_report_separates_backends_and_compares_with_the_reference(tmp_path):
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    plan = load_plan(plan_file)
+    paths = StudyPaths(tmp_path / "out")
+    fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"])
+    fake_run(paths, "txl-s1", 42.0, 3e6, ["jax"])
+    fake_run(paths, "par-s0", 44.1, 2e6, ["jax"])
+    fake_run(paths, "par-stage2-s0", 41.0, 2e6, ["jax", "tensorflow"])  # resumed elsewhere
+    report = write_report(plan, paths).read_text()
+    jax, mixed = (
+        report.split("## jax on m")[1],
+        report.split("## mixed: jax on m + tensorflow on m"),
+    )
+    assert len(mixed) == 2
+    txl = next(line for line in jax.splitlines() if line.startswith("| **txl**"))
+    par = next(line for line in jax.splitlines() if line.startswith("| par |"))
+    assert "| 2/2 | 41.00 (40.00-42.00) | +0.0% |" in txl
+    assert "| 1/2 | 44.10 | +7.6% | 43.10 | +7.8% |" in par
+    assert "| 2.000 | -33.3% |" in par
+    # The stage 2 resumed on another backend is not compared in the jax table.
+    assert "par-stage2" not in jax.split("## mixed")[0]
+    assert "- par-s1: not started" in report
+    assert (paths.out / "pareto.png").is_file() and (paths.out / "pareto-2.png").is_file()

@@ -1,0 +1,161 @@
+"""partf-study end to end on the tiny plan (studies/tiny.toml): two workers, every run a
+partf-train process, stage 2 after its search, resumable after SIGTERM and SIGKILL, a
+report whose means are the runs' own.
+
+Module fixtures run the plan once uninterrupted and once (seed 0 only) interrupted twice;
+the tests read what they wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "studies" / "tiny.toml"
+RUNS = ["txl-s0", "par-s0", "txl-s1", "par-s1", "par-stage2-s0", "par-stage2-s1"]
+
+
+def study(out: Path, *args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "partf.cli.study", str(PLAN), "--out", str(out), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def finish(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def results(out: Path, name: str) -> dict:
+    return json.loads((out / "runs" / name / "checkpoints" / name / "results.json").read_text())
+
+
+def checkpoints(out: Path) -> list[Path]:
+    return sorted((out / "runs").glob("*/checkpoints/*/ckpt-*.npz"))
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """The tiny plan run uninterrupted with two workers, then run again."""
+    out = tmp_path_factory.mktemp("whole")
+    status, output = finish(study(out, "--workers", "2"))
+    began = time.monotonic()
+    again_status, again = finish(study(out, "--workers", "2"))
+    return out, status, output, again_status, again, time.monotonic() - began
+
+
+def _wait_for(condition, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """Seed 0 of the plan: stopped by SIGTERM, then killed by SIGKILL, then finished."""
+    out = tmp_path_factory.mktemp("interrupted")
+    seed = ("--seeds", "0", "--workers", "2")
+    listed = finish(study(out, *seed, "--list"))
+    process = study(out, *seed)
+    _wait_for(lambda: checkpoints(out))
+    process.send_signal(signal.SIGTERM)
+    term = finish(process)
+    after_term = {p.name for p in checkpoints(out)}
+    process = study(out, *seed)
+    _wait_for(lambda: len(checkpoints(out)) > len(after_term))
+    process.kill()
+    process.wait()
+    # The runs it had started get SIGTERM as their parent dies, checkpoint and exit; their
+    # folder locks keep a new study from training them until they have.
+    final = finish(study(out, *seed))
+    listed_after = finish(study(out, *seed, "--list"))
+    return out, listed, term, final, listed_after
+
+
+def test_the_plan_runs_to_the_end_with_two_workers(whole):
+    out, status, output, *_ = whole
+    assert status == 0, output
+    for name in RUNS:
+        assert results(out, name)["test"]["perplexity"] > 1
+    # Stage 2 trains the architecture its search derived, with the search's seed.
+    for seed in (0, 1):
+        search, fixed = results(out, f"par-s{seed}"), results(out, f"par-stage2-s{seed}")
+        assert fixed["architecture"] == search["architecture"]
+        assert fixed["config"]["training"]["seed"] == seed
+        assert fixed["search"] is None and search["search"] is not None
+    # Two at once: some run started before another had finished.
+    starts = [line for line in output.splitlines() if ": starting (2 running" in line]
+    assert starts, output
+    assert (out / "pareto.png").stat().st_size > 0
+
+
+def test_a_second_invocation_trains_nothing(whole):
+    out, _, _, again_status, again, seconds = whole
+    assert again_status == 0, again
+    assert "6 of 6 runs finished before; 0 to go" in again
+    assert "starting" not in again and "resuming" not in again
+    assert seconds < 60
+
+
+def test_the_report_means_are_the_runs_own(whole):
+    out = whole[0]
+    report = (out / "report.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("*").removesuffix("** (reference)").strip("*"): line
+        for line in report.splitlines()
+        if line.startswith("| ") and not line.startswith("| arm")
+    }
+    assert set(rows) == {"txl", "par", "par-stage2"}
+    for arm, names in {
+        "txl": ["txl-s0", "txl-s1"],
+        "par": ["par-s0", "par-s1"],
+        "par-stage2": ["par-stage2-s0", "par-stage2-s1"],
+    }.items():
+        cells = [c.strip() for c in rows[arm].split("|")]
+        valid = [results(out, n)["valid"]["perplexity"] for n in names]
+        test = [results(out, n)["test"]["perplexity"] for n in names]
+        flops = [results(out, n)["flops_per_token"]["total"] / 1e6 for n in names]
+        assert cells[2] == "2/2"
+        assert cells[3] == f"{statistics.fmean(valid):.2f} ({min(valid):.2f}-{max(valid):.2f})"
+        assert cells[5] == f"{statistics.fmean(test):.2f} ({min(test):.2f}-{max(test):.2f})"
+        assert cells[9].startswith(f"{statistics.fmean(flops):.3f}")
+    # Every run was measured on this backend and machine, in one table.
+    assert report.count("\n## tensorflow on ") == 1
+
+
+def test_a_killed_study_resumes_to_the_same_results(whole, interrupted):
+    out, listed, term, final, listed_after = interrupted
+    # --list before anything ran: the first-stage runs of seed 0, not yet the stage 2.
+    assert listed[0] == 0
+    lines = [line for line in listed[1].splitlines() if line.startswith("partf-train ")]
+    assert [line.split("--model_name=")[1].split()[0] for line in lines] == ["txl-s0", "par-s0"]
+    assert term[0] == 128 + signal.SIGTERM, term[1]
+    assert "resumes next time" in term[1]
+    assert final[0] == 0, final[1]
+    assert "resuming at step" in final[1]
+    for name in ("txl-s0", "par-s0", "par-stage2-s0"):
+        got, want = results(out, name), results(whole[0], name)
+        assert got["steps"] == want["steps"]
+        for split in ("valid", "test"):
+            assert got[split]["perplexity"] == pytest.approx(want[split]["perplexity"], rel=1e-5)
+        assert got["architecture"] == want["architecture"]
+    # Once everything has finished, nothing is left to list.
+    assert listed_after[0] == 0
+    assert "partf-train" not in listed_after[1]
