@@ -156,6 +156,11 @@ class Attention(keras.layers.Layer):
     #: option -> (default, help), built when the class is defined: the default is read
     #: from the constructor's signature, so it is written in one place only.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
+    #: What a configuration written before an option existed, or before its default
+    #: changed, meant by leaving it out: option -> that earlier value. `from_config` fills
+    #: a missing key with it, and `ModelConfig(attention_defaults="partf_v1")` pins it, so
+    #: a model saved before the change keeps the behaviour it was trained with.
+    previous_defaults: ClassVar[dict[str, Any]] = {}
     #: Whether the mechanism reads values; False builds no value projection
     #: (such a mechanism overrides `call`).
     uses_values: ClassVar[bool] = True
@@ -379,6 +384,13 @@ class Attention(keras.layers.Layer):
             for name, (shape, dtype) in self.state_spec(x.shape[0] or 1).items()
         }
         return out, spec
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Attention:
+        """The layer `get_config` describes; an option the config lacks (it was saved
+        before the option existed) takes its `previous_defaults` value, not today's
+        default."""
+        return super().from_config({**cls.previous_defaults, **config})
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -5,15 +5,28 @@ The paper finds two faults in kernel linear attention: its denominator
 attention too thinly ("dilution"). TransNormer answers with
 
 * NormAttention: linear attention *without* the denominator, phi(Q)(phi(K)^T V),
-  followed by a normalisation of the output (simple RMSNorm in the released
-  models). Causal form: the running sum S = sum phi(k) v^T is the state.
+  followed by a normalisation of the output. Causal form: the running sum
+  S = sum phi(k) v^T is the state.
 * DiagAttention: attention restricted to non-overlapping blocks of
   `window_size` tokens (block-diagonal), so early layers look at neighbours
-  only. The paper uses softmax within a block; the released models use relu
-  scores; both are available. The output is normalised as well.
+  only, its output normalised as well.
 
 The paper places DiagAttention in the early layers and NormAttention in the
 later ones (the first and second half of the stack in the released models).
+
+The defaults are the authors' released model `transnormer_t1` (OpenNLPLab's
+fairseq-evo): NormAttention with elu features, DiagAttention with relu scores,
+both followed by the authors' simple RMS norm x / (rms(x) + 1e-8), rms(x) =
+sqrt(mean(x^2)) over all heads of a token. Their other released model,
+`transnormer_t2`, is `feature_map="elu+1"` for NormAttention and
+`diag_activation="softmax", norm_type="none"` for DiagAttention (the authors
+skip the norm whenever softmax is on). Neither applies URPE here (the released
+models' unitary relative position encoding of q and k): partf has no URPE.
+
+Before these defaults partf used softmax within blocks followed by the norm, a
+pairing the authors never shipped, and the RMS norm x / sqrt(mean(x^2) + 1e-6)
+(`rms_form="partf"`); both stay available by option, and configurations saved
+before the change keep them (`previous_defaults`).
 Blocks sit at fixed positions of the stream, counted in real tokens (padding
 takes no place, so a left-padded prompt is cut as the unpadded one), so
 DiagAttention carries the open block's keys and values in its state and
@@ -45,6 +58,17 @@ from partf.attention.windowed import (
 )
 
 NORM_TYPES = ("simple_rms", "layer", "none")
+#: Forms of the simple RMS norm: the authors' x / (rms(x) + 1e-8), or partf's first
+#: x / sqrt(mean(x^2) + 1e-6).
+RMS_FORMS = ("authors", "partf")
+#: The authors' SimpleRMSNorm epsilon, added to the root mean square.
+AUTHORS_RMS_EPSILON = 1e-8
+#: partf's first RMS norm epsilon, added to the mean square under the root.
+PARTF_RMS_EPSILON = 1e-6
+RMS_FORM_HELP = (
+    "norm/diag: simple_rms form, authors (x / (rms + 1e-8), TransNormer's code) or partf "
+    "(x / sqrt(mean square + 1e-6))"
+)
 FEATURE_MAPS = ("elu", "elu+1", "relu")
 DIAG_ACTIVATIONS = ("softmax", "relu")
 
@@ -58,6 +82,7 @@ class _NormalizedOutput:
     """Mixin: the output normalisation over all heads, [B, T, H, Dh] -> same."""
 
     norm_type: str
+    rms_form: str
 
     def _build_norm(self) -> None:
         if self.norm_type == "layer":
@@ -72,7 +97,14 @@ class _NormalizedOutput:
         if self.norm_type == "simple_rms":
             x = ops.cast(x, "float32")
             mean_square = ops.mean(ops.square(x), axis=(-2, -1), keepdims=True)
-            return x * ops.rsqrt(mean_square + 1e-6)
+            if self.rms_form == "partf":
+                return x * ops.rsqrt(mean_square + PARTF_RMS_EPSILON)
+            # sqrt has no derivative at 0, where an all-zero output (every relu score
+            # negative) puts it: the root of 1 stands in there, so the gradient is 0
+            # there instead of NaN, and the value is the authors' everywhere.
+            positive = mean_square > 0.0
+            rms = ops.where(positive, ops.sqrt(ops.where(positive, mean_square, 1.0)), 0.0)
+            return x / (rms + AUTHORS_RMS_EPSILON)
         return x
 
 
@@ -83,10 +115,12 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         chunk_size: tokens per chunk of the chunk-wise computation.
-        feature_map: phi for queries and keys: "elu" (released TransNormer),
-            "elu+1" or "relu".
+        feature_map: phi for queries and keys: "elu" (the authors' transnormer_t1),
+            "elu+1" (their transnormer_t2) or "relu".
         norm_type: output normalisation over the concatenated heads:
-            "simple_rms" (x / rms(x), released models), "layer" or "none".
+            "simple_rms" (x / rms(x), both released models), "layer" or "none".
+        rms_form: the simple RMS norm's epsilon: "authors" (x / (rms(x) + 1e-8), the
+            released models) or "partf" (x / sqrt(mean(x^2) + 1e-6), partf's first).
 
     State: `s` [B, H, Dh, Dh] = sum phi(k) v^T, float32. Exact. With `causal=False`,
     the sum is over the whole sequence and there is no state.
@@ -103,7 +137,10 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
         "chunk_size": CHUNK_SIZE_HELP,
         "feature_map": "norm: feature map of queries and keys (elu, elu+1, relu)",
         "norm_type": "norm/diag: output normalisation (simple_rms, layer, none)",
+        "rms_form": RMS_FORM_HELP,
     }
+    # Saved before rms_form existed: partf's first RMS norm.
+    previous_defaults = {"rms_form": "partf"}
 
     def __init__(
         self,
@@ -112,13 +149,16 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
         chunk_size: int = 64,
         feature_map: str = "elu",
         norm_type: str = "simple_rms",
+        rms_form: str = "authors",
         **kwargs: Any,
     ) -> None:
         super().__init__(d_model, num_heads, chunk_size=chunk_size, **kwargs)
         _check_choice("feature_map", feature_map, FEATURE_MAPS)
         _check_choice("norm_type", norm_type, NORM_TYPES)
+        _check_choice("rms_form", rms_form, RMS_FORMS)
         self.feature_map = feature_map
         self.norm_type = norm_type
+        self.rms_form = rms_form
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
@@ -140,7 +180,9 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(feature_map=self.feature_map, norm_type=self.norm_type)
+        config.update(
+            feature_map=self.feature_map, norm_type=self.norm_type, rms_form=self.rms_form
+        )
         return config
 
 
@@ -153,9 +195,12 @@ class DiagAttention(_NormalizedOutput, Attention):
         window_size: W, tokens per block. Blocks start at stream positions
             0, W, 2W, ... whatever the segment length, positions counting real
             tokens only: a pad takes no place in a block, and gets output zero.
-        diag_activation: "softmax" (paper) or "relu" (released models) on the
-            scaled scores q . k / sqrt(Dh).
-        norm_type: output normalisation, as for `NormAttention`.
+        diag_activation: "relu" (the authors' transnormer_t1) or "softmax" (the
+            paper's text, and transnormer_t2 with `norm_type="none"`) on the scaled
+            scores q . k / sqrt(Dh).
+        norm_type: output normalisation, as for `NormAttention`. softmax followed by
+            a norm is partf's pairing (the authors skip the norm after softmax).
+        rms_form: the simple RMS norm's form, as for `NormAttention`.
 
     State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open
     block's first tokens, left-aligned) and `offset` [B] int32 (how many),
@@ -173,17 +218,21 @@ class DiagAttention(_NormalizedOutput, Attention):
     call_attend_options = {"skip_pads": True}
     option_help = {
         "window_size": WINDOW_SIZE_HELP,
-        "diag_activation": "diag: score activation within a block (softmax, relu)",
+        "diag_activation": "diag: score activation within a block (relu, softmax)",
         "norm_type": "norm/diag: output normalisation (simple_rms, layer, none)",
+        "rms_form": RMS_FORM_HELP,
     }
+    # Before the authors' transnormer_t1 became the default: softmax, partf's RMS norm.
+    previous_defaults = {"diag_activation": "softmax", "rms_form": "partf"}
 
     def __init__(
         self,
         d_model: int,
         num_heads: int,
         window_size: int = 64,
-        diag_activation: str = "softmax",
+        diag_activation: str = "relu",
         norm_type: str = "simple_rms",
+        rms_form: str = "authors",
         **kwargs: Any,
     ) -> None:
         super().__init__(d_model, num_heads, **kwargs)
@@ -191,9 +240,11 @@ class DiagAttention(_NormalizedOutput, Attention):
             raise ValueError(f"window_size must be positive, got {window_size}.")
         _check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
         _check_choice("norm_type", norm_type, NORM_TYPES)
+        _check_choice("rms_form", rms_form, RMS_FORMS)
         self.window_size = window_size
         self.diag_activation = diag_activation
         self.norm_type = norm_type
+        self.rms_form = rms_form
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
@@ -298,5 +349,6 @@ class DiagAttention(_NormalizedOutput, Attention):
             window_size=self.window_size,
             diag_activation=self.diag_activation,
             norm_type=self.norm_type,
+            rms_form=self.rms_form,
         )
         return config

@@ -24,6 +24,16 @@ SEARCH_ESTIMATORS = ("mixture", "sampled")
 ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
 _LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
 
+#: What attention options left unset mean (see `ModelConfig.attention_defaults`):
+#: "authors" (today's defaults: the seed authors' released configurations) or "partf_v1"
+#: (partf's defaults before they became the authors', each mechanism's
+#: `previous_defaults`).
+ATTENTION_DEFAULTS = ("authors", "partf_v1")
+
+#: The value a saved ModelConfig dict without the field stands for: it was written
+#: before the field existed, so with the defaults of then.
+FIELDS_OF_OLD_DICTS = {"attention_defaults": "partf_v1"}
+
 #: How tokens learn where they are (see `ModelConfig.position`).
 POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
 
@@ -148,6 +158,14 @@ class ModelConfig:
     clamp_len: int | None = setting(None, "largest relative distance encoded (unset: no clamp)")
     attention: str = setting("relative", "attention mechanism of the 'attention' candidate")
     attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
+    attention_defaults: str = setting(
+        "authors",
+        "what attention options left unset mean: authors (the seed authors' released "
+        "configurations, e.g. TransNormer's transnormer_t1) or partf_v1 (partf's earlier "
+        "defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6)); a saved "
+        "configuration without this setting reads as partf_v1",
+        choices=ATTENTION_DEFAULTS,
+    )
     candidates: tuple[str, ...] = setting(
         ("attention", "dense", "identity"), "per-block choices, comma-separated or repeated"
     )
@@ -208,11 +226,18 @@ class ModelConfig:
         if self.proj_dims == ():
             object.__setattr__(self, "proj_dims", None)
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
+        if self.attention_defaults not in ATTENTION_DEFAULTS:
+            raise ValueError(
+                f"unknown attention_defaults {self.attention_defaults!r}; choose one of "
+                f"{', '.join(ATTENTION_DEFAULTS)}."
+            )
         # A preset is only a name for an architecture string: store the string.
         if isinstance(self.architecture, str):
             expanded = expand_architecture(self.architecture, self.num_layers)
             object.__setattr__(self, "architecture", expanded)
         self._validate()
+        if self.attention_defaults == "partf_v1":
+            object.__setattr__(self, "attention_options", self._pinned_previous_defaults())
         if self.position == "auto":
             object.__setattr__(self, "position", self.recommended_position)
 
@@ -305,6 +330,20 @@ class ModelConfig:
                 f"got {head_dim}; choose num_heads so that d_model / num_heads is even."
             )
 
+    def _pinned_previous_defaults(self) -> dict[str, Any]:
+        """attention_options with each chosen mechanism's `previous_defaults` written out
+        as `<mechanism>_<option>` where the option is unset and its default has changed,
+        so the model is built as it was before the defaults changed."""
+        options = dict(self.attention_options)
+        for name in self.attention_mechanisms:
+            cls = get_attention_class(name)
+            for option, value in cls.previous_defaults.items():
+                own = f"{name}_{option}"
+                if option in options or own in options or cls.options[option][0] == value:
+                    continue
+                options[own] = value
+        return options
+
     # --------------------------------------------------------------- derived
     @property
     def attention_mechanisms(self) -> tuple[str, ...]:
@@ -382,14 +421,20 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        """Inverse of `to_dict`; unknown keys raise ValueError."""
+        """Inverse of `to_dict`; unknown keys raise ValueError.
+
+        A field in `FIELDS_OF_OLD_DICTS` that `values` lacks takes the value given there,
+        not its default: such a dict was saved before the field existed (a checkpoint or
+        `.keras` file), and keeps the meaning it had. A dict without
+        `attention_defaults` thus builds the attentions with partf's earlier defaults.
+        """
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"unknown ModelConfig fields {unknown}; valid fields: {', '.join(sorted(known))}."
             )
-        return cls(**values)
+        return cls(**{**FIELDS_OF_OLD_DICTS, **values})
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

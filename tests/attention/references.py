@@ -134,9 +134,19 @@ def _left_aligned(x: Array, start: int, stop: int, size: int) -> Array:
 
 
 def _normalized(config, params, out: Array) -> Array:
-    """TransNormer's output normalisation over all heads of a token."""
+    """TransNormer's output normalisation over all heads of a token.
+
+    simple_rms divides each token's output by its root mean square over every head and
+    feature. `rms_form` "authors" is TransNormer's released SimpleRMSNorm, with 1e-8
+    added to the root: x / (sqrt(sum x^2 / n) + 1e-8); "partf" is partf's first form,
+    1e-6 added to the mean square under the root: x / sqrt(sum x^2 / n + 1e-6).
+    """
     if config["norm_type"] == "simple_rms":
-        return out / np.sqrt((out**2).mean(axis=(-2, -1), keepdims=True) + 1e-6)
+        count = out.shape[-2] * out.shape[-1]
+        square_sum = np.sum(out * out, axis=(-2, -1), keepdims=True)
+        if config["rms_form"] == "authors":
+            return out / (np.sqrt(square_sum / count) + 1e-8)
+        return out / np.sqrt(square_sum / count + 1e-6)
     if config["norm_type"] == "layer":
         return layer_norm(
             out,
@@ -308,6 +318,33 @@ def fastformer(config, params, q, k, v, state, mask):
     return out + q, {**q_state, **k_state}
 
 
+def fastformer_seed_convolution(params, x, mask, groups: int) -> Array:
+    """The additive-attention seed's causal convolution branch, over one whole stream.
+
+    Each token's features are layer-normed over the width (mean and variance of its D
+    features, epsilon 1e-5, then gamma and beta); a pad is replaced by zeros. Output
+    t is sum over taps i < K of n_{t - K + 1 + i} W_i, where n_s is zero before the
+    stream and W_i maps each of the `groups` channel groups to itself only (kernel
+    [K, G, D / G, D / G]); no bias, no activation.
+    """
+    x = f64(x)
+    batch, length, width = x.shape
+    kernel = f64(params["conv_kernel"])
+    taps, size = kernel.shape[0], width // groups
+    normed = layer_norm(x, f64(params["norm_gamma"]), f64(params["norm_beta"]), 1e-5)
+    normed = np.where(np.asarray(mask, bool)[..., None], normed, 0.0)
+    out = np.zeros_like(x)
+    for t in range(length):
+        for i in range(taps):
+            s = t - taps + 1 + i
+            if s < 0:
+                continue
+            for g in range(groups):
+                part = slice(g * size, (g + 1) * size)
+                out[:, t, part] += normed[:, s, part] @ kernel[i, g]
+    return out
+
+
 def primal(config, params, x, state, mask):
     """Primal-Attention (Chen et al. 2023), causal: e_i = phi(mean_{j<=i} q_j) W_e,
     r_i = phi(mean_{j<=i} k_j) W_r with phi(x) = x / |x|, output [e, r] W_c per head,
@@ -375,7 +412,9 @@ def eva(config, params, q, k, v, state, mask, noise=None):
 
     (means over the chunk's valid tokens), and a query of window w also sees, through
     one logit q . key_c / sqrt(Dh) and value beta_c each, the `mem_chunks` chunks just
-    before its window. All logits share one softmax.
+    before its window. With `chunk_mask` "authors" (the authors' causal mask: a query
+    sees every chunk before its own) it also sees the chunks of its own window before
+    the chunk it lies in, whose tokens it sees exactly too. All logits share one softmax.
 
     The state: the open window's first tokens (queries, keys, values, validity,
     `offset` of them) and the summaries of the `mem_chunks` chunks before the open
@@ -419,7 +458,10 @@ def eva(config, params, q, k, v, state, mask, noise=None):
             p = offset + t
             start = (p // window) * window
             exact = [j for j in range(start, p + 1) if valid[j]]
-            before = [c for c in range(start // chunk - memory, start // chunk) if summaries[c][2]]
+            last = start // chunk  # the first chunk the query's window holds
+            if config.get("chunk_mask", "partf") == "authors" and memory:
+                last = p // chunk  # the chunk the query lies in
+            before = [c for c in range(start // chunk - memory, last) if summaries[c][2]]
             logits = [np.einsum("hd,jhd->hj", q[b, t], keys[exact]) * scale]
             vals = [values[exact]]  # [j, H, Dh]
             if before:

@@ -32,7 +32,7 @@ def set_random(variable, rng, offset: float = 0.0) -> None:
 
 def norm_settings(layer, rng) -> tuple[dict, dict]:
     """The reference's normalisation config and the layer-norm weights it reads."""
-    config = {"norm_type": layer.norm_type}
+    config = {"norm_type": layer.norm_type, "rms_form": layer.rms_form}
     if layer.norm_type != "layer":
         return config, {}
     config["norm_epsilon"] = layer.output_norm.epsilon
