@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -30,9 +31,15 @@ from tests.attention.helpers import (
 from tests.layer_checks import assert_config_round_trip
 
 
-def make_layer(heads, dim, window, chunk, mem, seed=0):
+def make_layer(heads, dim, window, chunk, mem, seed=0, chunk_mask="partf"):
     layer = EVAAttention(
-        heads * dim, heads, window_size=window, chunk_size=chunk, mem_chunks=mem, seed=seed
+        heads * dim,
+        heads,
+        window_size=window,
+        chunk_size=chunk,
+        mem_chunks=mem,
+        chunk_mask=chunk_mask,
+        seed=seed,
     )
     layer.build((None, None, heads * dim))
     # Non-trivial proposal maps: random biases and layer-norm scales, not 0 and 1.
@@ -58,28 +65,32 @@ def config(layer):
         "window_size": layer.window_size,
         "chunk_size": layer.chunk_size,
         "mem_chunks": layer.mem_chunks,
+        "chunk_mask": layer.chunk_mask,
         "epsilon": layer.project_q_norm.epsilon,
     }
 
 
 CASES = [
-    # batch, length, heads, dim, window, chunk, mem_chunks, state
-    (1, 7, 1, 4, 4, 2, 1, "empty"),
-    (2, 23, 3, 4, 4, 2, 3, "carried"),
-    (2, 13, 2, 4, 6, 3, 2, "carried"),
-    (2, 29, 2, 4, 6, 2, 100, "empty"),
+    # batch, length, heads, dim, window, chunk, mem_chunks, state, chunk_mask
+    (1, 7, 1, 4, 4, 2, 1, "empty", "partf"),
+    (2, 23, 3, 4, 4, 2, 3, "carried", "partf"),
+    (2, 13, 2, 4, 6, 3, 2, "carried", "partf"),
+    (2, 29, 2, 4, 6, 2, 100, "empty", "partf"),
+    # The authors' mask: the query's own window's chunks before its own are seen too.
+    (2, 23, 2, 4, 8, 2, 3, "carried", "authors"),
+    (1, 29, 2, 4, 6, 2, 100, "empty", "authors"),
 ]
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
-@pytest.mark.parametrize("batch,length,heads,dim,window,chunk,mem,start", CASES)
+@pytest.mark.parametrize("batch,length,heads,dim,window,chunk,mem,start,chunk_mask", CASES)
 def test_matches_reference(
-    fixed_noise, training, batch, length, heads, dim, window, chunk, mem, start
+    fixed_noise, training, batch, length, heads, dim, window, chunk, mem, start, chunk_mask
 ):
     """Outputs, every state entry and the gradients (inputs and the proposal maps'
     weights) equal the reference's. Training samples w_c = mu_c + noise; the same
     draws are given to the reference, indexed by chunk from the open window's start."""
-    layer = make_layer(heads, dim, window, chunk, mem)
+    layer = make_layer(heads, dim, window, chunk, mem, chunk_mask=chunk_mask)
     q, k, v = random_heads(batch, length, heads, dim)
     _, mask = random_tokens(batch, length, 1, seed=1)
     state = layer.get_initial_state(batch) if start == "empty" else random_state(layer, batch)
@@ -97,11 +108,12 @@ def test_matches_reference(
     assert_matches_reference(run_layer, run_reference, dict(q=q, k=k, v=v), variables(layer))
 
 
+@pytest.mark.parametrize("chunk_mask", ["partf", "authors"])
 @pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
-def test_carried_state_matches_reference_segment_by_segment(fixed_noise, training):
+def test_carried_state_matches_reference_segment_by_segment(fixed_noise, training, chunk_mask):
     """Four uneven segments (one of a single token), state carried by the layer and by
     the reference each on its own: every segment's output and the final state agree."""
-    layer = make_layer(2, 4, 6, 2, 3)
+    layer = make_layer(2, 4, 6, 2, 3, chunk_mask=chunk_mask)
     q, k, v = random_heads(2, 37, 2, 4, seed=2)
     _, mask = random_tokens(2, 37, 1, seed=3)
     state = layer.get_initial_state(2)
@@ -169,7 +181,7 @@ def test_is_exact_softmax_within_one_window():
 
 def test_without_summaries_equals_block_diagonal_softmax():
     eva = make_layer(2, 4, 5, 5, 0)
-    diag = DiagAttention(8, 2, window_size=5, norm_type="none")
+    diag = DiagAttention(8, 2, window_size=5, diag_activation="softmax", norm_type="none")
     diag.build((None, None, 8))
     q, k, v = random_heads(2, 23, 2, 4)
     _, mask = random_tokens(2, 23, 1)
@@ -178,10 +190,33 @@ def test_without_summaries_equals_block_diagonal_softmax():
     np.testing.assert_allclose(to_np(a), to_np(b), rtol=1e-5, atol=1e-6)
 
 
-def test_segments_equal_one_call_in_evaluation():
-    layer = create_attention("eva", 12, 3, window_size=8, chunk_size=2, mem_chunks=5)
+@pytest.mark.parametrize("chunk_mask", ["partf", "authors"])
+def test_segments_equal_one_call_in_evaluation(chunk_mask):
+    layer = create_attention(
+        "eva", 12, 3, window_size=8, chunk_size=2, mem_chunks=5, chunk_mask=chunk_mask
+    )
     x, mask = random_tokens(2, 37, 12)
     assert_segments_equal_one_call(layer, x, mask)
+
+
+def test_the_two_chunk_masks_differ_only_past_a_queries_first_chunk():
+    """Within a query's first chunk of its window both masks see the same; after it the
+    authors' also sees the window's earlier chunks, so the outputs part."""
+    partf, authors = make_layer(2, 4, 8, 2, 4), make_layer(2, 4, 8, 2, 4, chunk_mask="authors")
+    authors.set_weights(partf.get_weights())
+    q, k, v = random_heads(1, 24, 2, 4)
+    a = to_np(partf.attend(q, k, v, partf.get_initial_state(1))[0])
+    b = to_np(authors.attend(q, k, v, authors.get_initial_state(1))[0])
+    first_chunks = np.isin(np.arange(24) % 8, (0, 1))
+    np.testing.assert_allclose(a[:, first_chunks], b[:, first_chunks], rtol=1e-5, atol=1e-6)
+    assert np.abs(a - b)[:, ~first_chunks].max() > 1e-2
+
+
+def test_a_config_saved_before_chunk_mask_keeps_partfs_mask():
+    layer = create_attention("eva", 8, 2, window_size=4, chunk_size=2, mem_chunks=3)
+    serialized = keras.saving.serialize_keras_object(layer)
+    serialized["config"].pop("chunk_mask")
+    assert keras.saving.deserialize_keras_object(serialized).chunk_mask == "partf"
 
 
 def test_training_samples_the_proposals_from_the_seed_generator():
@@ -213,3 +248,10 @@ def test_config_round_trip_and_validation():
     assert (clone.window_size, clone.chunk_size, clone.mem_chunks, clone.seed) == (12, 3, 6, 5)
     with pytest.raises(ValueError, match="chunk_size dividing window_size"):
         EVAAttention(12, 3, window_size=10, chunk_size=4)
+    clone = assert_config_round_trip(EVAAttention(12, 3, window_size=4, chunk_size=2,
+                                                  chunk_mask="authors"))  # fmt: skip
+    assert clone.chunk_mask == "authors"
+    with pytest.raises(ValueError, match="unknown chunk_mask 'all'"):
+        EVAAttention(12, 3, chunk_mask="all")
+    with pytest.raises(ValueError, match="causal form"):
+        EVAAttention(12, 3, causal=False, chunk_mask="authors")

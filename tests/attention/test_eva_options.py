@@ -39,7 +39,9 @@ def test_t5_buckets_follow_the_definition():
     assert t5_buckets(np.array([0, 1, 7, 8, 16, 100]), 16, 64).tolist() == [0, 1, 7, 8, 10, 15]
 
 
-def make_layer(overlap: bool, proj: str, rpe: bool, window=4, chunk=2, mem=2, seed=0):
+def make_layer(
+    overlap: bool, proj: str, rpe: bool, window=4, chunk=2, mem=2, seed=0, chunk_mask="partf"
+):
     layer = create_attention(
         "eva",
         8,
@@ -50,6 +52,7 @@ def make_layer(overlap: bool, proj: str, rpe: bool, window=4, chunk=2, mem=2, se
         overlap_window=overlap,
         adaptive_proj=proj,
         use_t5_rpe=rpe,
+        chunk_mask=chunk_mask,
     )
     layer.build((None, None, 8))
     rng = np.random.default_rng(seed)
@@ -81,7 +84,9 @@ def eva_options_reference(layer: EVAAttention, q, k, v, mask) -> np.ndarray:
     window before, with overlap) up to t, plus the T5 bias of their distance; then the
     `mem_chunks` chunks just before that exact part, each one logit q . k_c with
     k_c = f_k(mean k) and value sum_j softmax_j((w . k_j - |k_j|^2 / 2) / sqrt(Dh)) v_j,
-    w = f_q(mean q) + f_k(mean k), means over the chunk's valid tokens.
+    w = f_q(mean q) + f_k(mean k), means over the chunk's valid tokens. With
+    `chunk_mask="authors"` the chunks go on up to the one t lies in: the exact part's
+    chunks before t's own are summarised too.
     """
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     batch, length, heads, dim = q.shape
@@ -105,7 +110,8 @@ def eva_options_reference(layer: EVAAttention, q, k, v, mask) -> np.ndarray:
                     logit = logit + bias[bucket(t - j, buckets, span)] * scale
                 logits.append(logit)
                 values.append(v[b, j])
-            for c in range(max(0, start // chunk - mem), start // chunk):
+            last = t // chunk if layer.chunk_mask == "authors" and mem else start // chunk
+            for c in range(max(0, start // chunk - mem), last):
                 members = [j for j in range(c * chunk, (c + 1) * chunk) if mask[b, j]]
                 if not members:
                     continue
@@ -131,17 +137,18 @@ def eva_options_reference(layer: EVAAttention, q, k, v, mask) -> np.ndarray:
 
 
 CASES = [
-    # overlap_window, adaptive_proj, use_t5_rpe
-    (True, "qk", False),
-    (False, "no-ln", True),
-    (True, "no-ln", True),
-    (False, "qk", False),  # the default layer, for comparison
+    # overlap_window, adaptive_proj, use_t5_rpe, chunk_mask
+    (True, "qk", False, "partf"),
+    (False, "no-ln", True, "partf"),
+    (True, "no-ln", True, "authors"),
+    (False, "qk", False, "partf"),  # the default layer, for comparison
+    (False, "qk", True, "authors"),
 ]
 
 
-@pytest.mark.parametrize("overlap,proj,rpe", CASES)
-def test_matches_the_token_by_token_reference(overlap, proj, rpe):
-    layer = make_layer(overlap, proj, rpe)
+@pytest.mark.parametrize("overlap,proj,rpe,chunk_mask", CASES)
+def test_matches_the_token_by_token_reference(overlap, proj, rpe, chunk_mask):
+    layer = make_layer(overlap, proj, rpe, chunk_mask=chunk_mask)
     q, k, v = random_heads(2, 23, 2, 4, seed=1)
     _, mask = random_tokens(2, 23, 1, seed=2)
     out, _ = layer.attend(q, k, v, layer.get_initial_state(2), mask=mask)
@@ -149,9 +156,9 @@ def test_matches_the_token_by_token_reference(overlap, proj, rpe):
     np.testing.assert_allclose(to_np(out), want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("overlap,proj,rpe", CASES[:3])
-def test_segments_equal_one_call(overlap, proj, rpe):
-    layer = make_layer(overlap, proj, rpe, window=6, chunk=2, mem=3)
+@pytest.mark.parametrize("overlap,proj,rpe,chunk_mask", CASES[:3])
+def test_segments_equal_one_call(overlap, proj, rpe, chunk_mask):
+    layer = make_layer(overlap, proj, rpe, window=6, chunk=2, mem=3, chunk_mask=chunk_mask)
     x, mask = random_tokens(2, 37, 8, seed=3)
     assert_segments_equal_one_call(layer, x, mask)
     assert_causal(layer, x, mask, 19)
