@@ -19,10 +19,17 @@ pooling and key pooling) carry the context to the next segment, exactly.
 Additive attention sees only global summaries, so the seed adds a causal
 convolution before it for local context (`convolve`): each position mixes
 itself and the `kernel_size - 1` inputs before it, the channels in `groups`
-independent groups, after GELU added to the input as a residual branch; the
-attention reads the result. The last `kernel_size - 1` inputs are carried in
-the state, so the convolution stays exact across segments. There are no
-query-key products to rotate: rotary positions are not defined here.
+independent groups, and the result is added to the input as a residual branch;
+the attention reads the sum. `conv_form` says what the branch is:
+
+* "seed" (the default): the seed's `CausalConvolution` at the commit its README
+  describes (mtanghu/Additive-Attention-Is-All-You-Need, eeadc53): a layer norm
+  over the width, then the grouped convolution without bias; no activation.
+* "partf": partf's first form, a grouped convolution with bias, then GELU.
+
+The convolution's last `kernel_size - 1` inputs (layer-normed ones in the seed's
+form) are carried in the state, so it stays exact across segments. There are
+no query-key products to rotate: rotary positions are not defined here.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ from partf.attention.bidirectional import noncausal_linear_attention
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.masking import valid_tokens
 from partf.attention.registry import register_attention
+
+#: What `convolve` adds: the seed's layer norm and bias-free convolution ("seed"), or
+#: partf's first convolution with bias and GELU ("partf").
+CONV_FORMS = ("seed", "partf")
 
 
 def causal_convolution(x: Any, tail: Any, kernel: Any, bias: Any | None = None) -> tuple[Any, Any]:
@@ -108,13 +119,16 @@ class FastformerAttention(Attention):
         chunk_size: tokens per chunk of the chunk-wise computation.
         convolve: a causal convolution before the additive attention (the seed's
             `convolve`); the layer returns conv + attention(input + conv).
+        conv_form: "seed" (layer norm, then the convolution without bias, as the
+            seed's code) or "partf" (the convolution with bias, then GELU).
         groups: channel groups of the convolution (must divide d_model).
         kernel_size: taps of the convolution (the current input and the
             kernel_size - 1 before it).
 
     State: `q_s` [B, H, 1, Dh], `q_z` [B, H, 1], `q_m` [B, H] for the global
     query, and `k_*` alike for the global key, float32; with `convolve` and
-    kernel_size > 1, also `conv_tail` [B, kernel_size - 1, D], the last inputs.
+    kernel_size > 1, also `conv_tail` [B, kernel_size - 1, D], the last inputs the
+    convolution read (layer-normed in the seed's form).
     Exact. With `causal=False` (Fastformer as published), the global query and key
     pool every real token of the sequence, and there is no state; the convolution is
     causal only.
@@ -132,7 +146,11 @@ class FastformerAttention(Attention):
         "convolve": "fastformer: a causal convolution before the additive attention",
         "groups": "fastformer: channel groups of the convolution",
         "kernel_size": "fastformer: taps of the causal convolution",
+        "conv_form": "fastformer: the convolution, seed (layer norm, then no bias) or partf "
+        "(bias, then GELU)",
     }
+    # Saved before conv_form existed: partf's convolution with bias and GELU.
+    previous_defaults = {"conv_form": "partf"}
 
     def __init__(
         self,
@@ -142,6 +160,7 @@ class FastformerAttention(Attention):
         convolve: bool = False,
         groups: int = 2,
         kernel_size: int = 4,
+        conv_form: str = "seed",
         **kwargs: Any,
     ):
         super().__init__(d_model, num_heads, **kwargs)
@@ -158,7 +177,12 @@ class FastformerAttention(Attention):
             raise ValueError(
                 f"groups={groups} must be positive and divide d_model={d_model}; e.g. groups=2."
             )
+        if conv_form not in CONV_FORMS:
+            raise ValueError(
+                f"unknown conv_form {conv_form!r}; choose one of {', '.join(CONV_FORMS)}."
+            )
         self.chunk_size = chunk_size
+        self.conv_form = conv_form
         self.convolve = bool(convolve)
         self.groups = groups
         self.kernel_size = kernel_size
@@ -185,9 +209,16 @@ class FastformerAttention(Attention):
                 shape=(self.kernel_size, self.groups, width, width),
                 initializer=keras.initializers.GlorotUniform(),
             )
-            self.conv_bias = self.add_weight(
-                name="conv_bias", shape=(self.d_model,), initializer="zeros"
-            )
+            if self.conv_form == "seed":
+                # torch's LayerNorm epsilon, which the seed's code uses.
+                self.conv_norm = keras.layers.LayerNormalization(
+                    epsilon=1e-5, dtype=self.dtype_policy, name="conv_norm"
+                )
+                self.conv_norm.build((None, None, self.d_model))
+            else:
+                self.conv_bias = self.add_weight(
+                    name="conv_bias", shape=(self.d_model,), initializer="zeros"
+                )
 
     @property
     def conv_tail_length(self) -> int:
@@ -218,8 +249,13 @@ class FastformerAttention(Attention):
         # Padding contributes nothing to later positions' convolutions.
         valid = valid_tokens(mask, batch, length, x.dtype)[:, :, None]
         tail = state["conv_tail"] if self.conv_tail_length else ops.zeros((batch, 0, self.d_model))
-        conv, new_tail = causal_convolution(x * valid, tail, self.conv_kernel, self.conv_bias)
-        local = self.dropout(ops.gelu(conv, approximate=False), training=training)
+        if self.conv_form == "seed":
+            # The seed pads the normed stream with zeros: pads read as zeros too.
+            conv, new_tail = causal_convolution(self.conv_norm(x) * valid, tail, self.conv_kernel)
+            local = self.dropout(conv, training=training)
+        else:
+            conv, new_tail = causal_convolution(x * valid, tail, self.conv_kernel, self.conv_bias)
+            local = self.dropout(ops.gelu(conv, approximate=False), training=training)
         attention_state = {name: value for name, value in state.items() if name != "conv_tail"}
         y, new_state = super().call(x + local, state=attention_state, mask=mask, training=training)
         if self.conv_tail_length:
@@ -270,5 +306,6 @@ class FastformerAttention(Attention):
             convolve=self.convolve,
             groups=self.groups,
             kernel_size=self.kernel_size,
+            conv_form=self.conv_form,
         )
         return config

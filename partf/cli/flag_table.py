@@ -194,6 +194,16 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
     Setting("clamp_len", "int", None, "largest relative distance encoded (unset: no clamp)"),
     Setting("attention", "str", "relative", "attention mechanism of the 'attention' candidate"),
     Setting(
+        "attention_defaults",
+        "str",
+        "authors",
+        "what attention options left unset mean: authors (the seed authors' released "
+        "configurations, e.g. TransNormer's transnormer_t1) or partf_v1 (partf's earlier "
+        "defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6)); a saved configuration "
+        "without this setting reads as partf_v1",
+        choices=("authors", "partf_v1"),
+    ),
+    Setting(
         "candidates",
         "names",
         ("attention", "dense", "identity"),
@@ -266,8 +276,13 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
 MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
     "diag": {
         "window_size": (64, "local: previous tokens each query sees; diag, eva: tokens per window"),
-        "diag_activation": ("softmax", "diag: score activation within a block (softmax, relu)"),
+        "diag_activation": ("relu", "diag: score activation within a block (relu, softmax)"),
         "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
+        "rms_form": (
+            "authors",
+            "norm/diag: simple_rms form, authors (x / (rms + 1e-8), TransNormer's code) or "
+            "partf (x / sqrt(mean square + 1e-6))",
+        ),
     },
     "eva": {
         "window_size": (
@@ -282,6 +297,11 @@ MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
         "overlap_window": (False, "eva: the exact part also covers the previous window"),
         "adaptive_proj": ("qk", "eva: proposal maps, qk (linear + layer norm) or no-ln (linear)"),
         "use_t5_rpe": (False, "eva: learned T5 relative position bias on the exact window"),
+        "chunk_mask": (
+            "partf",
+            "eva: chunks a query sees, partf (those before its exact part) or authors (also "
+            "its exact part's chunks before its own)",
+        ),
     },
     "fastformer": {
         "chunk_size": (
@@ -291,6 +311,11 @@ MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
         "convolve": (False, "fastformer: a causal convolution before the additive attention"),
         "groups": (2, "fastformer: channel groups of the convolution"),
         "kernel_size": (4, "fastformer: taps of the causal convolution"),
+        "conv_form": (
+            "seed",
+            "fastformer: the convolution, seed (layer norm, then no bias) or partf (bias, then "
+            "GELU)",
+        ),
     },
     "lara": {
         "num_landmarks": (16, "lara: landmarks (segments, one proposal each)"),
@@ -315,6 +340,11 @@ MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
         ),
         "feature_map": ("elu", "norm: feature map of queries and keys (elu, elu+1, relu)"),
         "norm_type": ("simple_rms", "norm/diag: output normalisation (simple_rms, layer, none)"),
+        "rms_form": (
+            "authors",
+            "norm/diag: simple_rms form, authors (x / (rms + 1e-8), TransNormer's code) or "
+            "partf (x / sqrt(mean square + 1e-6))",
+        ),
     },
     "performer": {
         "num_features": (128, "random features per head (performer)"),

@@ -1,17 +1,20 @@
 """Fastformer's causal convolution (`convolve`): against a direct convolution written
 tap by tap with the full (block-diagonal) weight matrix, across segment boundaries too,
-and inside the layer."""
+and inside the layer, in both forms: the seed's (layer norm, no bias, no activation;
+against tests/attention/references.py) and partf's first (bias, then GELU)."""
 
 from __future__ import annotations
 
 import math
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from partf.attention import create_attention
 from partf.attention.fastformer import FastformerAttention, causal_convolution
+from tests.attention import references
 from tests.attention.helpers import (
     assert_causal,
     assert_segments_equal_one_call,
@@ -63,23 +66,61 @@ def test_convolution_equals_the_direct_form_across_segments(taps, groups):
     np.testing.assert_allclose(to_np(tail), stream[:, 19 - (taps - 1) :], rtol=0, atol=0)
 
 
-def make_layer(**options) -> FastformerAttention:
+def make_layer(conv_form: str = "partf", **options) -> FastformerAttention:
     layer = create_attention(
-        "fastformer", 8, 2, chunk_size=4, convolve=True, groups=2, kernel_size=3, **options
+        "fastformer",
+        8,
+        2,
+        chunk_size=4,
+        convolve=True,
+        groups=2,
+        kernel_size=3,
+        conv_form=conv_form,
+        **options,
     )
     layer.build((None, None, 8))
     rng = np.random.default_rng(4)
-    layer.conv_bias.assign(rng.normal(size=(8,)).astype("float32"))
+    if conv_form == "partf":
+        layer.conv_bias.assign(rng.normal(size=(8,)).astype("float32"))
+    else:  # a layer norm far from the identity
+        layer.conv_norm.gamma.assign(rng.normal(size=(8,)).astype("float32") + 1.0)
+        layer.conv_norm.beta.assign(rng.normal(size=(8,)).astype("float32"))
     return layer
 
 
-def test_layer_adds_the_convolution_and_attends_over_the_convolved_stream():
-    """y = gelu(conv(x)) + additive attention(x + gelu(conv(x))), pads zeroed first."""
-    layer = make_layer()
+def attention_alone(layer: FastformerAttention) -> FastformerAttention:
+    """The same layer's additive attention without the convolution (its weights)."""
     plain = FastformerAttention(8, 2, chunk_size=4)
     plain.build((None, None, 8))
-    conv_weights = {id(layer.conv_kernel), id(layer.conv_bias)}
+    conv_weights = {id(w) for w in layer.weights if "conv" in w.path}
     plain.set_weights([w.numpy() for w in layer.weights if id(w) not in conv_weights])
+    return plain
+
+
+def test_seed_form_matches_the_reference():
+    """The seed's form: y = c + additive attention(x + c), c = conv(layer norm(x)) with no
+    bias and no activation, the float64 reference's convolution."""
+    layer = make_layer("seed")
+    assert not hasattr(layer, "conv_bias")
+    x, mask = random_tokens(2, 13, 8, seed=6)
+    params = {
+        "conv_kernel": layer.conv_kernel,
+        "norm_gamma": layer.conv_norm.gamma,
+        "norm_beta": layer.conv_norm.beta,
+    }
+    local = references.fastformer_seed_convolution(
+        {name: to_np(value) for name, value in params.items()}, x, mask, groups=2
+    )
+    attended, _ = attention_alone(layer)(ops.convert_to_tensor(x + local, "float32"), mask=mask)
+    y, _ = layer(x, mask=mask)
+    np.testing.assert_allclose(to_np(y), local + to_np(attended), rtol=1e-4, atol=1e-4)
+
+
+def test_layer_adds_the_convolution_and_attends_over_the_convolved_stream():
+    """partf's form: y = gelu(conv(x)) + additive attention(x + gelu(conv(x))), pads
+    zeroed first."""
+    layer = make_layer()
+    plain = attention_alone(layer)
     x, mask = random_tokens(2, 13, 8, seed=6)
     conv = convolution_reference(
         x * mask[..., None], to_np(layer.conv_kernel), to_np(layer.conv_bias)
@@ -90,8 +131,9 @@ def test_layer_adds_the_convolution_and_attends_over_the_convolved_stream():
     np.testing.assert_allclose(to_np(y), local + to_np(attended), rtol=1e-4, atol=1e-4)
 
 
-def test_segments_equal_one_call_and_the_layer_stays_causal():
-    layer = make_layer()
+@pytest.mark.parametrize("conv_form", ["seed", "partf"])
+def test_segments_equal_one_call_and_the_layer_stays_causal(conv_form):
+    layer = make_layer(conv_form)
     x, mask = random_tokens(2, 37, 8, seed=7)
     assert_segments_equal_one_call(layer, x, mask)
     assert_causal(layer, x, mask, 17)
@@ -102,6 +144,10 @@ def test_config_round_trip_and_default_variables():
     layer = make_layer(use_bias=True)
     clone = assert_config_round_trip(layer)
     assert (clone.convolve, clone.groups, clone.kernel_size) == (True, 2, 3)
+    assert clone.conv_form == "partf"
+    assert FastformerAttention(8, 2, convolve=True).conv_form == "seed"
+    with pytest.raises(ValueError, match="unknown conv_form 'gelu'"):
+        FastformerAttention(8, 2, convolve=True, conv_form="gelu")
     default = FastformerAttention(8, 2)
     default.build((None, None, 8))
     assert not any("conv" in w.path for w in default.weights)
@@ -111,3 +157,18 @@ def test_config_round_trip_and_default_variables():
 def test_bad_groups_are_refused():
     with pytest.raises(ValueError, match="must be positive and divide d_model"):
         FastformerAttention(8, 2, convolve=True, groups=3)
+
+
+def test_a_config_saved_before_conv_form_keeps_partfs_convolution():
+    """A layer config as partf wrote it before `conv_form` existed loads with the
+    convolution it was trained with (bias and GELU), and its weights load into it."""
+    layer = make_layer()
+    serialized = keras.saving.serialize_keras_object(layer)
+    serialized["config"].pop("conv_form")
+    restored = keras.saving.deserialize_keras_object(serialized)
+    assert restored.conv_form == "partf"
+    if not restored.built:
+        restored.build((None, None, 8))
+    restored.set_weights(layer.get_weights())
+    x, mask = random_tokens(2, 9, 8, seed=8)
+    np.testing.assert_allclose(to_np(restored(x, mask=mask)[0]), to_np(layer(x, mask=mask)[0]))

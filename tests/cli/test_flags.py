@@ -163,6 +163,15 @@ ADDED_FLAGS = {
     ),
     "--attn_compat": ("attn_compat", "str", None),
     "--attn_relative_compat": ("attn_relative_compat", "str", None),
+    # The seed authors' code as the reference (issue 37).
+    "--attention_defaults": ("attention_defaults", "str", None, ("authors", "partf_v1")),
+    "--attn_rms_form": ("attn_rms_form", "str", None),
+    "--attn_diag_rms_form": ("attn_diag_rms_form", "str", None),
+    "--attn_norm_rms_form": ("attn_norm_rms_form", "str", None),
+    "--attn_chunk_mask": ("attn_chunk_mask", "str", None),
+    "--attn_eva_chunk_mask": ("attn_eva_chunk_mask", "str", None),
+    "--attn_conv_form": ("attn_conv_form", "str", None),
+    "--attn_fastformer_conv_form": ("attn_fastformer_conv_form", "str", None),
 }
 
 #: TrainConfig settings added since, at their defaults (the recorded behaviour).
