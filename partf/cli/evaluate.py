@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from partf.cli.command import bool_flag, model_parser, run_command
-from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
+from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model, model_file
 
 PROG = "partf-evaluate"
 EVAL_MODES = ("argmax", "expected", "sample")
@@ -87,7 +87,24 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.seq_len < 1:
         raise UsageExit(f"--seq_len must be >= 1, got {args.seq_len}; e.g. --seq_len 32")
+    # Paths are checked before TensorFlow loads, so that a wrong one is answered at once.
+    model_file(args.model)
+    if args.records:
+        _check_records_path(Path(args.records))
     return args
+
+
+def _check_records_path(path: Path) -> None:
+    """Refuses a --records path that does not exist or holds no records, as
+    `partf.data.read_metadata` would, without importing it."""
+    if not path.exists():
+        raise UsageExit(f"--records {path} does not exist; pass a folder of .tfrecords files")
+    listed = (path / "metadata.json").is_file() or any(path.glob("*.tfrecords"))
+    if path.is_dir() and not listed:
+        raise UsageExit(
+            f"{path} holds no metadata.json and no .tfrecords files; build records with "
+            "partf-build-data"
+        )
 
 
 # --------------------------------------------------------------------- splits

@@ -39,7 +39,7 @@ from typing import Any
 from partf.cli.command import bool_flag, model_parser, run_command
 
 # Loading lives in its own module; its names stay importable from here.
-from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model
+from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model, model_file
 
 __all__ = [
     "RuntimeExit",
@@ -144,6 +144,7 @@ def _check_values(args: argparse.Namespace) -> None:
         raise UsageExit(f"--context_len must be >= 1, got {args.context_len}")
     if args.mem_len is not None and args.mem_len < 0:
         raise UsageExit(f"--mem_len must be >= 0, got {args.mem_len}")
+    model_file(args.model)  # a wrong path answered before TensorFlow loads
 
 
 # ---------------------------------------------------------------------- text

@@ -23,6 +23,13 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
+#: A run folder without a model in it.
+_NO_MODEL = (
+    "{run_dir} holds no .keras file and no checkpoint; pass a .keras file or a "
+    "run's checkpoints/<model_name> folder"
+)
+
+
 class UsageExit(Exception):
     """A command-line mistake: printed on one line, exit status 2."""
 
@@ -84,10 +91,7 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
 
     found = CheckpointManager(run_dir).load_latest()
     if found is None:
-        raise UsageExit(
-            f"{run_dir} holds no .keras file and no checkpoint; pass a .keras file or a "
-            "run's checkpoints/<model_name> folder"
-        )
+        raise UsageExit(_NO_MODEL.format(run_dir=run_dir))
     groups, meta, path = found
     training = (run_config or {}).get("training") or meta.get("config", {}).get("training") or {}
     if training.get("objective") == "mlm":
@@ -102,6 +106,36 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
         raise RuntimeExit(f"cannot restore {path}: {e}") from e
     logger.info("loaded checkpoint %s (step %s)", path, meta.get("step"))
     return model
+
+
+def model_file(path: str | os.PathLike) -> Path | None:
+    """The `.keras` file `--model` names, or None for a run folder without one (its
+    newest checkpoint is used then); checked without importing Keras or TensorFlow, so
+    a wrong path is answered at once.
+
+    Raises:
+        UsageExit: the path does not exist, holds several .keras files, or is a folder
+            with neither a .keras file nor a checkpoint.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise UsageExit(
+            f"--model {path} does not exist; pass a .keras file or a run's "
+            "checkpoints/<model_name> folder"
+        )
+    preferred = path / f"{path.name}.keras"
+    candidates = [preferred] if preferred.is_file() else sorted(path.glob("*.keras"))
+    if len(candidates) > 1:
+        names = ", ".join(p.name for p in candidates)
+        raise UsageExit(f"{path} holds several .keras files ({names}); pass one of them")
+    if candidates:
+        return candidates[0]
+    # partf.training.checkpoint names them ckpt-<step>.npz.
+    if not any(p.is_file() for p in path.glob("ckpt-*.npz")):
+        raise UsageExit(_NO_MODEL.format(run_dir=path))
+    return None
 
 
 def load_model(path: str | os.PathLike) -> tuple[Any, Path]:
@@ -120,20 +154,9 @@ def load_model(path: str | os.PathLike) -> tuple[Any, Path]:
         RuntimeExit: the model file cannot be read.
     """
     path = Path(path)
-    if path.is_file():
-        return _load_keras(path), path.parent
-    if not path.is_dir():
-        raise UsageExit(
-            f"--model {path} does not exist; pass a .keras file or a run's "
-            "checkpoints/<model_name> folder"
-        )
-    preferred = path / f"{path.name}.keras"
-    candidates = [preferred] if preferred.is_file() else sorted(path.glob("*.keras"))
-    if len(candidates) > 1:
-        names = ", ".join(p.name for p in candidates)
-        raise UsageExit(f"{path} holds several .keras files ({names}); pass one of them")
-    if candidates:
-        return _load_keras(candidates[0]), path
+    found = model_file(path)
+    if found is not None:
+        return _load_keras(found), path.parent if path.is_file() else path
     return _load_checkpoint(path, _read_run_config(path)), path
 
 

@@ -198,6 +198,30 @@ def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
             action.default = default
 
 
+#: The candidate kinds besides attention names (`partf.layers.candidates.BUILTIN_CANDIDATES`;
+#: tests/cli/test_quiet.py checks the copy).
+CANDIDATE_KINDS = ("attention", "dense", "identity")
+
+
+def check_mechanism_names(args: argparse.Namespace) -> None:
+    """Refuses an unknown --attention or --candidates name with ModelConfig's message,
+    from the flag table's mechanisms (partf's own, the only ones a command line can name),
+    so that the mistake is answered before the configurations and TensorFlow load.
+
+    Raises:
+        UsageExit: a name that is no mechanism (nor, for --candidates, a candidate kind).
+    """
+    names = ", ".join(sorted(flag_table.MECHANISM_OPTIONS))
+    if args.attention is not None and args.attention not in flag_table.MECHANISM_OPTIONS:
+        raise UsageExit(f"unknown attention {args.attention!r}; valid names: {names}.")
+    for name in args.candidates or ():
+        if name not in CANDIDATE_KINDS and name not in flag_table.MECHANISM_OPTIONS:
+            raise UsageExit(
+                f"unknown candidate {name!r}; use one of {', '.join(CANDIDATE_KINDS)} "
+                f"or an attention name: {names}."
+            )
+
+
 def parse_args(argv: Sequence[str] | None = None):
     """Parses `argv` into a `TrainConfig` and the --verbose flag.
 
@@ -208,6 +232,7 @@ def parse_args(argv: Sequence[str] | None = None):
     """
     parser = build_parser(attention_options())
     args = parser.parse_args(argv)
+    check_mechanism_names(args)
     config = configs_from_args(args)
     if args.from_search:
         from partf.training.search import config_from_search

@@ -88,6 +88,73 @@ def test_installed_commands_answer_help_and_a_bad_flag_quietly(command, tmp_path
     one_error_line(bad, command)
 
 
+#: Mistakes found from the command line and the file system alone: each is answered
+#: without loading TensorFlow. (command, arguments, message); {tmp} is an empty folder.
+EARLY_MISTAKES = {
+    "missing_model": (
+        "partf-generate",
+        ["--model", "{tmp}/nonexistent"],
+        "--model {tmp}/nonexistent does not exist; pass a .keras file",
+    ),
+    "empty_model_folder": (
+        "partf-evaluate",
+        ["--model", "{tmp}", "--records", "{tmp}"],
+        "{tmp} holds no .keras file and no checkpoint",
+    ),
+    "empty_records_folder": (
+        "partf-evaluate",
+        ["--model", "{tmp}/run/run.keras", "--records", "{tmp}"],
+        "{tmp} holds no metadata.json and no .tfrecords files; build records with",
+    ),
+    "unknown_attention": (
+        "partf-train",
+        ["--attention=nosuch"],
+        "unknown attention 'nosuch'; valid names: diag, eva, fastformer, lara,",
+    ),
+    "unknown_candidate": (
+        "partf-train",
+        ["--candidates=relative,nosuch"],
+        "unknown candidate 'nosuch'; use one of attention, dense, identity or an attention",
+    ),
+}
+
+
+def _early_case(case: str, tmp_path: Path) -> tuple[str, list[str], str]:
+    command, argv, message = EARLY_MISTAKES[case]
+    if case == "empty_records_folder":  # a model file to get past the model check
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "run.keras").write_bytes(b"not read")
+    fill = [arg.format(tmp=tmp_path) for arg in argv]
+    return command, fill, message.format(tmp=tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(EARLY_MISTAKES))
+def test_early_mistakes_are_answered_without_tensorflow(case, tmp_path):
+    command, argv, message = _early_case(case, tmp_path)
+    module, entry = COMMANDS[command]
+    code = (
+        f"import sys\nfrom {module} import {entry} as entry\n"
+        f"status = entry({argv!r})\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]\n"
+        "assert not loaded, loaded[:5]\nsys.exit(status)\n"
+    )
+    done = run([sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert message in one_error_line(done, command)
+
+
+@pytest.mark.parametrize("case", sorted(EARLY_MISTAKES))
+def test_installed_commands_answer_early_mistakes_leaving_nothing(case, tmp_path):
+    command, argv, message = _early_case(case, tmp_path)
+    work = tmp_path / "work"  # the current folder, where partf-train would write
+    work.mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    done = run([installed(command), *argv], work)
+    assert done.returncode == 2
+    assert message in one_error_line(done, command)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_a_data_error_after_tensorflow_loaded_is_one_line(tmp_path):
     """partf-train on records it cannot read: TensorFlow loads, runs the reader, and the
     error line is all that stderr gets."""
@@ -209,6 +276,17 @@ def test_the_flag_table_equals_its_sources():
     fix = "the sources changed: rewrite the table with `python -m partf.cli.make_flag_table`"
     for name, value in make_flag_table.current().items():
         assert getattr(flag_table, name) == value, f"{name}: {fix}"
+
+
+def test_the_early_name_checks_know_what_the_model_accepts():
+    """partf-train checks --attention and --candidates against the flag table's mechanisms
+    and its copy of the candidate kinds; those are what ModelConfig accepts."""
+    from partf.attention.registry import builtin_attention_names
+    from partf.cli import train
+    from partf.layers.candidates import BUILTIN_CANDIDATES
+
+    assert sorted(flag_table.MECHANISM_OPTIONS) == builtin_attention_names()
+    assert train.CANDIDATE_KINDS == BUILTIN_CANDIDATES
 
 
 # ------------------------------------------------------------------ slow: every command
