@@ -17,11 +17,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from partf.errors import DataError, UsageError
 
@@ -182,7 +181,7 @@ def vocab_size_of(sp_model: str | os.PathLike) -> int:
     return load_sentencepiece(sp_model).get_piece_size()
 
 
-def graph_tokenizer(sp_model: str | os.PathLike, add_eos: bool = True):
+def graph_tokenizer(sp_model: str | os.PathLike, add_eos: bool = True) -> Any:
     """A tensorflow-text SentencepieceTokenizer, usable inside tf.data maps.
 
     Args:
@@ -192,6 +191,11 @@ def graph_tokenizer(sp_model: str | os.PathLike, add_eos: bool = True):
     Returns:
         `tensorflow_text.SentencepieceTokenizer` producing int32 ids.
     """
+    # Imported here: ids <-> text (partf-generate) needs only sentencepiece, and runs
+    # where TensorFlow is not installed.
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
     load_sentencepiece(sp_model)  # one clear error for a missing or broken file
     model = Path(sp_model).read_bytes()
     return tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, add_eos=add_eos)
@@ -227,12 +231,14 @@ def tokenize_file(
         >>> read_token_file("/tmp/valid.tokens")[:3]
         memmap([ 5, 21, 6613], dtype=int32)
     """
+    import tensorflow as tf
+
     tokenizer = graph_tokenizer(sp_model, add_eos=add_eos)
     lines = tf.data.TextLineDataset(str(text_file), buffer_size=1 << 20)
 
     # Plain tensor code: skipping autograph's source conversion saves ~0.5 s.
     @tf.autograph.experimental.do_not_convert
-    def tokenize(batch: tf.Tensor) -> tf.Tensor:
+    def tokenize(batch: Any) -> Any:
         return tokenizer.tokenize(batch).flat_values
 
     dataset = (

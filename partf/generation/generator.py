@@ -273,8 +273,14 @@ class Generator:
                     return log_probs, state, tokens, history
 
                 carry = (log_probs, state, tokens, history)
-                if max_tokens > 1:
+                if max_tokens > 1 and keras.backend.backend() == "tensorflow":
                     carry = ops.fori_loop(0, max_tokens - 1, body, carry)
+                else:
+                    # JAX traces a fori_loop's body once, and the seed generator's state
+                    # (a variable each draw advances) cannot change inside a trace: so
+                    # there, one token at a time, each step's ops dispatched eagerly.
+                    for n in range(max_tokens - 1):
+                        carry = body(n, carry)
                 # The last token is drawn but not fed: nothing would read the result.
                 log_probs, _, tokens, history = carry
                 last = self._draw(log_probs, sampling)

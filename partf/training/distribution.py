@@ -36,14 +36,16 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
-import tensorflow as tf
 
 from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
 from partf.training.jax_evaluator import JaxEvaluator
 from partf.training.perplexity import SplitStats, batch_nll_sums
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 logger = logging.getLogger("partf.training")
 
@@ -75,6 +77,8 @@ def build_strategy(name: str) -> tf.distribute.Strategy | None:
             f"--distribution_strategy {name} needs the TensorFlow backend (KERAS_BACKEND="
             f"{keras.backend.backend()}); use --distribution_strategy default."
         )
+    import tensorflow as tf
+
     if name == "mirrored":
         strategy = tf.distribute.MirroredStrategy()
     elif name == "multi_worker":
@@ -124,6 +128,8 @@ def distribute_rows(
     """
     if strategy is None:
         return dataset
+    import tensorflow as tf
+
     rows = per_replica_batch(strategy, global_batch)
     replicas = strategy.num_replicas_in_sync
 
@@ -167,6 +173,8 @@ class ReplicaEvaluator:
         global_batch: int,
         jit_compile: bool = True,
     ) -> None:
+        import tensorflow as tf
+
         self.model = model
         self.strategy = strategy
         self.global_batch = global_batch
@@ -193,6 +201,8 @@ class ReplicaEvaluator:
 
     def evaluate(self, dataset: tf.data.Dataset) -> SplitStats:
         """One pass over `dataset` ((inputs, targets) int32 [B, T]), memory starting empty."""
+        import tensorflow as tf
+
         num_batches = int(dataset.cardinality())
         if num_batches < 0:
             num_batches = int(dataset.reduce(0, lambda n, _: n + 1))
@@ -243,6 +253,10 @@ class ReplicaRows:
 
 def checkpoint_view(variables: list[Any]) -> list[Any]:
     """`variables` with every per-replica (on_read, distributed) one as `ReplicaRows`."""
+    if keras.backend.backend() != "tensorflow":
+        return list(variables)  # strategies are TensorFlow's only
+    import tensorflow as tf
+
     viewed = []
     for variable in variables:
         value = getattr(variable, "value", None)
@@ -269,6 +283,8 @@ def adapt_model(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
         model: a compiled, built Keras model made under `strategy.scope()`.
         strategy: its strategy.
     """
+    import tensorflow as tf
+
     model._maybe_symbolic_build = lambda *args, **kwargs: None
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         compute_metrics = model.compute_metrics

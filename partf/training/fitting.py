@@ -10,6 +10,10 @@
 With `--objective=mlm` (`data.masking` set) each segment is one epoch, so that each
 `fit` call's batches can be masked with seeds of their own global steps: fresh masks
 every step, the same ones after a resume (partf.data.masking).
+
+On the JAX backend the training split is numpy batches (`ArrayBatches`): each segment's
+batches go to `fit` as rows, `batch_size=B`, unshuffled, which `fit` cuts back into the
+same batches in the same order (no `tf.data`, no TensorFlow).
 """
 
 from __future__ import annotations
@@ -18,10 +22,9 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
-import tensorflow as tf
 
 from partf.training.callbacks import (
     Checkpointer,
@@ -42,11 +45,16 @@ from partf.training.distribution import distribute_rows
 from partf.training.paths import RunPaths
 from partf.training.splits import RunData
 from partf.training.state import Built, CheckpointWriter, Resumed
+from partf.training.summaries import open_writer
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
 class Writers:
-    """The run's TensorBoard writers: logs/<model_name>/train and .../valid."""
+    """The run's TensorBoard writers: logs/<model_name>/train and .../valid
+    (`partf.training.summaries.open_writer`: `tf.summary`'s on TensorFlow)."""
 
     train: Any
     valid: Any
@@ -54,10 +62,7 @@ class Writers:
     @classmethod
     def open(cls, logs: Path) -> Writers:
         """Creates both writers under `logs`."""
-        return cls(
-            tf.summary.create_file_writer(str(logs / "train")),
-            tf.summary.create_file_writer(str(logs / "valid")),
-        )
+        return cls(open_writer(logs / "train"), open_writer(logs / "valid"))
 
     def flush(self) -> None:
         self.train.flush()
@@ -230,21 +235,31 @@ def run_fit(
     Returns:
         The `fit` histories joined (e.g. "loss": one value per epoch done).
     """
-    train_data = data.train.dataset.cache()
     history: dict[str, list[float]] = {}
     segments = plan_segments(progress.global_step, data.batches_per_epoch, data.total_steps)
     if data.masking is not None:
         segments = one_epoch_each(segments)
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    if on_tensorflow:
+        import tensorflow as tf
+
+        train_data = data.train.dataset.cache()
     for segment in segments:
         progress.begin(segment)
-        batches = train_data.skip(segment.skip).take(segment.limit - segment.skip)
-        if data.masking is not None:
-            first_step = segment.initial_epoch * data.batches_per_epoch + segment.skip
-            batches = data.masking.training_batches(batches, first_step)
-        batches = batches.prefetch(tf.data.AUTOTUNE)
-        batches = distribute_rows(strategy, batches, data.train.batch_size)
+        arguments: dict[str, Any] = {}
+        if on_tensorflow:
+            batches = train_data.skip(segment.skip).take(segment.limit - segment.skip)
+            if data.masking is not None:
+                first_step = segment.initial_epoch * data.batches_per_epoch + segment.skip
+                batches = data.masking.training_batches(batches, first_step)
+            batches = batches.prefetch(tf.data.AUTOTUNE)
+            arguments["x"] = distribute_rows(strategy, batches, data.train.batch_size)
+        else:
+            # Numpy rows; batch_size B and no shuffling give back the records' batches.
+            arguments["x"], arguments["y"] = data.train.dataset.rows(segment.skip, segment.limit)
+            arguments["batch_size"] = data.train.batch_size
         fit = model.fit(
-            batches,
+            **arguments,
             initial_epoch=segment.initial_epoch,
             epochs=segment.epochs,
             callbacks=list(callbacks),

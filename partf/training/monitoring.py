@@ -16,12 +16,19 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from partf.models.cost import candidate_flops
 from partf.training.perplexity import Evaluator, perplexity_report
 from partf.training.plots import save_pi_heatmap
-from partf.training.progress import EveryNSteps, RunProgress, RunStopper, StopReason, read_loss
+from partf.training.progress import (
+    EveryNSteps,
+    RunProgress,
+    RunStopper,
+    StopReason,
+    attach_fit_state,
+    read_loss,
+)
+from partf.training.summaries import write_image, write_scalars
 
 logger = logging.getLogger("partf.training")
 
@@ -34,7 +41,7 @@ class MetricsLogger(EveryNSteps, RunStopper):
 
     Args:
         progress: the run's position.
-        writer: the `tf.summary` writer of logs/<model_name>/train.
+        writer: the TensorBoard writer of logs/<model_name>/train.
         lr_value: step -> learning rate (host arithmetic, no device read).
         log_every: steps between records.
         seq_len: tokens per segment, which the candidates' costs depend on (None: no cost).
@@ -83,25 +90,25 @@ class MetricsLogger(EveryNSteps, RunStopper):
         lr = self.lr_value(max(step - 1, 0))  # the rate of the update that made `step`
         pi = np.asarray(self.model.pi())
         names = list(self.model.candidate_names)
-        with self.writer.as_default(step=step):
-            tf.summary.scalar("loss", loss)
-            if math.isfinite(loss):
-                tf.summary.scalar("perplexity", math.exp(min(loss, 700.0)))
-            tf.summary.scalar("lr", lr)
-            if tau is not None:
-                tf.summary.scalar("tau", tau)
-            if tokens_per_second is not None:
-                tf.summary.scalar("tokens_per_second", tokens_per_second)
-            for block in range(pi.shape[0]):
-                for k, name in enumerate(names):
-                    tf.summary.scalar(f"pi/block_{block}/{name}", pi[block, k])
-            cost = self.expected_cost()
-            if cost is not None:
-                tf.summary.scalar("search/expected_cost", cost)
-            # Primal's KSVD term (eta x J summed over its layers, the last step's), on its own.
-            ksvd = (logs or {}).get("ksvd_loss")
-            if ksvd is not None:
-                tf.summary.scalar("ksvd_loss", float(keras.ops.convert_to_numpy(ksvd)))
+        scalars = {"loss": loss}
+        if math.isfinite(loss):
+            scalars["perplexity"] = math.exp(min(loss, 700.0))
+        scalars["lr"] = lr
+        if tau is not None:
+            scalars["tau"] = tau
+        if tokens_per_second is not None:
+            scalars["tokens_per_second"] = tokens_per_second
+        for block in range(pi.shape[0]):
+            for k, name in enumerate(names):
+                scalars[f"pi/block_{block}/{name}"] = pi[block, k]
+        cost = self.expected_cost()
+        if cost is not None:
+            scalars["search/expected_cost"] = cost
+        # Primal's KSVD term (eta x J summed over its layers, the last step's), on its own.
+        ksvd = (logs or {}).get("ksvd_loss")
+        if ksvd is not None:
+            scalars["ksvd_loss"] = float(keras.ops.convert_to_numpy(ksvd))
+        write_scalars(self.writer, step, scalars)
         speed = f" {tokens_per_second:,.0f} tok/s" if tokens_per_second else ""
         logger.info(
             "step %d/%d epoch %d: loss %.4f, lr %.3g%s%s",
@@ -152,7 +159,7 @@ class SpikeMonitor(EveryNSteps, RunStopper):
 
     Args:
         progress: the run's position.
-        writer: the `tf.summary` writer of logs/<model_name>/train.
+        writer: the TensorBoard writer of logs/<model_name>/train.
         guard: the installed `partf.training.spike_guard.SpikeGuard`.
         log_every: steps between reads in "skip" mode.
 
@@ -190,8 +197,7 @@ class SpikeMonitor(EveryNSteps, RunStopper):
             return
         new = skipped - self.skipped
         self._set_skipped(skipped)
-        with self.writer.as_default(step=step):
-            tf.summary.scalar("skipped_steps", skipped)
+        write_scalars(self.writer, step, {"skipped_steps": skipped})
         if self.guard.mode == "stop":
             self._stop(step)
             logger.error(
@@ -230,7 +236,7 @@ class PiPlotter(EveryNSteps):
 
     Args:
         progress: the run's position.
-        writer: the `tf.summary` writer of logs/<model_name>/train.
+        writer: the TensorBoard writer of logs/<model_name>/train.
         folder: where the pictures go.
         plot_every: steps between pictures.
     """
@@ -257,8 +263,7 @@ class PiPlotter(EveryNSteps):
             self.folder / f"step{step}.png",
             title=f"Iteration {step}",
         )
-        with self.writer.as_default(step=step):
-            tf.summary.image("pi", tf.io.decode_png(png, channels=3)[None])
+        write_image(self.writer, step, "pi", png)
 
 
 class ValidationCallback(EveryNSteps):
@@ -270,9 +275,9 @@ class ValidationCallback(EveryNSteps):
 
     Args:
         progress: the run's position.
-        writer: the `tf.summary` writer of logs/<model_name>/valid.
+        writer: the TensorBoard writer of logs/<model_name>/valid.
         evaluator: an `Evaluator` for the model.
-        dataset: the validation split.
+        dataset: the validation split (a `tf.data.Dataset`, or numpy batches on JAX).
         eval_every: steps between validations (0: epoch ends only).
         text_counts: keyword arguments of `perplexity_report` (word and character counts).
         frozen_until: a search's last step with pi not yet moved (`--arch_freeze_steps`).
@@ -290,7 +295,7 @@ class ValidationCallback(EveryNSteps):
         progress: RunProgress,
         writer: Any,
         evaluator: Evaluator,
-        dataset: tf.data.Dataset,
+        dataset: Any,
         eval_every: int = 0,
         text_counts: dict[str, int | None] | None = None,
         frozen_until: int = 0,
@@ -327,6 +332,7 @@ class ValidationCallback(EveryNSteps):
     def validate(self, step: int) -> dict[str, Any]:
         """Scores the split now and records the figures at `step`."""
         start = time.perf_counter()
+        attach_fit_state(getattr(self.evaluator, "model", None))  # JAX: fit's current weights
         evaluator, how = self.evaluator, ""
         if self.while_frozen is not None and step <= self.frozen_until:
             evaluator = self.while_frozen
@@ -334,11 +340,12 @@ class ValidationCallback(EveryNSteps):
         report = perplexity_report(evaluator.evaluate(self.dataset), **self.text_counts)
         # A figure of other block weights than the run's own is not its final figure.
         self.report, self.report_step = report, (step if evaluator is self.evaluator else None)
-        with self.writer.as_default(step=step):
-            for name, value in report.items():
-                if name.startswith("num_") or value is None or not math.isfinite(value):
-                    continue
-                tf.summary.scalar(name, value)
+        scalars = {
+            name: value
+            for name, value in report.items()
+            if not name.startswith("num_") and value is not None and math.isfinite(value)
+        }
+        write_scalars(self.writer, step, scalars)
         self.writer.flush()
         logger.info(
             "validation at step %d%s: loss %.4f, perplexity %.2f (original's figure %.2f) in %.1fs",

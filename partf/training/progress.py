@@ -119,6 +119,20 @@ class RunStopper:
         self.model.stop_training = True
 
 
+def attach_fit_state(model: Any) -> None:
+    """Makes the model's variables hold their current values during `fit`, on JAX.
+
+    Between executions, JAX's `fit` keeps the weights, memory and optimizer state in
+    arrays of its own and leaves the variables empty; Keras hands them back when a
+    callback reads `self.model`. A callback that reaches the variables another way (a
+    checkpoint writer, an evaluator holding the model) calls this first. Elsewhere it
+    does nothing.
+    """
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
+
+
 def read_loss(logs: dict[str, Any] | None) -> float | None:
     """The running loss in `logs` as a float (a device sync), or None."""
     if not logs or "loss" not in logs:

@@ -19,7 +19,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from partf.models.cost import expected_flops, model_flops
 from partf.training.checkpoint import atomic_write_text
@@ -29,6 +28,7 @@ from partf.training.perplexity import perplexity_report
 from partf.training.plots import make_gif, save_pi_heatmap
 from partf.training.splits import RunData
 from partf.training.state import Built, Clock
+from partf.training.summaries import write_scalars
 
 logger = logging.getLogger("partf.training")
 
@@ -103,8 +103,7 @@ def finish(
             expected_scores[name] = report
             _log_scores(f"{name} (expected block weights)", report)
     if "valid" in scores:
-        with valid_writer.as_default(step=step):
-            tf.summary.scalar("final_perplexity", scores["valid"]["perplexity"])
+        write_scalars(valid_writer, step, {"final_perplexity": scores["valid"]["perplexity"]})
         valid_writer.flush()
     train_loss = trained.train_loss
     results = {

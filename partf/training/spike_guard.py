@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 MODES = ("off", "skip", "stop")
@@ -80,13 +79,16 @@ class SpikeGuard:
         if self.mode == "off":
             return
         if keras.backend.backend() != "tensorflow":
-            raise ValueError("the spike guard needs the TensorFlow backend; use --spike_guard=off.")
+            raise ValueError(
+                "--spike_guard needs the TensorFlow backend (its guarded step is a "
+                "tf.GradientTape step); use --spike_guard=off, or KERAS_BACKEND=tensorflow."
+            )
         model.train_step = lambda data: self.train_step(model, data)
         model.make_train_function(force=True)
 
     def judge(self, loss: Any) -> Any:
         """Whether a step with this (float32 scalar) loss may be applied."""
-        finite = tf.math.is_finite(loss)
+        finite = ops.isfinite(loss)
         warming = self.accepted < self.warmup
         ok = finite & (warming | (loss <= self.factor * self.mean))
         if self.mode == "stop":
@@ -105,6 +107,8 @@ class SpikeGuard:
 
     def train_step(self, model: keras.Model, data: Any) -> dict[str, Any]:
         """Keras's TensorFlow train step, with the update kept only when `judge` allows."""
+        import tensorflow as tf
+
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)

@@ -5,6 +5,10 @@ the splits as datasets of (inputs, targets), and the numbers the rest of the run
 built from (vocabulary size, batches per epoch, steps in all). Everything here can
 reject the inputs, and nothing here writes.
 
+On the TensorFlow backend a split is a `tf.data.Dataset`; on the others it is
+`ArrayBatches`, the records read into numpy without TensorFlow
+(`partf.data.record_reader`), which `fit` and `JaxEvaluator` take as they are.
+
 With `--objective=mlm` the validation and test splits come masked, each with its fixed
 seed (partf.data.masking), and `RunData.masking` says how `run_fit` masks the training
 batches, step by step.
@@ -14,23 +18,61 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
+import keras
+import numpy as np
 
-from partf.data.masking import Masking
 from partf.errors import DataError
 from partf.training.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    from partf.data.masking import Masking
 
 logger = logging.getLogger("partf.training")
 
 
+class ArrayBatches:
+    """A split's context batches in memory, as (inputs, targets) pairs in stream order.
+
+    Args:
+        batches: int32 [n, B, L + 1], as `partf.data.record_reader.read_record_batches`
+            returns them; targets are the inputs shifted by one token.
+    """
+
+    def __init__(self, batches: np.ndarray) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for batch in self.batches:
+            yield batch[:, :-1], batch[:, 1:]
+
+    def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batches [start, stop) as (inputs, targets) rows [(stop - start) * B, L]: what
+        `fit(x, y, batch_size=B, shuffle=False)` cuts back into those batches, in order."""
+        part = self.batches[start:stop]
+        width = part.shape[-1] - 1
+        return (
+            np.ascontiguousarray(part[..., :-1]).reshape(-1, width),
+            np.ascontiguousarray(part[..., 1:]).reshape(-1, width),
+        )
+
+
 @dataclasses.dataclass
 class Split:
-    """One split's dataset and what is known about it."""
+    """One split's dataset and what is known about it.
 
-    dataset: tf.data.Dataset
+    Attributes:
+        dataset: (inputs, targets) int32 [B, L] batches: a `tf.data.Dataset` on the
+            TensorFlow backend, `ArrayBatches` on the others.
+    """
+
+    dataset: Any
     num_batches: int
     batch_size: int
     seq_len: int
@@ -51,7 +93,7 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     Returns:
         A `Split` whose dataset has a known length (so the progress bar has an ETA).
     """
-    from partf.data import load_tfrecords, model_path, read_metadata, verify_records
+    from partf.data.tokenizer import model_path
 
     path = Path(directory)
     if not path.exists():
@@ -59,6 +101,11 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
             f"{what} records {path} do not exist; build them with ./create_tfrecords.sh "
             f"or point --{what}_directory at a folder of .tfrecords files."
         )
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    if on_tensorflow:
+        from partf.data.tfrecords import read_metadata
+    else:
+        from partf.data.record_reader import read_records_metadata as read_metadata
     metadata = read_metadata(path)
     sp_model = None
     if sp_model_prefix and metadata.tokenizer_sha256:
@@ -70,11 +117,20 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
                 "tokenizer %s not found: not checked against the %s records", sp_model, what
             )
             sp_model = None
-    dataset = load_tfrecords(path, sp_model, prefetch=False)
     if not metadata.num_batches:
         raise DataError(f"{what} records {path} hold no batches; rebuild them.")
-    # A truncated or corrupt shard is found now, not when training reaches it.
-    verify_records(path)
+    if on_tensorflow:
+        from partf.data.tfrecords import load_tfrecords, verify_records
+
+        dataset = load_tfrecords(path, sp_model, prefetch=False)
+        # A truncated or corrupt shard is found now, not when training reaches it.
+        verify_records(path)
+        dataset = dataset.apply(_assert_cardinality(metadata.num_batches))
+    else:
+        from partf.data.record_reader import read_record_batches
+
+        # Every record is read (and its CRCs checked) now.
+        dataset = ArrayBatches(read_record_batches(path, sp_model))
     text_counts: dict[str, int | None] = {}
     if metadata.num_words is not None and metadata.num_lines is not None:
         text_counts["num_words"] = metadata.num_words + metadata.num_lines
@@ -82,7 +138,6 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
         text_counts["num_chars"] = metadata.num_chars
     if metadata.num_tokens:
         text_counts["text_tokens"] = metadata.num_tokens - 1  # every (t, t+1) pair
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(metadata.num_batches))
     return Split(
         dataset,
         int(metadata.num_batches),
@@ -92,6 +147,12 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
         text_counts,
         metadata.mask_id,
     )
+
+
+def _assert_cardinality(count: int) -> Any:
+    import tensorflow as tf
+
+    return tf.data.experimental.assert_cardinality(count)
 
 
 def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
@@ -179,6 +240,14 @@ def load_data(config: TrainConfig) -> RunData:
     vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
     masking = None
     if config.objective == "mlm":
+        if keras.backend.backend() != "tensorflow":
+            # The masks are tf.data maps (partf.data.masking).
+            raise ConfigError(
+                "--objective=mlm masks its batches with TensorFlow; train it on the "
+                "TensorFlow backend (KERAS_BACKEND=tensorflow), or use --objective=causal."
+            )
+        from partf.data.masking import Masking
+
         masking = Masking(_mask_id(config, train, valid, test), vocab_size, seed=config.seed)
         # Fixed masks per split; word and character counts do not apply to masked tokens.
         if valid is not None:

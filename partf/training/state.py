@@ -19,17 +19,20 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
-import tensorflow as tf
 
 from partf.training.callbacks import SavedCheckpoint
 from partf.training.checkpoint import CheckpointError, CheckpointManager, restore_variables
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
+from partf.training.progress import attach_fit_state
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 logger = logging.getLogger("partf.training")
 
@@ -86,7 +89,7 @@ def build_model(
     """
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
-        policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        policy = "mixed_float16" if _has_gpu() else "mixed_bfloat16"
         keras.mixed_precision.set_global_policy(policy)
     else:
         keras.mixed_precision.set_global_policy("float32")
@@ -134,6 +137,17 @@ def build_model(
             data.total_steps,
         )
     return Built(model, model_config, schedule, guard, full_config)
+
+
+def _has_gpu() -> bool:
+    """Whether the backend computes on a GPU (float16 there, bfloat16 elsewhere)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return any(device.platform == "gpu" for device in jax.devices())
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def masked_lm(model_config: Any) -> Any:
@@ -273,6 +287,12 @@ def _compiled_model(
         adapt_model(model, strategy)
     guard = None
     if config.spike_guard != "off":
+        if keras.backend.backend() != "tensorflow":
+            raise ConfigError(
+                f"--spike_guard={config.spike_guard} needs the TensorFlow backend (its "
+                "guarded step is TensorFlow's); use --spike_guard=off on "
+                f"{keras.backend.backend()}, or KERAS_BACKEND=tensorflow."
+            )
         if strategy is not None:
             raise ConfigError(
                 "--spike_guard does not work under a distribution strategy yet; use "
@@ -434,6 +454,7 @@ class CheckpointWriter:
 
     def __call__(self, step: int, train_loss: float | None) -> str:
         """Writes the checkpoint of `step` and returns its path (see `checkpoint.py`)."""
+        attach_fit_state(self.built.model)  # JAX: the values fit holds, in the variables
         meta = {
             "config": self.built.full_config,
             "train_loss": train_loss,

@@ -48,10 +48,9 @@ import signal
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
-import tensorflow as tf
 
 from partf.training.block_weights import expected_evaluator
 from partf.training.callbacks import RunProgress, StopReason
@@ -75,6 +74,9 @@ __all__ = [
     "train",
     "vocab_size_of",
 ]
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 logger = logging.getLogger("partf.training")
 
