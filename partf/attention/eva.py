@@ -63,6 +63,7 @@ from keras import ops
 
 from partf.attention.base import Attention, State
 from partf.attention.chunked import CHUNK_SIZE_HELP
+from partf.attention.eva_noncausal import noncausal_eva
 from partf.attention.masking import masked_softmax, valid_tokens
 from partf.attention.projection_net import ProjectionNet
 from partf.attention.registry import register_attention
@@ -74,7 +75,6 @@ from partf.attention.windowed import (
     grid_valid,
     next_offset,
     real_token_layout,
-    split_blocks,
     to_grid,
 )
 from partf.random import normal as normal_draws
@@ -460,47 +460,8 @@ class EVAAttention(Attention):
         return ops.cast(out, dtype), new_state
 
     def attend_noncausal(self, q, k, v, mask=None, training=None) -> Any:
-        """Non-causal EVA, as the authors' encoder: a query attends exactly to the real
-        tokens of its window and, through one summary each, to every chunk of the
-        sequence outside its window; all logits share one softmax."""
-        window, chunk = self.window_size, self.chunk_size
-        heads, dim = self.num_heads, self.head_dim
-        dtype = q.dtype
-        q, k, v = (ops.cast(t, "float32") for t in (q, k, v))
-        batch, length = ops.shape(q)[0], ops.shape(q)[1]
-        valid = valid_tokens(mask, batch, length, "float32")
-        # [B, n, W, ...], the sequence padded to whole windows (padding is not valid).
-        q_win, k_win, v_win = (split_blocks(t, window) for t in (q, k, v))
-        valid_win = split_blocks(valid, window)  # [B, n, W]
-        num_windows = ops.shape(q_win)[1]
-
-        def chunks(x):  # [B, n, W, ...] -> [B, n W / C, C, ...]
-            return ops.reshape(x, (batch, -1, chunk) + tuple(ops.shape(x)[3:]))
-
-        keys, values, ok = self.summarize(
-            chunks(q_win), chunks(k_win), chunks(v_win), chunks(valid_win), training
-        )  # [B, m, H, Dh], [B, m, H, Dh], [B, m]
-        scale = 1.0 / math.sqrt(dim)
-        logits = ops.einsum("bnihd,bnjhd->bnhij", q_win, k_win) * scale  # [B, n, H, W, W]
-        chunk_logits = ops.einsum("bnihd,bmhd->bnhim", q_win, keys) * scale  # [..., m]
-        # Chunk c lies in window c // (W / C): the exact part covers it there.
-        chunk_window = ops.arange(ops.shape(keys)[1]) // (window // chunk)  # [m]
-        outside = chunk_window[None, :] != ops.arange(num_windows)[:, None]  # [n, m]
-        visible = ops.concatenate(
-            [
-                valid_win[:, :, None, None, :] > 0.5,
-                ops.logical_and(outside[None, :, None, None, :], ok[:, None, None, None, :]),
-            ],
-            axis=-1,
-        )  # [B, n, 1, 1, W + m]
-        logits = ops.concatenate([logits, chunk_logits], axis=-1)
-        probs = self.dropout(masked_softmax(logits, visible), training=training)
-        # A pad's value gets weight 0, but 0 * inf would still be NaN.
-        v_win = ops.where(valid_win[..., None, None] > 0.5, v_win, 0.0)
-        out = ops.einsum("bnhij,bnjhd->bnihd", probs[..., :window], v_win)
-        out = out + ops.einsum("bnhim,bmhd->bnihd", probs[..., window:], values)
-        out = ops.reshape(out, (batch, -1, heads, dim))[:, :length]
-        return ops.cast(out, dtype)
+        """Non-causal EVA, as the authors' encoder (`partf.attention.eva_noncausal`)."""
+        return noncausal_eva(self, q, k, v, mask, training)
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Exact softmax within the window (W keys, 2W with overlap) plus the
