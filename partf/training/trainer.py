@@ -56,6 +56,7 @@ from partf.training.block_weights import expected_evaluator
 from partf.training.callbacks import RunProgress, StopReason
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
 from partf.training.config import TrainConfig
+from partf.training.console import ConsoleProgress
 from partf.training.distribution import build_strategy, make_evaluator
 from partf.training.fitting import make_callbacks, plan_segments, run_fit
 from partf.training.paths import RunPaths, prepare_output, run_paths
@@ -261,7 +262,11 @@ class Trainer:
             )
             try:
                 with own.signals.installed():
-                    callbacks = own.as_list() + self.callbacks
+                    # After partf's (the tracker keeps `progress` current first).
+                    console = ConsoleProgress(
+                        progress, config.steps_per_execution, config.jit_compile
+                    )
+                    callbacks = [*own.as_list(), console, *self.callbacks]
                     history = run_fit(built.model, data, progress, callbacks, strategy)
             finally:
                 own.writers.flush()

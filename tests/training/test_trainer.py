@@ -231,9 +231,10 @@ class _SigintAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
-def test_a_run_cut_by_max_steps_says_what_it_ran(records, tmp_path):
+def test_a_run_cut_by_max_steps_says_what_it_ran(records, tmp_path, capfd):
     """results.json: "epochs" is what was asked; epochs_run, epochs_completed and steps
-    what ran. The heatmap of the last step is written though no plot_every multiple came."""
+    what ran. The heatmap of the last step is written though no plot_every multiple came.
+    The console says what is compiled before the first step."""
     config = _config(
         records, tmp_path, train_directory=str(records[0] / "train6"), valid_directory="",
         test_directory="", jit_compile=False, steps_per_execution=3, max_steps=9,
@@ -245,6 +246,8 @@ def test_a_run_cut_by_max_steps_says_what_it_ran(records, tmp_path):
     paths = RunPaths(Path(config.output_dir), "tiny")
     assert [p.name for p in paths.plots.glob("step*.png")] == ["step9.png"]
     assert [step for step, _ in _scalars(paths.logs / "train")["pi"]] == [9]
+    notice = "partf: compiling the train step (graph, no XLA, 3 steps per execution) before "
+    assert notice + "step 0 of 9;" in capfd.readouterr().err
 
 
 @pytest.fixture(scope="module")
