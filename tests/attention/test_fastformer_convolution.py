@@ -14,6 +14,7 @@ from keras import ops
 
 from partf.attention import create_attention
 from partf.attention.fastformer import FastformerAttention, causal_convolution
+from partf.models.config import ModelConfig
 from tests.attention import references
 from tests.attention.helpers import (
     assert_causal,
@@ -172,3 +173,16 @@ def test_a_config_saved_before_conv_form_keeps_partfs_convolution():
     restored.set_weights(layer.get_weights())
     x, mask = random_tokens(2, 9, 8, seed=8)
     np.testing.assert_allclose(to_np(restored(x, mask=mask)[0]), to_np(layer(x, mask=mask)[0]))
+
+
+def test_an_old_model_config_keeps_partfs_convolution():
+    """A ModelConfig dict saved before `attention_defaults` existed builds Fastformer's
+    convolution in partf's form; a new one in the seed's."""
+    new = ModelConfig(vocab_size=50, cutoffs=(), attention="fastformer")
+    saved = new.to_dict()
+    saved.pop("attention_defaults")
+    saved["attention_options"] = {"convolve": True}
+    old = ModelConfig.from_dict(saved)
+    assert old.attention_options == {"convolve": True, "fastformer_conv_form": "partf"}
+    assert create_attention("fastformer", 8, 2, **old.attention_options).conv_form == "partf"
+    assert create_attention("fastformer", 8, 2, **new.attention_options).conv_form == "seed"
