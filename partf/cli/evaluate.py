@@ -223,6 +223,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     else:
         dataset, counts = _text_split(args, model, run_dir)
     evaluator = make_evaluator(model, None, model.config.batch_size, args.jit_compile)
+    # Compiling and scoring a split takes from seconds to minutes: say what runs.
+    logger.info(
+        "scoring %s on %s (eval_mode %s)",
+        args.model,
+        args.records or args.text,
+        model.config.eval_mode,
+    )
     report = perplexity_report(evaluator.evaluate(dataset), **counts)
     return {
         "model": str(args.model),

@@ -92,6 +92,9 @@ def finish(
         if name == "valid" and trained.valid_report_step == step:
             report = trained.valid_report  # scored at this very step already
         else:
+            # The final passes take a while (about a minute on 2 CPU cores for WikiText-2's
+            # valid and test); say what runs instead of going quiet.
+            logger.info("scoring the %s split (%d batches)", name, split.num_batches)
             began = time.perf_counter()
             report = perplexity_report(evaluator.evaluate(split.dataset), **split.text_counts)
             # Evaluation latency as this run measured it (partf-study's report shows it).
@@ -99,6 +102,7 @@ def finish(
         scores[name] = report
         _log_scores(name, report)
         if expected is not None:
+            logger.info("scoring the %s split with expected block weights", name)
             report = perplexity_report(expected.evaluate(split.dataset), **split.text_counts)
             expected_scores[name] = report
             _log_scores(f"{name} (expected block weights)", report)

@@ -97,7 +97,9 @@ def test_the_raw_text_gives_the_same_figures_as_its_records(trained, capsys):
 def test_eval_mode_changes_the_block_weights(trained, capsys):
     base = ["--model", str(trained["run_dir"]), "--records", str(trained["records"]["test"])]
     assert run([*base, "--eval_mode", "argmax", "--nojit_compile"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # What is scored is said before the pass, which may take minutes.
+    assert f"scoring {base[1]} on {base[3]} (eval_mode argmax)" in err
     assert "(eval_mode argmax)" in out and "perplexity (exact, per token):" in out
     argmax = float(out.split("perplexity (exact, per token):")[1].split()[0])
     expected = trained["results"]["test"]["perplexity"]  # the run's own eval_mode

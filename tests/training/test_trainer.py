@@ -127,7 +127,10 @@ def test_every_artifact_is_written(run):
     assert steps[-1] == 24 and 1 < len(steps) <= 5
     assert json.loads(paths.results.read_text()) == json.loads(json.dumps(results))
     log = paths.training_log.read_text()
-    for expected in ('"d_model": 16', "Total params", "step 24/24", "validation at step"):
+    expected_lines = ('"d_model": 16', "Total params", "step 24/24", "validation at step")
+    # The final passes say what they score (valid was scored at step 24 already).
+    expected_lines += ("scoring the test split (3 batches)",)
+    for expected in expected_lines:
         assert expected in log
     # While pi is frozen its argmax is each block's first candidate: the mixture is scored.
     assert "validation at step 12 with expected block weights (pi frozen until step 12)" in log
