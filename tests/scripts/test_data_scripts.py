@@ -6,6 +6,7 @@ with no TensorFlow. The real build (half a minute for WikiText-2) is not run her
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -261,3 +262,58 @@ def test_a_signal_to_base_model_reaches_partf_train_once(project, tmp_path, sign
     name = signal.Signals(signum).name.removeprefix("SIG")
     assert log.read_text().splitlines()[1:] == [f"got {name}"]
     assert "done: the run is in" not in err
+
+
+def readme_commands() -> list[list[str]]:
+    """The README's command lines that call a program of .venv/bin, continuation lines
+    joined and comments dropped, as argument lists."""
+    commands, block, pending = [], False, ""
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            block = not block
+            continue
+        if not block:
+            continue
+        pending += line.rstrip("\\")
+        if line.endswith("\\"):
+            continue
+        argv = shlex.split(pending, comments=True)
+        pending = ""
+        if argv and argv[0].startswith(".venv/bin/"):
+            commands.append(argv)
+    return commands
+
+
+def test_the_readmes_next_commands_are_the_ones_printed(project, tmp_path):
+    """What base_model.sh prints at its end is in the README line for line."""
+    done, _ = run(project, corpus(tmp_path / "wikitext-2", *TEXTS))
+    printed = [shlex.split(line) for line in done.stderr.splitlines()[-3:]]
+    assert [argv[0] for argv in printed] == [
+        ".venv/bin/partf-generate",
+        ".venv/bin/partf-evaluate",
+        ".venv/bin/tensorboard",
+    ]
+    readme = readme_commands()
+    for argv in printed:
+        assert argv in readme, argv
+
+
+def test_the_readmes_venv_commands_exist_and_their_flags_parse():
+    """A dry run of each `.venv/bin/...` line of the README: the program is installed
+    beside this Python (the venv), and partf's commands accept the flags as written."""
+    from partf.cli import evaluate, generate
+
+    parsers = {"partf-generate": generate.build_parser, "partf-evaluate": evaluate.build_parser}
+    bin_dir = Path(sys.executable).parent
+    commands = readme_commands()
+    assert len(commands) >= 4
+    for program, *argv in commands:
+        name = Path(program).name
+        if not (bin_dir / name).is_file():
+            pytest.skip(f"{name} is not installed next to {sys.executable}")
+        if name in parsers:
+            parsers[name]().parse_args(argv)  # a mistyped flag raises UsageExit
+    # The paths they name are the ones the scripts write.
+    base, build = (ROOT / "base_model.sh").read_text(), (ROOT / "create_tfrecords.sh").read_text()
+    assert "MODEL_NAME:-dmodel128_dffn512_blocks6" in base
+    assert "RECORDS=data/wikitext2_bsz32_seqlen32_tfrecords" in build
