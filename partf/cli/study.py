@@ -25,9 +25,12 @@ import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from partf.cli import exits
+from partf.cli import exits, train
+
+if TYPE_CHECKING:
+    from partf.study.plan import Plan
 
 PROG = "partf-study"
 
@@ -67,6 +70,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_flags(plan: Plan) -> None:
+    """Parses every run's flags as partf-train would (without Keras), so that a typo in
+    the plan fails now, not hours into the study.
+
+    Raises:
+        PlanError: the first run whose flags partf-train refuses, naming its arm.
+    """
+    from partf.study.plan import PlanError
+
+    parser = train.build_parser(train.attention_options())
+    for run in plan.runs():
+        if run.after is not None:
+            argv = ["--from_search=x", *run.flags]
+        else:
+            argv = ["--train_directory=x", *run.flags, f"--seed={run.seed}"]
+        try:
+            parser.parse_args(argv)
+        except train.UsageExit as e:
+            arm = run.arm.removesuffix("-stage2")
+            raise PlanError(f"plan {plan.path}: arm {arm}: {e}") from None
+
+
 def _say(message: str) -> None:
     now = datetime.datetime.now().strftime("%H:%M:%S")
     print(f"{PROG} {now} {message}", file=sys.stderr, flush=True)
@@ -80,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from partf.errors import UsageError
     from partf.study.plan import load_plan
     from partf.study.report import write_report
-    from partf.study.runner import StudyPaths, check_flags, list_commands, prepare_data, run_study
+    from partf.study.runner import StudyPaths, list_commands, prepare_data, run_study
 
     if args.workers < 1:
         return exits.fail(

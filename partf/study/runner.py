@@ -162,25 +162,6 @@ def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
     return [*data, *run.flags, f"--seed={run.seed}", *own]
 
 
-def check_flags(plan: Plan) -> None:
-    """Parses every run's flags as partf-train would (without Keras), so that a typo in
-    the plan fails now, not hours into the study."""
-    from partf.cli.train import UsageExit, attention_options, build_parser
-
-    parser = build_parser(attention_options())
-    for run in plan.runs():
-        if run.after is not None:
-            argv = ["--from_search=x", *run.flags]
-        else:
-            argv = ["--train_directory=x", *run.flags, f"--seed={run.seed}"]
-        try:
-            parser.parse_args(argv)
-        except UsageExit as e:
-            raise PlanError(
-                f"plan {plan.path}: arm {run.arm.removesuffix('-stage2')}: {e}"
-            ) from None
-
-
 def ready(run: Run, paths: StudyPaths) -> bool:
     """Whether `run` can start: always, or for a stage 2 once its search finished."""
     return run.after is None or paths.finished(run.after)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from partf.cli.study import check_flags
 from partf.study.plan import PlanError, load_plan
-from partf.study.runner import StudyPaths, check_flags, train_args
+from partf.study.runner import StudyPaths, train_args
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 

@@ -24,8 +24,8 @@ PLAN = ROOT / "studies" / "tiny.toml"
 RUNS = ["txl-s0", "par-s0", "txl-s1", "par-s1", "par-stage2-s0", "par-stage2-s1"]
 
 
-def study(out: Path, *args: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+def study(out: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    env = {**(env or os.environ), "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.Popen(
         [sys.executable, "-m", "partf.cli.study", str(PLAN), "--out", str(out), *args],
         cwd=ROOT,
@@ -33,7 +33,6 @@ def study(out: Path, *args: str, **kwargs) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        **kwargs,
     )
 
 
@@ -159,3 +158,38 @@ def test_a_killed_study_resumes_to_the_same_results(whole, interrupted):
     # Once everything has finished, nothing is left to list.
     assert listed_after[0] == 0
     assert "partf-train" not in listed_after[1]
+
+
+def test_the_plan_runs_on_jax_without_tensorflow(whole, tmp_path):
+    """Seed 0 of the tiny plan on the JAX backend where `import tensorflow` fails: the
+    records the TensorFlow study built are read without it (building them needs it)."""
+    pytest.importorskip("jax")
+    import shutil
+
+    out = tmp_path / "jax"
+    shutil.copytree(whole[0] / "data", out / "data")
+    blocker = tmp_path / "blocker"
+    for name in ("tensorflow", "tensorflow_text"):
+        (blocker / name).mkdir(parents=True)
+        (blocker / name / "__init__.py").write_text(f"raise ImportError('no {name} here')\n")
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)]),
+    }
+    process = study(out, "--seeds", "0", "--workers", "2", env=env)
+    status, output = finish(process)
+    assert status == 0, output
+    for name in ("txl-s0", "par-s0", "par-stage2-s0"):
+        got = results(out, name)
+        assert got["test"]["perplexity"] > 1
+        log = (out / "runs" / name / "console.log").read_text()
+        assert "no tensorflow here" not in log
+    assert results(out, "par-stage2-s0")["architecture"] == results(out, "par-s0")["architecture"]
+    record = json.loads((out / "runs" / "txl-s0" / "study.json").read_text())
+    assert record["launches"][0]["backend"] == "jax"
+    assert "\n## jax on " in (out / "report.md").read_text()
+    # TensorBoard scalars appear without TensorFlow too.
+    assert list(
+        (out / "runs" / "txl-s0" / "logs" / "txl-s0" / "train").glob("events.out.tfevents.*")
+    )
