@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from partf.attention import attention_names, get_attention_class
@@ -55,6 +56,28 @@ RECOMMENDED_POSITION = {
     "primal": "none",
     "lara": "none",
 }
+
+
+def pin_previous_defaults(options: dict[str, Any], mechanisms: Sequence[str]) -> dict[str, Any]:
+    """Attention options with each mechanism's `previous_defaults` written out.
+
+    An option left unset whose default has changed since gets its earlier value as
+    `<mechanism>_<option>`, so a model saved before the change is built as it was
+    trained; options set (shared or for the mechanism alone) are kept.
+
+    Example:
+        >>> pin_previous_defaults({"window_size": 8}, ["diag"])["diag_diag_activation"]
+        'softmax'
+    """
+    pinned = dict(options)
+    for name in mechanisms:
+        cls = get_attention_class(name)
+        for option, value in cls.previous_defaults.items():
+            own = f"{name}_{option}"
+            if option in pinned or own in pinned or cls.options[option][0] == value:
+                continue
+            pinned[own] = value
+    return pinned
 
 
 def _alternating(num_layers: int, preset: str, attention_at) -> str:
@@ -331,18 +354,7 @@ class ModelConfig:
             )
 
     def _pinned_previous_defaults(self) -> dict[str, Any]:
-        """attention_options with each chosen mechanism's `previous_defaults` written out
-        as `<mechanism>_<option>` where the option is unset and its default has changed,
-        so the model is built as it was before the defaults changed."""
-        options = dict(self.attention_options)
-        for name in self.attention_mechanisms:
-            cls = get_attention_class(name)
-            for option, value in cls.previous_defaults.items():
-                own = f"{name}_{option}"
-                if option in options or own in options or cls.options[option][0] == value:
-                    continue
-                options[own] = value
-        return options
+        return pin_previous_defaults(self.attention_options, self.attention_mechanisms)
 
     # --------------------------------------------------------------- derived
     @property

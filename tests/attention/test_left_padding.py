@@ -19,7 +19,7 @@ from tests.attention.helpers import random_heads, random_state, to_np
 
 #: Each mechanism with small windows (several per stream) and its options.
 GRID_MECHANISMS = [
-    pytest.param("diag", {"window_size": 4}, id="diag-softmax"),
+    pytest.param("diag", {"window_size": 4, "diag_activation": "softmax"}, id="diag-softmax"),
     pytest.param(
         "diag",
         {"window_size": 3, "diag_activation": "relu", "norm_type": "layer", "rotary": True},
