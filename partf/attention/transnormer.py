@@ -27,6 +27,7 @@ Before these defaults partf used softmax within blocks followed by the norm, a
 pairing the authors never shipped, and the RMS norm x / sqrt(mean(x^2) + 1e-6)
 (`rms_form="partf"`); both stay available by option, and configurations saved
 before the change keep them (`previous_defaults`).
+
 Blocks sit at fixed positions of the stream, counted in real tokens (padding
 takes no place, so a left-padded prompt is cut as the unpadded one), so
 DiagAttention carries the open block's keys and values in its state and
