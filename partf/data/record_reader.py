@@ -170,6 +170,12 @@ def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
         DataError: the metadata or the records cannot be read.
     """
     path = Path(path)
+    meta = _partf_metadata(path)
+    return meta if meta is not None else _read_original(path)[0]
+
+
+def _partf_metadata(path: Path) -> RecordsMetadata | None:
+    """The metadata.json of a partf folder; None for the original project's format."""
     if not path.exists():
         raise UsageError(
             f"records {path} do not exist; build them with partf-build-data "
@@ -178,16 +184,21 @@ def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
     meta_file = path / METADATA_FILE
     if path.is_dir() and meta_file.is_file():
         return RecordsMetadata.from_json(meta_file.read_text(encoding="utf-8"), str(meta_file))
+    return None
+
+
+def _read_original(path: Path) -> tuple[RecordsMetadata, list[np.ndarray]]:
+    """An original-format folder (or file): its inferred metadata and its batches."""
     files = original_files(path)
-    counts, shape = [], None
+    counts, batches = [], []
     for file in files:
-        batches = read_record_file(file)
-        counts.append(len(batches))
-        if shape is None and batches:
-            shape = batches[0].shape
-    if shape is None:
+        found = read_record_file(file)
+        counts.append(len(found))
+        batches.extend(found)
+    if not batches:
         raise DataError(f"{files[0]} holds no records; rebuild it")
-    return RecordsMetadata(
+    shape = batches[0].shape
+    meta = RecordsMetadata(
         batch_size=int(shape[0]),
         seq_len=int(shape[1]) - 1,
         num_batches=sum(counts),
@@ -197,6 +208,7 @@ def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
         overlap=0,
         eos_per_line=False,
     )
+    return meta, batches
 
 
 def read_record_batches(
@@ -226,12 +238,18 @@ def read_record_batches(
         UsageError: the path does not exist or holds no records.
     """
     path = Path(path)
-    meta = read_records_metadata(path)
-    check_fit(meta, path, sp_model, batch_size, seq_len)
+    meta = _partf_metadata(path)
+    if meta is None:  # the original's format: its metadata comes from the records, read once
+        meta, found = _read_original(path)
+        check_fit(meta, path, sp_model, batch_size, seq_len)
+        read = [(path, found)]
+    else:
+        check_fit(meta, path, sp_model, batch_size, seq_len)
+        read = [(file, read_record_file(file)) for file in record_files(path, meta)]
     shape = (meta.batch_size, meta.seq_len + 1)
     batches: list[np.ndarray] = []
-    for file in record_files(path, meta):
-        for batch in read_record_file(file):
+    for file, found in read:
+        for batch in found:
             if batch.shape != shape:
                 raise DataError(
                     f"a record of {file} has shape {list(batch.shape)}, not the "
