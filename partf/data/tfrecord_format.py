@@ -49,6 +49,8 @@ _TABLE_LIST = [int(v) for v in _TABLE]
 #: array operation per byte column); fewer go byte by byte in Python, which is cheaper
 #: per byte than a numpy call on a tiny array.
 _ROWS_FOR_NUMPY = 32
+#: Records whose data CRCs `read_frames` computes together, at most.
+_CHUNK = 4096
 
 
 def crc32c(data: bytes | memoryview) -> int:
@@ -141,14 +143,19 @@ def read_frames(buffer: bytes) -> list[memoryview]:
         by_length.setdefault(length, []).append(index)
     raw = np.frombuffer(buffer, np.uint8)
     for length, indices in by_length.items():
-        starts = np.array([spans[i][1] for i in indices])
-        rows = raw[starts[:, None] + np.arange(length)] if length else np.zeros((len(starts), 0))
-        stored = np.array(
-            [struct.unpack_from("<I", buffer, spans[i][1] + length)[0] for i in indices], np.uint64
-        )
-        wrong = np.nonzero(mask(crc32c_rows(rows)) != stored)[0]
-        if wrong.size:
-            bad = min(bad, indices[int(wrong[0])])
+        # In chunks, so the copies made for the column-wise pass stay small.
+        for first in range(0, len(indices), _CHUNK):
+            chunk = indices[first : first + _CHUNK]
+            starts = [spans[i][1] for i in chunk]
+            rows = np.stack([raw[start : start + length] for start in starts])
+            stored = np.array(
+                [struct.unpack_from("<I", buffer, start + length)[0] for start in starts],
+                np.uint64,
+            )
+            wrong = np.nonzero(mask(crc32c_rows(rows)) != stored)[0]
+            if wrong.size:
+                bad = min(bad, chunk[int(wrong[0])])
+                break
     if bad < len(spans):
         raise FrameError(f"corrupted record at {spans[bad][0]}", bad)
     return [view[start : start + length] for _, start, length in spans]
