@@ -23,6 +23,12 @@ reads top to bottom):
 
 Everything that can reject the inputs (stages 1 to 3) runs before anything is written.
 
+The same stages run on the JAX backend without TensorFlow: the splits are numpy batches
+(partf.data.record_reader), `fit` takes each segment's batches as rows, the evaluator is
+`JaxEvaluator` and the TensorBoard files come from `partf.training.summaries`. There only
+`--distribution_strategy default` exists, and the spike guard and `--objective=mlm`
+(TensorFlow's step and tf.data masks) are refused in one line.
+
 Output layout, under `output_dir`:
 
     logs/<model_name>/train/        TensorBoard: loss, perplexity, lr, tau, tokens_per_second,
