@@ -38,13 +38,13 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention import create_attention, get_attention_class
+from partf.attention import attention_names, create_attention, get_attention_class
 from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.candidates import candidate_kind, check_eval_mode, noncausal_attention_names
 from partf.layers.feed_forward import FeedForward
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
-from partf.models.config import parse_architecture
+from partf.models.config import parse_architecture, pin_previous_defaults
 from partf.models.search_interface import SearchInterface
 from partf.random import Dropout
 from partf.serialization import register
@@ -438,5 +438,21 @@ class Encoder(SearchInterface, keras.Model):
             tau_steps=self.tau_steps,
             tau_is_trainable=self.tau_is_trainable,
             seed=self.seed,
+            # The attentions' defaults this config means (see `from_config`).
+            attention_defaults="authors",
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Encoder:
+        """Builds the encoder a config describes. A config saved before the attentions'
+        defaults became the authors' (no `attention_defaults`) gets partf's earlier
+        defaults written into its options, so it is built as it was trained."""
+        config = dict(config)
+        if config.pop("attention_defaults", None) is None:
+            used = {config.get("attention", "softmax"), *str(config.get("architecture")).split()}
+            used |= set(config.get("candidates") or ())
+            config["attention_options"] = pin_previous_defaults(
+                dict(config.get("attention_options") or {}), sorted(used & set(attention_names()))
+            )
+        return cls(**config)

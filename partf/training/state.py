@@ -338,6 +338,20 @@ def _defaults(config_class: type) -> dict[str, Any]:
     return defaults
 
 
+def _as_built(model: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's model settings as its model was built: a configuration saved before
+    `attention_defaults` existed has partf's earlier attention defaults written into its
+    options (`ModelConfig.from_dict`), so a run whose attentions' defaults changed since
+    is not resumed with the new ones unnoticed. Unreadable (older) settings stay as they
+    are, to be compared key by key."""
+    from partf.models.config import ModelConfig
+
+    try:
+        return ModelConfig.from_dict(model).to_dict()
+    except (TypeError, ValueError):
+        return model
+
+
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The settings that differ between a checkpoint's configuration and this run's.
 
@@ -355,8 +369,11 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
     differences = []
     defaults = _defaults(ModelConfig)
-    for key in sorted(set(saved["model"]) | set(current["model"])):
-        before = saved["model"].get(key, defaults.get(key))
+    saved_model = _as_built(saved["model"])
+    for key in sorted(set(saved_model) | set(current["model"])):
+        if key == "attention_defaults":
+            continue  # compared through the attention options it resolves to
+        before = saved_model.get(key, defaults.get(key))
         if before != current["model"].get(key):
             differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
     defaults = _defaults(TrainConfig)
@@ -400,7 +417,13 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
         raise ConfigError(
             f"{folder} holds a run with another configuration "
             f"({'; '.join(differences[:3])}); pass --overwrite to start again or choose "
-            "another --model_name."
+            "another --model_name"
+            + (
+                " (a run saved with partf's earlier attention defaults resumes with "
+                "--attention_defaults=partf_v1)."
+                if any(d.startswith("attention_options:") for d in differences)
+                else "."
+            )
         )
     live = built.state_groups()
     for name in live:

@@ -202,3 +202,18 @@ def test_built_on_construction_so_xla_fit_creates_no_variable():
         jit_compile=True,
     )
     model.fit(tokens_with_padding(), np.array([0, 1]), epochs=1, verbose=0)
+
+
+def test_a_config_saved_before_the_authors_defaults_builds_the_earlier_attention():
+    """An encoder config without `attention_defaults` (saved before TransNormer's defaults
+    became the authors') is built with partf's earlier `diag` (softmax); one with it, or
+    an options dict that sets the option itself, as written."""
+    config = small(attention="diag", attention_options={"block_size": 4}).get_config()
+    assert config["attention_defaults"] == "authors"
+    assert Encoder.from_config(config).attention_options == {"block_size": 4}
+    old = {k: v for k, v in config.items() if k != "attention_defaults"}
+    pinned = Encoder.from_config(old).attention_options
+    assert pinned["diag_diag_activation"] == "softmax"
+    assert pinned["block_size"] == 4
+    old["attention_options"] = {"block_size": 4, "diag_activation": "relu"}
+    assert "diag_diag_activation" not in Encoder.from_config(old).attention_options

@@ -337,6 +337,32 @@ def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
     assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
 
 
+def test_a_checkpoint_from_before_attention_defaults_resumes_only_as_it_was_built():
+    """A run saved before `attention_defaults` existed was built with partf's earlier
+    attention defaults: a `diag` run resumes only with them, a relative one with either."""
+    from partf.models.config import ModelConfig
+    from partf.training.state import config_differences
+
+    training = TrainConfig().to_dict()
+    for architecture, affected in (("diag D", True), ("A D", False)):
+        fields = {**TINY, "architecture": architecture}
+        now = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **fields).to_dict()
+        old = {k: v for k, v in now.items() if k != "attention_defaults"}
+        saved = {"model": old, "training": training}
+        differences = config_differences(saved, {"model": now, "training": training})
+        assert bool(differences) == affected, differences
+        if affected:
+            assert differences[0].startswith("attention_options:")
+            pinned = ModelConfig(
+                vocab_size=VOCAB,
+                batch_size=8,
+                tau_steps=24,
+                attention_defaults="partf_v1",
+                **fields,
+            ).to_dict()
+            assert config_differences(saved, {"model": pinned, "training": training}) == []
+
+
 def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
     from partf.models.config import ModelConfig
     from partf.training.state import config_differences
