@@ -82,7 +82,9 @@ def finish(
     """
     model, step = built.model, trained.step
     pi = np.asarray(model.pi())
-    save_pi_heatmap(pi, model.candidate_names, paths.plots / f"step{step}.png", f"Iteration {step}")
+    last_frame = paths.plots / f"step{step}.png"
+    if not last_frame.is_file():  # PiPlotter drew it, unless no step was trained here
+        save_pi_heatmap(pi, model.candidate_names, last_frame, f"Iteration {step}")
     frames = make_gif(paths.plots, paths.plots / "pi.gif")
     logger.info("pi animation: %s (%d frames)", paths.plots / "pi.gif", frames)
     scores, expected_scores, seconds = {}, {}, {}
