@@ -14,7 +14,7 @@ from partf.study.runner import StudyPaths, train_args
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
-@pytest.mark.parametrize("name", ["tiny.toml", "base.toml", "long_context.toml"])
+@pytest.mark.parametrize("name", ["tiny.toml", "base.toml", "long_context.toml", "eva_mask.toml"])
 def test_shipped_plans_load_and_their_flags_parse(name):
     plan = load_plan(STUDIES / name)
     check_flags(plan)  # every run's flags as partf-train parses them
