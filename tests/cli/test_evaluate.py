@@ -156,19 +156,21 @@ def test_a_run_folder_without_keras_file_uses_its_checkpoint(trained, capsys, tm
     assert math.isclose(got["perplexity"], want["perplexity"], rel_tol=1e-6)
 
 
-def test_a_masked_language_model_is_refused_in_one_line(capsys, tmp_path):
+def test_a_masked_language_model_is_refused_in_one_line(trained, capsys, tmp_path):
     from partf.models import MaskedLanguageModel
     from partf.training.checkpoint import CheckpointManager
 
+    # Real records, so that the model is what is refused (an empty folder is refused first).
+    records = str(trained["records"]["test"])
     model = MaskedLanguageModel(30, d_model=8, num_heads=2, d_ffn=16, architecture="A D")
     model(np.ones((1, 4), np.int32))
     model.save(tmp_path / "mlm.keras")
-    assert run(["--model", str(tmp_path / "mlm.keras"), "--records", str(tmp_path)]) == 2
+    assert run(["--model", str(tmp_path / "mlm.keras"), "--records", records]) == 2
     line = error_line(capsys)
     assert "masked language model (partf-train --objective=mlm)" in line
     assert "masked-token perplexity is in the run's results.json" in line
     # A run folder with only checkpoints: refused from its configuration.
     folder = tmp_path / "checkpoints" / "mlm"
     CheckpointManager(folder).save(2, {"model": []}, {"config": {"training": {"objective": "mlm"}}})
-    assert run(["--model", str(folder), "--records", str(tmp_path)]) == 2
+    assert run(["--model", str(folder), "--records", records]) == 2
     assert "--objective=mlm" in error_line(capsys)
