@@ -170,12 +170,16 @@ def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
         DataError: the metadata or the records cannot be read.
     """
     path = Path(path)
-    meta = _partf_metadata(path)
+    meta = partf_metadata(path)
     return meta if meta is not None else _read_original(path)[0]
 
 
-def _partf_metadata(path: Path) -> RecordsMetadata | None:
-    """The metadata.json of a partf folder; None for the original project's format."""
+def partf_metadata(path: Path) -> RecordsMetadata | None:
+    """The metadata.json of a partf folder; None for the original project's format.
+
+    Raises:
+        UsageError: `path` does not exist.
+    """
     if not path.exists():
         raise UsageError(
             f"records {path} do not exist; build them with partf-build-data "
@@ -238,7 +242,7 @@ def read_record_batches(
         UsageError: the path does not exist or holds no records.
     """
     path = Path(path)
-    meta = _partf_metadata(path)
+    meta = partf_metadata(path)
     if meta is None:  # the original's format: its metadata comes from the records, read once
         meta, found = _read_original(path)
         check_fit(meta, path, sp_model, batch_size, seq_len)

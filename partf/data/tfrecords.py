@@ -25,11 +25,12 @@ import numpy as np
 import tensorflow as tf
 
 from partf.data.batching import stream_from_batches
-from partf.data.metadata import METADATA_FILE, RecordsMetadata, write_metadata
+from partf.data.metadata import RecordsMetadata, write_metadata
 
 # The folder helpers are shared with the reader that needs no TensorFlow.
 from partf.data.record_reader import check_fit as _check
 from partf.data.record_reader import original_files as _original_files
+from partf.data.record_reader import partf_metadata
 from partf.data.record_reader import record_files as _record_files
 from partf.data.staging import StagedOutputs
 from partf.errors import DataError, UsageError
@@ -179,15 +180,8 @@ def read_metadata(path: str | os.PathLike) -> RecordsMetadata:
         DataError: the metadata or the records cannot be read.
     """
     path = Path(path)
-    if not path.exists():
-        raise UsageError(
-            f"records {path} do not exist; build them with partf-build-data "
-            f"(or create_tfrecords.sh)"
-        )
-    meta_file = path / METADATA_FILE
-    if path.is_dir() and meta_file.is_file():
-        return RecordsMetadata.from_json(meta_file.read_text(encoding="utf-8"), str(meta_file))
-    return _infer_metadata(_original_files(path))
+    meta = partf_metadata(path)
+    return meta if meta is not None else _infer_metadata(_original_files(path))
 
 
 def load_batches(
