@@ -101,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status (see the module docstring)."""
     args = build_parser().parse_args(argv)
     verbose = args.verbose
+    exits.quiet_tensorflow(verbose)  # the report's TensorBoard reader may load TensorFlow
 
     from partf.errors import UsageError
     from partf.study.plan import load_plan
@@ -131,6 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.seeds:
             runs = [r for r in runs if r.seed in args.seeds]
         if args.report:
+            if not (paths.out / "runs").is_dir():
+                raise UsageError(
+                    f"{paths.out} holds no study yet; run partf-study {args.plan} --out "
+                    f"{args.out} first."
+                )
             _say(f"report: {write_report(plan, paths)}")
             return 0
         check_flags(plan)
