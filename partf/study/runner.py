@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,8 +132,6 @@ def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> N
         return
     partial = paths.out / "data.partial"
     if partial.exists():
-        import shutil
-
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     say(f"building records from {plan.data.text} into {final}")
