@@ -237,6 +237,11 @@ def test_base_model_ends_with_the_next_commands_for_its_run(project, tmp_path):
     assert "  .venv/bin/tensorboard --logdir out/logs" in done.stderr
 
 
+def _default_signals() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_base_model_reaches_partf_train_once(project, tmp_path, signum):
     """base_model.sh waits for partf-train rather than exec'ing it: a SIGTERM or SIGINT
@@ -252,6 +257,9 @@ def test_a_signal_to_base_model_reaches_partf_train_once(project, tmp_path, sign
         env=clean_env(project, data, STUB_WAIT=str(ready)),
         stderr=subprocess.PIPE,
         text=True,
+        # A shell cannot trap a signal ignored when it starts: begin with the defaults,
+        # whatever an earlier test left in this process.
+        preexec_fn=_default_signals,
     )
     # The stub says when its handlers are in place; on a loaded machine the script's
     # set-up before it can take well over 30 s.
