@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +192,23 @@ def partf_metadata(path: Path) -> RecordsMetadata | None:
     return None
 
 
+def original_metadata(
+    shape: Sequence[int], files: Sequence[Path], counts: Sequence[int]
+) -> RecordsMetadata:
+    """The metadata of an original-format folder, which has no metadata.json: batches of
+    `shape` ([B, L + 1]) in `files`, holding `counts` records each."""
+    return RecordsMetadata(
+        batch_size=int(shape[0]),
+        seq_len=int(shape[1]) - 1,
+        num_batches=sum(counts),
+        shards=tuple(f.name for f in files),
+        shard_batches=tuple(counts),
+        format_version=0,
+        overlap=0,
+        eos_per_line=False,
+    )
+
+
 def _read_original(path: Path) -> tuple[RecordsMetadata, list[np.ndarray]]:
     """An original-format folder (or file): its inferred metadata and its batches."""
     files = original_files(path)
@@ -202,16 +220,7 @@ def _read_original(path: Path) -> tuple[RecordsMetadata, list[np.ndarray]]:
     if not batches:
         raise DataError(f"{files[0]} holds no records; rebuild it")
     shape = batches[0].shape
-    meta = RecordsMetadata(
-        batch_size=int(shape[0]),
-        seq_len=int(shape[1]) - 1,
-        num_batches=sum(counts),
-        shards=tuple(f.name for f in files),
-        shard_batches=tuple(counts),
-        format_version=0,
-        overlap=0,
-        eos_per_line=False,
-    )
+    meta = original_metadata(shape, files, counts)
     return meta, batches
 
 

@@ -30,7 +30,7 @@ from partf.data.metadata import RecordsMetadata, write_metadata
 # The folder helpers are shared with the reader that needs no TensorFlow.
 from partf.data.record_reader import check_fit as _check
 from partf.data.record_reader import original_files as _original_files
-from partf.data.record_reader import partf_metadata
+from partf.data.record_reader import original_metadata, partf_metadata
 from partf.data.record_reader import record_files as _record_files
 from partf.data.staging import StagedOutputs
 from partf.errors import DataError, UsageError
@@ -159,16 +159,7 @@ def _infer_metadata(files: list[Path]) -> RecordsMetadata:
         ) from None
     if len(shape) != 2 or shape[1] < 2:
         raise DataError(f"records in {where} have shape {shape}, not [batch, seq_len + 1]")
-    return RecordsMetadata(
-        batch_size=int(shape[0]),
-        seq_len=int(shape[1]) - 1,
-        num_batches=sum(counts),
-        shards=tuple(f.name for f in files),
-        shard_batches=tuple(counts),
-        format_version=0,
-        overlap=0,
-        eos_per_line=False,
-    )
+    return original_metadata(shape, files, counts)
 
 
 def read_metadata(path: str | os.PathLike) -> RecordsMetadata:
