@@ -68,7 +68,11 @@ def _load_keras(path: Path) -> Any:
         model = keras.saving.load_model(path, compile=False)
     except Exception as e:  # a damaged member, another Keras version, a foreign file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RuntimeExit(f"cannot load {path}: {first}") from e
+        raise RuntimeExit(
+            f"cannot load {path}: {first}; if another partf or Keras version wrote it, load "
+            "it with that version, or pass the run's checkpoints/<model_name> folder to use "
+            "its newest checkpoint"
+        ) from e
     if type(model).__name__ == "MaskedLanguageModel":
         raise UsageExit(_masked_lm_refusal(path))
     if not isinstance(model, PARTransformerXL):
@@ -87,7 +91,13 @@ def _masked_lm_refusal(path: Path) -> str:
 
 def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
     from partf.models import ModelConfig, PARTransformerXL
-    from partf.training.checkpoint import CheckpointError, CheckpointManager, restore_variables
+    from partf.training.checkpoint import (
+        CheckpointError,
+        CheckpointManager,
+        restore_variables,
+        saved_paths,
+        saved_root,
+    )
 
     found = CheckpointManager(run_dir).load_latest()
     if found is None:
@@ -101,9 +111,21 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
         raise RuntimeExit(f"{path} has no model configuration and {run_dir} no config.json")
     model = PARTransformerXL(ModelConfig.from_dict(model_fields), name=run_dir.name)
     try:
-        restore_variables(model.variables, groups["model"], "model")
-    except (CheckpointError, KeyError) as e:
+        restore_variables(
+            model.variables,
+            groups["model"],
+            "model",
+            saved_paths(meta, "model"),
+            root=model.name,
+            saved_model_root=saved_root(meta),
+        )
+    except CheckpointError as e:
         raise RuntimeExit(f"cannot restore {path}: {e}") from e
+    except KeyError as e:
+        raise RuntimeExit(
+            f"cannot restore {path}: it holds no {e} record (not a partf-train checkpoint); "
+            "pass the run's .keras file or another checkpoint folder"
+        ) from e
     logger.info("loaded checkpoint %s (step %s)", path, meta.get("step"))
     return model
 

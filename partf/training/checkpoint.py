@@ -12,6 +12,24 @@ never a half-written `ckpt-*.npz`; leftover temporary files are ignored and clea
 On load the newest checkpoint that reads back completely (zip CRCs checked) is used, so
 even a file damaged later on disk falls back to the one before.
 
+Restore by path: each variable is saved with its path (`layout` in the meta record) and
+restored from the array of the same key (`variable_key`: the path less the model's and
+optimizer's names and Keras's per-process numbers), so models may make their variables
+in any order. Every live variable must find one saved array and every array a variable,
+else `CheckpointError` says which, in one line. Keys that collide are matched in order
+among themselves (see `restore_variables`).
+
+Renamed variables: a version that moves or renames variables (say, blocks under a new
+`backbone` layer) declares how the keys of older files map to its own, per group, in
+`PATH_ALIASES`: a dict {old key: new key} or a function of the old key, e.g.
+
+    PATH_ALIASES["model"] = lambda key: re.sub(r"^block_", "backbone/block_", key)
+
+An optimizer key embeds its model variable's path with "_" for "/"
+("block_0_norm_0_gamma_momentum"), so a rename of model paths declares the optimizer's
+too. tests/training/test_legacy_files.py checks that files of earlier releases still
+load; a rename must keep it passing.
+
 Example:
     >>> manager = CheckpointManager("checkpoints/base", keep=5)
     >>> manager.save(step, {"model": model.variables}, meta={"epoch": 0})
@@ -28,7 +46,8 @@ import os
 import re
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +152,7 @@ class CheckpointManager:
         Args:
             step: the global step (number of updates done).
             groups: name -> list of variables (or arrays), e.g. {"model": model.variables}.
-                Stored in order with their paths, and restored in the same order.
+                Stored with their paths (an array's is its index), restored by path.
             meta: JSON-serializable record stored alongside.
 
         Returns:
@@ -202,27 +221,187 @@ class CheckpointManager:
         return None
 
 
-def restore_variables(variables: Sequence[Any], arrays: Sequence[np.ndarray], what: str) -> None:
-    """Assigns saved arrays to variables in order, checking count and shapes.
+#: A name Keras numbers per process ("seed_generator_12"): a seed generator made without
+#: a name gets the next free number, which depends on what the process made before, so it
+#: cannot identify a variable across processes.
+_NUMBERED = re.compile(r"\b(seed_generator)_\d+\b")
+
+#: What a checkpoint that does not fit the run is, and what to do.
+_ANOTHER_CONFIGURATION = (
+    "it was written with another configuration: pass the run's flags, or start a new --output_dir"
+)
+
+#: A rename of saved keys: {old key: new key}, or a function of the old key.
+Aliases = Mapping[str, str] | Callable[[str], str]
+
+#: Renames later versions declare for the keys of files written before them, by group
+#: ("model", "optimizer", ...); see the module docstring. Empty: no variable was renamed.
+PATH_ALIASES: dict[str, Aliases] = {}
+
+
+def variable_key(path: str, group: str, root: str | None) -> str:
+    """The key a variable is matched by on restore: its path, less what is not its own.
+
+    - The model's name (`root`, first part of a model variable's path) is dropped: the
+      same model may be named otherwise (partf-generate names it after the run folder;
+      Keras numbers unnamed models).
+    - An optimizer variable's path is `<optimizer name>/<model variable's path with "_"
+      for "/">_<slot>` ("adam/par_transformer_xl_block_0_norm_0_gamma_momentum"). The
+      optimizer's name is dropped (Keras numbers unnamed optimizers per process, and a
+      search's split optimizer holds two), and so is the model's name inside.
+    - Seed generators' numbers are dropped (`_NUMBERED`).
 
     Args:
-        variables: the live variables, in the order they were saved.
-        arrays: the saved values.
-        what: a name for messages ("model", "optimizer").
+        path: the variable's path (`variable.path`, or as the checkpoint's layout has it).
+        group: its checkpoint group ("model", "optimizer", "metrics", "guard").
+        root: the model's name, or None.
+
+    Returns:
+        The key; keys that still collide are matched in order among themselves.
+    """
+    parts = path.split("/")
+    if group == "optimizer" and len(parts) > 1:
+        parts = parts[1:]
+        if root and parts[0].startswith(f"{root}_"):
+            parts[0] = parts[0][len(root) + 1 :]
+    elif root and len(parts) > 1 and parts[0] == root:
+        parts = parts[1:]
+    return _NUMBERED.sub(r"\1", "/".join(parts))
+
+
+def saved_root(meta: Mapping[str, Any]) -> str | None:
+    """The saved model's name: as the meta record has it ("model_name"), or for a file
+    written before it did, the first part that most of its model paths share (partf-train
+    names its models itself); None if no first part is shared by more than half."""
+    if meta.get("model_name"):
+        return str(meta["model_name"])
+    paths = saved_paths(meta, "model")
+    firsts = Counter(path.split("/")[0] for path in paths if "/" in path)
+    if not firsts:
+        return None
+    name, count = firsts.most_common(1)[0]
+    return name if count > len(paths) / 2 else None
+
+
+def saved_paths(meta: Mapping[str, Any], group: str) -> list[str]:
+    """The paths of a group's saved variables, in saved order (none for a missing group)."""
+    return [str(path) for path, *_ in meta["layout"].get(group, [])]
+
+
+def _rename(key: str, aliases: Aliases | None) -> str:
+    if aliases is None:
+        return key
+    if callable(aliases):
+        return aliases(key)
+    return aliases.get(key, key)
+
+
+def _by_key(keys: Sequence[str]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        found.setdefault(key, []).append(i)
+    return found
+
+
+def _listed(keys: Sequence[str], most: int = 3) -> str:
+    shown = ", ".join(keys[:most])
+    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
+
+
+def matched_arrays(
+    variables: Sequence[Any],
+    arrays: Sequence[np.ndarray],
+    what: str,
+    saved_paths: Sequence[str] | None = None,
+    *,
+    root: str | None = None,
+    saved_model_root: str | None = None,
+    aliases: Aliases | None = None,
+) -> None:
+    """Pairs each variable with its saved array (see `restore_variables`), checking shapes.
+
+    Each variable is matched to the saved array of the same key (`variable_key`), so the
+    order variables are made in does not matter. Variables whose keys collide (seed
+    generators made outside any layer's scope are all "seed_generator/seed_generator_state";
+    a search's two optimizers each count "iteration") are matched in order among
+    themselves: their paths cannot tell them apart.
+
+    Args:
+        variables: the live variables.
+        arrays: the saved values, in saved order.
+        what: the checkpoint group ("model", "optimizer", ...), for keys and messages.
+        saved_paths: the saved variables' paths, as the checkpoint's layout lists them;
+            None matches by position (arrays without paths).
+        root: the live model's name (`model.name`), dropped from keys.
+        saved_model_root: the saved model's name (`saved_root`); default `root`.
+        aliases: renames of saved keys to today's; default `PATH_ALIASES[what]`.
+
+    Returns:
+        (variable, array) pairs, in the variables' order.
 
     Raises:
-        CheckpointError: the counts or a shape differ (another configuration).
+        CheckpointError: a variable has no saved array, an array no variable, or a shape
+            differs (another configuration); one line.
     """
-    if len(variables) != len(arrays):
-        raise CheckpointError(
-            f"the checkpoint has {len(arrays)} {what} variables but this run has "
-            f"{len(variables)}; it was written with another configuration."
+    fix = _ANOTHER_CONFIGURATION
+    if saved_paths is None:
+        if len(variables) != len(arrays):
+            raise CheckpointError(
+                f"the checkpoint has {len(arrays)} {what} variables but this run has "
+                f"{len(variables)}; {fix}."
+            )
+        pairs = list(zip(variables, arrays, strict=True))
+    else:
+        if len(saved_paths) != len(arrays):
+            raise CheckpointError(f"the checkpoint's {what} layout does not match its arrays.")
+        aliases = PATH_ALIASES.get(what) if aliases is None else aliases
+        saved_model_root = root if saved_model_root is None else saved_model_root
+        saved = _by_key(
+            [_rename(variable_key(p, what, saved_model_root), aliases) for p in saved_paths]
         )
-    for variable, value in zip(variables, arrays, strict=True):
+        live = _by_key([variable_key(v.path, what, root) for v in variables])
+        missing = [k for k in live if len(saved.get(k, ())) < len(live[k])]
+        extra = [k for k in saved if len(live.get(k, ())) < len(saved[k])]
+        if missing or extra:
+            raise CheckpointError(
+                f"the checkpoint's {what} variables do not match this run's ("
+                + "; ".join(
+                    part
+                    for part in (
+                        f"not saved: {_listed(missing)}" if missing else "",
+                        f"not in this run: {_listed(extra)}" if extra else "",
+                    )
+                    if part
+                )
+                + f"); {fix}."
+            )
+        index = {
+            i: j for key, found in live.items() for i, j in zip(found, saved[key], strict=True)
+        }
+        pairs = [(variable, arrays[index[i]]) for i, variable in enumerate(variables)]
+    for variable, value in pairs:
         if tuple(variable.shape) != tuple(value.shape):
             raise CheckpointError(
                 f"{what} variable {variable.path} has shape {tuple(variable.shape)} but the "
-                f"checkpoint holds {tuple(value.shape)}; it was written with another "
-                "configuration."
+                f"checkpoint holds {tuple(value.shape)}; {fix}."
             )
+    return pairs
+
+
+def restore_variables(
+    variables: Sequence[Any],
+    arrays: Sequence[np.ndarray],
+    what: str,
+    saved_paths: Sequence[str] | None = None,
+    **keys: Any,
+) -> None:
+    """Assigns saved arrays to the variables of the same path, checking shapes first.
+
+    Arguments as `matched_arrays` (`keys`: its `root`, `saved_model_root`, `aliases`);
+    nothing is assigned unless every variable finds its array.
+
+    Raises:
+        CheckpointError: the checkpoint does not fit these variables; one line.
+    """
+    for variable, value in matched_arrays(variables, arrays, what, saved_paths, **keys):
         variable.assign(value)

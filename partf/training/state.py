@@ -7,9 +7,10 @@
   loaded into the built model, and where the run picks up.
 - `CheckpointWriter`: the `save` the `Checkpointer` callback calls.
 
-A checkpoint holds the groups of `Built.state_groups()`, in that order: "model" (every
-model variable, per-replica memory as all local replicas' rows), "optimizer", "metrics"
-(the running loss's sums) and, with --spike_guard, "guard".
+A checkpoint holds the groups of `Built.state_groups()`: "model" (every model variable,
+per-replica memory as all local replicas' rows), "optimizer", "metrics" (the running
+loss's sums) and, with --spike_guard, "guard"; each variable is restored from the array
+saved under its path (`checkpoint.restore_variables`), whatever order it was made in.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 import keras
 
 from partf.training.callbacks import SavedCheckpoint
-from partf.training.checkpoint import CheckpointError, CheckpointManager, restore_variables
+from partf.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    matched_arrays,
+    restore_variables,
+    saved_paths,
+    saved_root,
+)
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
 from partf.training.progress import attach_fit_state
@@ -58,7 +66,7 @@ class Built:
     full_config: dict[str, Any]
 
     def state_groups(self) -> dict[str, list[Any]]:
-        """The variables a checkpoint holds, by group, in their saved order."""
+        """The variables a checkpoint holds, by group (restored by path, not order)."""
         groups = {
             # Per-replica memory is saved as all local replicas' rows, in order.
             "model": checkpoint_view(list(self.model.variables)),
@@ -426,13 +434,16 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
             )
         )
     live = built.state_groups()
+    # Each variable takes the saved array of its own path (checkpoint.variable_key).
+    keys = {"root": built.model.name, "saved_model_root": saved_root(meta)}
     for name in live:
-        restore_variables(live[name], groups.get(name, []), name)
+        restore_variables(live[name], groups.get(name, []), name, saved_paths(meta, name), **keys)
     step = int(meta["step"])
     metrics: tuple[tuple[Any, Any], ...] = ()
     if step % batches_per_epoch:
         # Mid-epoch: fit() will zero the running loss; hand back its saved sums.
-        metrics = tuple(zip(built.model.metrics_variables, groups["metrics"], strict=True))
+        variables, paths = built.model.metrics_variables, saved_paths(meta, "metrics")
+        metrics = tuple(matched_arrays(variables, groups["metrics"], "metrics", paths, **keys))
     logger.info("resumed from %s at step %d", path, step)
     return Resumed(
         step=step,
@@ -483,5 +494,6 @@ class CheckpointWriter:
             "train_loss": train_loss,
             "elapsed_seconds": self.clock.seconds(),
             "architecture": self.built.model.architecture_string(),
+            "model_name": self.built.model.name,  # dropped from the keys on restore
         }
         return str(self.manager.save(step, self.built.state_groups(), meta))

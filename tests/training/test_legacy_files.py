@@ -83,3 +83,22 @@ def test_a_legacy_checkpoint_resumes_the_same_run(name, tmp_path):
         assert len(got_groups[group]) == len(want_groups[group])
         for got, wanted in zip(got_groups[group], want_groups[group], strict=True):
             np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-6)
+
+
+def test_partf_generate_rebuilds_a_legacy_checkpoint_under_another_model_name(tmp_path):
+    """partf-generate names the model after the run folder ("mine", not the saved
+    "par_transformer_xl"); the checkpoint's arrays still land in their own variables."""
+    from partf.cli.loading import load_model
+
+    final = _fixture("runs", "fixed", "final")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(final / f"ckpt-{legacy.STEPS:08d}.npz", folder)
+    model, _ = load_model(folder)
+    assert model.name == "mine"
+    groups, meta = CheckpointManager.load(folder / f"ckpt-{legacy.STEPS:08d}.npz")
+    saved = dict(zip((p for p, _ in meta["layout"]["model"]), groups["model"], strict=True))
+    for variable in model.variables:
+        if "seed_generator" not in variable.path:
+            want = saved[variable.path.replace("mine/", "par_transformer_xl/", 1)]
+            np.testing.assert_array_equal(variable.numpy(), want, err_msg=variable.path)
