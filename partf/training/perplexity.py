@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from keras import ops
 
+from partf.console import Meter
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -158,6 +160,51 @@ def stacked_chunks(batches: Sequence[tuple[Any, Any]], size: int) -> Iterator[tu
         targets = np.stack([y for _, y in group])
         pad = [(0, size - len(group))] + [(0, 0)] * (inputs.ndim - 1)
         yield np.pad(inputs, pad), np.pad(targets, pad), len(group)
+
+
+def weights_note(evaluator: Any) -> str:
+    """ " (argmax weights)" (the block weights a search is scored with: the evaluator's
+    `mode`, else its blocks' `eval_mode`); "" for a fixed architecture."""
+    from partf.training.block_weights import mixed_blocks
+
+    blocks = mixed_blocks(getattr(evaluator, "model", None))
+    if not blocks:
+        return ""
+    return f" ({getattr(evaluator, 'mode', None) or blocks[0].eval_mode} weights)"
+
+
+def score(
+    evaluator: Any,
+    dataset: Any,
+    name: str,
+    num_batches: int,
+    tokens_per_batch: int = 0,
+    text_counts: dict[str, int | None] | None = None,
+) -> dict[str, float | None]:
+    """Scores `dataset` with `evaluator`, saying so on the console: what is scored before
+    it starts, the batches done with a rate and an ETA while it runs (`partf.console.Meter`:
+    in place on a terminal, plain lines at most every 10 s otherwise), the perplexity and
+    the time at the end.
+
+    Args:
+        evaluator: any evaluator (`evaluate(dataset, progress)`).
+        dataset: the split.
+        name: what is scored, e.g. "valid" (the block weights are added to it).
+        num_batches: batches in the split (for the share and the ETA).
+        tokens_per_batch: target tokens of a full batch (for tokens per second).
+        text_counts: keyword arguments of `perplexity_report`.
+
+    Returns:
+        The `perplexity_report` of the split.
+    """
+    meter = Meter(
+        f"scoring {name}{weights_note(evaluator)}", num_batches, "batches", tokens_per_batch
+    )
+    meter.begin()
+    stats = evaluator.evaluate(dataset, progress=meter.advance)
+    report = perplexity_report(stats, **(text_counts or {}))
+    meter.end(f"perplexity {report['perplexity']:.2f}")
+    return report
 
 
 class Evaluator:
