@@ -16,7 +16,7 @@ import pytest
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "partf"
 
 #: Modules with no partf dependencies but each other: anything may import them.
-FOUNDATION = {"errors", "settings", "serialization", "random", "lazy"}
+FOUNDATION = {"errors", "settings", "serialization", "random", "lazy", "console"}
 
 #: package -> the packages (besides itself and the foundation) it may import.
 ALLOWED = {
@@ -24,6 +24,7 @@ ALLOWED = {
     "settings": set(),
     "serialization": set(),
     "lazy": set(),
+    "console": set(),
     "random": set(),
     "data": set(),
     "attention": set(),

@@ -79,6 +79,13 @@ SCRIPT = textwrap.dedent(
         if on_jax:  # JaxEvaluator also takes plain numpy batches
             pairs = list(zip(data[:, :, :-1], data[:, :, 1:]))
             pairs_nll = make_evaluator(model, None, B).evaluate(pairs).total_nll
+            # In chunks of 2 batches (the last padded), the states carried from scan to
+            # scan, reporting progress between them: the one-pass sums exactly.
+            import partf.training.perplexity as perplexity
+            perplexity.CHUNK, done = 2, []
+            chunked = make_evaluator(model, None, B).evaluate(dataset, progress=done.append)
+            perplexity.CHUNK = 32
+            assert (chunked, done) == (stats, [2, 4, 5]), (chunked, stats, done)
         memory = np.asarray(keras.ops.convert_to_numpy(model._state_vars("train")[0].value))
         with open(out, "w") as f:
             json.dump({{"backend": keras.backend.backend(), "losses": losses,

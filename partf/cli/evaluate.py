@@ -212,7 +212,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Loads the model, scores the split and returns the report (with what was scored)."""
     from partf.generation import reconfigure
     from partf.training.distribution import make_evaluator
-    from partf.training.perplexity import perplexity_report
+    from partf.training.perplexity import score
 
     model, run_dir = load_model(args.model)
     if args.eval_mode and args.eval_mode != model.config.eval_mode:
@@ -230,13 +230,30 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         args.records or args.text,
         model.config.eval_mode,
     )
-    report = perplexity_report(evaluator.evaluate(dataset), **counts)
+    # What runs, then the batches done with an ETA, then the perplexity (on stderr).
+    num_batches, tokens = _sizes(dataset)
+    report = score(evaluator, dataset, split_name(args), num_batches, tokens, counts)
     return {
         "model": str(args.model),
         "data": str(args.records or args.text),
         "eval_mode": model.config.eval_mode,
         **report,
     }
+
+
+def split_name(args: argparse.Namespace) -> str:
+    """What the progress lines call the scored data: the records' or the text's name."""
+    return Path(args.records or args.text).name
+
+
+def _sizes(dataset: Any) -> tuple[int, int]:
+    """(batches, target tokens per batch) of a split: a `tf.data.Dataset` of known length,
+    or numpy batches (JAX); 0 where unknown."""
+    if hasattr(dataset, "cardinality"):
+        shape = dataset.element_spec[1].shape
+        return max(int(dataset.cardinality()), 0), int(shape.num_elements() or 0)
+    first = next(iter(dataset), None)
+    return len(dataset), 0 if first is None else int(first[1].size)
 
 
 def _format(report: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from partf.console import Meter
 from partf.data.batching import stream_from_batches
 from partf.data.metadata import RecordsMetadata, write_metadata
 
@@ -91,16 +92,16 @@ def write_shards(
     directory = Path(directory)
     bounds = np.linspace(0, num_batches, shards + 1).round().astype(int)
     names, counts = [], []
-    start, last_log = time.monotonic(), time.monotonic()
+    start = time.monotonic()
+    # Batches written with a rate and an ETA, on stderr, when it takes a while.
+    meter = Meter("writing records", num_batches, "batches", batch_size * (width - 1))
     for k in range(shards):
         names.append(shard_name(k, shards))
         counts.append(int(bounds[k + 1] - bounds[k]))
         with tf.io.TFRecordWriter(str(directory / names[-1])) as writer:
             for i in range(bounds[k], bounds[k + 1]):
                 writer.write(serialize_batch(batches[i]))
-                if time.monotonic() - last_log > 5.0:
-                    last_log = time.monotonic()
-                    logger.info("writing records: %d of %d batches", i + 1, num_batches)
+                meter.advance(i + 1)
     meta = RecordsMetadata(
         batch_size=int(batch_size),
         seq_len=int(width) - 1,

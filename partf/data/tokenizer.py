@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import sentencepiece as spm
 
+from partf.console import Meter
 from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -221,7 +222,7 @@ def tokenize_file(
         out_file: the token file to write (replaced if present).
         add_eos: end each line with eos (id 2), empty lines included.
         lines_per_step: lines tokenized per tf.data element.
-        total_lines: the file's line count, only for progress messages.
+        total_lines: the file's line count, only for the progress lines (none without).
 
     Returns:
         The number of tokens written.
@@ -247,16 +248,15 @@ def tokenize_file(
         .prefetch(4)
     )
     num_tokens = num_lines = 0
-    last_log = time.monotonic()
+    # Lines done of the file's with a rate and an ETA, on stderr, when it takes a while.
+    meter = Meter(f"tokenizing {Path(text_file).name}", total_lines or 0, "lines")
     with open(out_file, "wb") as f:
         for ids in dataset.as_numpy_iterator():
             f.write(ids.astype("<i4", copy=False).tobytes())
             num_tokens += ids.size
             num_lines += lines_per_step
-            if time.monotonic() - last_log > 5.0:
-                last_log = time.monotonic()
-                done = f"{min(num_lines, total_lines) / total_lines:.0%}" if total_lines else ""
-                logger.info("tokenizing %s: %s %d tokens", text_file, done, num_tokens)
+            if total_lines:
+                meter.advance(min(num_lines, total_lines))
     return num_tokens
 
 

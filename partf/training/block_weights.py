@@ -66,10 +66,10 @@ class ModeEvaluator:
         self.model = model
         self.mode = mode
 
-    def evaluate(self, dataset: Any) -> Any:
-        """The split's `SplitStats` with `mode` block weights."""
+    def evaluate(self, dataset: Any, progress: Any = None) -> Any:
+        """The split's `SplitStats` with `mode` block weights (`progress`: the evaluator's)."""
         with block_weights(self.model, self.mode):
-            return self.evaluator.evaluate(dataset)
+            return self.evaluator.evaluate(dataset, progress=progress)
 
 
 def expected_evaluator(model: Any, make: Any) -> ModeEvaluator | None:

@@ -13,26 +13,23 @@ plain line every `every_seconds` at the end of an execution (each line starts "p
     step 1,024/9,120 (11.2%), epoch 1, 5.21 steps/s (5,335 tok/s), elapsed 0:03:16, ETA 0:25:54
 
 The lines go to stderr only: training.log and TensorBoard keep what MetricsLogger writes.
+They are written like every other partf progress line (`partf.console`: evaluation
+passes, record building), with the same rate and ETA text.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import keras
 
+from partf.console import clock_text, rate_text, write_line
 from partf.training.progress import RunProgress
 
-
-def clock_text(seconds: float) -> str:
-    """Seconds as H:MM:SS (hours unbounded)."""
-    whole = max(int(round(seconds)), 0)
-    hours, rest = divmod(whole, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+__all__ = ["ConsoleProgress", "clock_text"]
 
 
 class ConsoleProgress(keras.callbacks.Callback):
@@ -73,9 +70,7 @@ class ConsoleProgress(keras.callbacks.Callback):
         self._last_line = 0.0
 
     def _write(self, text: str) -> None:
-        stream = self.stream or sys.stderr
-        stream.write(f"partf: {text}\n")
-        stream.flush()
+        write_line(text, self.stream)
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         if self._began is not None:
@@ -106,11 +101,8 @@ class ConsoleProgress(keras.callbacks.Callback):
         total = self.progress.total_steps
         first_step, first_time = self._timed or (step, now)
         rate = (step - first_step) / (now - first_time) if now > first_time else 0.0
-        eta = clock_text((total - step) / rate) if rate > 0 else "unknown"
-        elapsed = clock_text(now - (self._began if self._began is not None else now))
-        tokens = rate * self.progress.tokens_per_batch
-        return (
-            f"step {step:,}/{total:,} ({100.0 * step / max(total, 1):.1f}%), "
-            f"epoch {self.progress.epoch + 1}, {rate:.2f} steps/s ({tokens:,.0f} tok/s), "
-            f"elapsed {elapsed}, ETA {eta}"
+        elapsed = now - (self._began if self._began is not None else now)
+        epoch = f", epoch {self.progress.epoch + 1}"
+        return "step " + rate_text(
+            step, total, rate, "steps", elapsed, self.progress.tokens_per_batch, epoch
         )

@@ -42,7 +42,7 @@ import keras
 
 from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
 from partf.training.jax_evaluator import JaxEvaluator
-from partf.training.perplexity import SplitStats, batch_nll_sums
+from partf.training.perplexity import Progress, SplitStats, batch_nll_sums, chunk_size
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -199,8 +199,9 @@ class ReplicaEvaluator:
 
         self._run = tf.function(run)
 
-    def evaluate(self, dataset: tf.data.Dataset) -> SplitStats:
-        """One pass over `dataset` ((inputs, targets) int32 [B, T]), memory starting empty."""
+    def evaluate(self, dataset: tf.data.Dataset, progress: Progress | None = None) -> SplitStats:
+        """One pass over `dataset` ((inputs, targets) int32 [B, T]), memory starting empty;
+        `progress` is called with the batches done after each chunk of the pass."""
         import tensorflow as tf
 
         num_batches = int(dataset.cardinality())
@@ -208,13 +209,21 @@ class ReplicaEvaluator:
             num_batches = int(dataset.reduce(0, lambda n, _: n + 1))
         self.model.reset_state("eval")
         iterator = iter(distribute_rows(self.strategy, dataset, self.global_batch))
-        total, count, exp_sum = self._run(iterator, tf.constant(num_batches))
+        # Chunks of the pass through the same loop: the iterator and the memory carry.
+        sums, done, size = [0.0, 0.0, 0.0], 0, chunk_size(num_batches)
+        while done < num_batches:
+            n = min(size, num_batches - done)
+            chunk = self._run(iterator, tf.constant(n))  # (NLL, tokens, sum of exp) sums
+            sums = [a + float(b) for a, b in zip(sums, chunk, strict=True)]
+            done += n
+            if progress:
+                progress(done)
         self.model.reset_state("eval")
         return SplitStats(
-            total_nll=float(total),
-            num_tokens=int(round(float(count))),
+            total_nll=sums[0],
+            num_tokens=int(round(sums[1])),
             num_batches=num_batches,
-            sum_exp_batch_loss=float(exp_sum),
+            sum_exp_batch_loss=sums[2],
         )
 
 

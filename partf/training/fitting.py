@@ -154,6 +154,7 @@ def make_callbacks(
             data.valid.text_counts,
             frozen_until=config.arch_settings(data.total_steps).freeze_steps if while_frozen else 0,
             while_frozen=while_frozen,
+            num_batches=data.valid.num_batches,
         )
     spike = None
     if built.guard is not None:

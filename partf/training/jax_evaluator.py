@@ -3,9 +3,11 @@
 `partf.training.perplexity.Evaluator` runs the model inside `tf.function`. On JAX each
 batch is instead one `jax.jit`-compiled pure function of all the model's variables, run
 through `keras.StatelessScope`; the evaluation memory it writes is carried to the next
-batch by hand. A whole split is one call, a `jax.lax.scan` over its batches (stacked on
-the host first), so on an accelerator nothing waits for Python between batches: like
-`Evaluator`'s `tf.function` loop. Compiled once per split length. Same contract and
+batch by hand. A split is scored a chunk of up to `CHUNK` batches per call, each a
+`jax.lax.scan` over its batches (stacked on the host first; the last chunk padded to the
+same length), carrying the states from call to call: on an accelerator nothing waits for
+Python between the batches of a chunk, like `Evaluator`'s compiled loop, and between
+chunks the pass reports its progress. Compiled once per chunk length. Same contract and
 figures as `Evaluator`.
 
 Example:
@@ -21,7 +23,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from partf.training.perplexity import SplitStats, batch_nll_sums, stats_of_batches
+from partf.training.perplexity import (
+    Progress,
+    SplitStats,
+    batch_nll_sums,
+    chunk_size,
+    stacked_chunks,
+    stats_of_batches,
+)
 
 
 class JaxEvaluator:
@@ -62,12 +71,13 @@ class JaxEvaluator:
         self._run = jax.jit(run) if jit_compile else run
         self._device_get = jax.device_get
 
-    def evaluate(self, dataset: Any) -> SplitStats:
+    def evaluate(self, dataset: Any, progress: Progress | None = None) -> SplitStats:
         """One pass over `dataset`, memory starting empty.
 
         Args:
             dataset: (inputs, targets) int32 [B, T] batches in stream order: a
                 `tf.data.Dataset` or any iterable of numpy arrays.
+            progress: called with the batches done after each chunk of the pass.
 
         Returns:
             Its `SplitStats`.
@@ -77,14 +87,16 @@ class JaxEvaluator:
         )
         pairs = [(np.asarray(x), np.asarray(y)) for x, y in batches]
         self.model.reset_state("eval")
-        if pairs:
-            weights = [v.value for v in self.model.trainable_variables]
-            states = [v.value for v in self.model.non_trainable_variables]
-            inputs = np.stack([x for x, _ in pairs])  # [N, B, T]
-            targets = np.stack([y for _, y in pairs])
-            sums, _ = self._run(weights, states, inputs, targets)
-            per_batch = self._device_get(sums)  # [N, 2]
-        else:
-            per_batch = np.zeros((0, 2))
+        weights = [v.value for v in self.model.trainable_variables]
+        states = [v.value for v in self.model.non_trainable_variables]
+        per_batch, done = [np.zeros((0, 2))], 0
+        # A scan per chunk of equal length (one compiled program), the states carried.
+        for inputs, targets, real in stacked_chunks(pairs, chunk_size(len(pairs))):
+            sums, states = self._run(weights, states, inputs, targets)
+            per_batch.append(self._device_get(sums)[:real])  # [real, 2]
+            done += real
+            if progress:
+                progress(done)
+        per_batch = np.concatenate(per_batch)
         self.model.reset_state("eval")
         return stats_of_batches(per_batch)

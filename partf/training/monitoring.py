@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from partf.models.cost import candidate_flops
-from partf.training.perplexity import Evaluator, perplexity_report
+from partf.training.perplexity import Evaluator, score
 from partf.training.plots import save_pi_heatmap
 from partf.training.progress import (
     EveryNSteps,
@@ -284,6 +284,7 @@ class ValidationCallback(EveryNSteps):
         while_frozen: scores validations up to `frozen_until` instead of `evaluator`
             (`partf.training.block_weights.expected_evaluator`: the argmax of an unmoved
             pi is each block's first candidate, a stack the mixture never trains alone).
+        num_batches: batches in `dataset`, for the progress lines' share and ETA.
 
     Attributes:
         report: the newest figures (`perplexity_report`), or None before the first.
@@ -300,8 +301,10 @@ class ValidationCallback(EveryNSteps):
         text_counts: dict[str, int | None] | None = None,
         frozen_until: int = 0,
         while_frozen: Any = None,
+        num_batches: int = 0,
     ) -> None:
         super().__init__(progress, eval_every)
+        self.num_batches = num_batches
         self.writer = writer
         self.evaluator = evaluator
         self.frozen_until = frozen_until
@@ -337,7 +340,14 @@ class ValidationCallback(EveryNSteps):
         if self.while_frozen is not None and step <= self.frozen_until:
             evaluator = self.while_frozen
             how = f" with expected block weights (pi frozen until step {self.frozen_until})"
-        report = perplexity_report(evaluator.evaluate(self.dataset), **self.text_counts)
+        report = score(
+            evaluator,
+            self.dataset,
+            f"valid at step {step:,}",
+            self.num_batches,
+            self.progress.tokens_per_batch,
+            self.text_counts,
+        )
         # A figure of other block weights than the run's own is not its final figure.
         self.report, self.report_step = report, (step if evaluator is self.evaluator else None)
         scalars = {

@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from keras import ops
+
+from partf.console import Meter
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -126,14 +129,93 @@ def stats_of_batches(per_batch: Any) -> SplitStats:
     )
 
 
+#: Most batches per compiled call of a pass. A pass reports its progress at the end of
+#: each call: 32 batches of the base model take about 2 s on 2 CPU cores, and the call
+#: itself costs far less than one batch on an accelerator.
+CHUNK = 32
+
+#: `evaluate(dataset, progress)`: called with the batches done after each chunk.
+Progress = Callable[[int], None]
+
+
+def chunk_size(num_batches: int, most: int | None = None) -> int:
+    """Batches per chunk: the fewest chunks of at most `most` (default `CHUNK`) batches,
+    all as long as the longest (the last one padded, `stacked_chunks`), so that one
+    compiled program serves the whole pass and fewer than one batch per chunk is padding."""
+    most = CHUNK if most is None else most
+    count = -(-num_batches // max(most, 1))
+    return max(-(-num_batches // max(count, 1)), 1)
+
+
+def stacked_chunks(batches: Sequence[tuple[Any, Any]], size: int) -> Iterator[tuple[Any, Any, int]]:
+    """(inputs, targets, real) of each chunk of `size` (inputs, targets) batches, stacked
+    to [size, B, T]; the last is padded with batches of pad tokens (id 0) to `size`, and
+    `real` says how many of its batches are the split's (the rest's sums are dropped; the
+    memory they leave is reset after the pass)."""
+    import numpy as np
+
+    for start in range(0, len(batches), size):
+        group = batches[start : start + size]
+        inputs = np.stack([x for x, _ in group])
+        targets = np.stack([y for _, y in group])
+        pad = [(0, size - len(group))] + [(0, 0)] * (inputs.ndim - 1)
+        yield np.pad(inputs, pad), np.pad(targets, pad), len(group)
+
+
+def weights_note(evaluator: Any) -> str:
+    """ " (argmax weights)" (the block weights a search is scored with: the evaluator's
+    `mode`, else its blocks' `eval_mode`); "" for a fixed architecture."""
+    from partf.training.block_weights import mixed_blocks
+
+    blocks = mixed_blocks(getattr(evaluator, "model", None))
+    if not blocks:
+        return ""
+    return f" ({getattr(evaluator, 'mode', None) or blocks[0].eval_mode} weights)"
+
+
+def score(
+    evaluator: Any,
+    dataset: Any,
+    name: str,
+    num_batches: int,
+    tokens_per_batch: int = 0,
+    text_counts: dict[str, int | None] | None = None,
+) -> dict[str, float | None]:
+    """Scores `dataset` with `evaluator`, saying so on the console: what is scored before
+    it starts, the batches done with a rate and an ETA while it runs (`partf.console.Meter`:
+    in place on a terminal, plain lines at most every 10 s otherwise), the perplexity and
+    the time at the end.
+
+    Args:
+        evaluator: any evaluator (`evaluate(dataset, progress)`).
+        dataset: the split.
+        name: what is scored, e.g. "valid" (the block weights are added to it).
+        num_batches: batches in the split (for the share and the ETA).
+        tokens_per_batch: target tokens of a full batch (for tokens per second).
+        text_counts: keyword arguments of `perplexity_report`.
+
+    Returns:
+        The `perplexity_report` of the split.
+    """
+    meter = Meter(
+        f"scoring {name}{weights_note(evaluator)}", num_batches, "batches", tokens_per_batch
+    )
+    meter.begin()
+    stats = evaluator.evaluate(dataset, progress=meter.advance)
+    report = perplexity_report(stats, **(text_counts or {}))
+    meter.end(f"perplexity {report['perplexity']:.2f}")
+    return report
+
+
 class Evaluator:
     """Scores splits with a model's evaluation memory, starting empty each time.
 
     With `jit_compile`, the split's batches are stacked and scored in chunks of up to
-    `chunk` batches, each chunk one XLA program (a while loop over its batches, the
-    memory carried in the model's variables): one call per chunk instead of one per
-    batch (2.5x faster for a small model on a CPU). Without it, the loop over the
-    dataset runs in a `tf.function` around the per-batch function. Per-batch sums come
+    `chunk` (at most `CHUNK`) batches, each chunk one XLA program (a while loop over its
+    batches, the memory carried in the model's variables): one call per chunk instead of
+    one per batch (2.5x faster for a small model on a CPU). Without it, the loop over
+    the dataset runs in a `tf.function` around the per-batch function, a chunk of the
+    dataset per call. Between chunks the pass reports its progress. Per-batch sums come
     back to the host and are added in float64. Only the evaluation state variables are
     touched (`training=False`), so the training memory is left as it was.
 
@@ -181,11 +263,12 @@ class Evaluator:
 
         self._run = tf.function(run, reduce_retracing=True)
 
-    def evaluate(self, dataset: tf.data.Dataset) -> SplitStats:
+    def evaluate(self, dataset: tf.data.Dataset, progress: Progress | None = None) -> SplitStats:
         """One pass over `dataset` of (inputs, targets) int32 [B, T], memory starting empty.
 
         Args:
             dataset: the split, batches in stream order.
+            progress: called with the batches done after each chunk of the pass.
 
         Returns:
             Its `SplitStats`.
@@ -193,16 +276,25 @@ class Evaluator:
         import numpy as np
 
         self.model.reset_state("eval")
+        parts, done = [np.zeros((0, 2), np.float32)], 0
         if self.jit_compile:
             batches = list(dataset.as_numpy_iterator())
-            parts = []
-            for start in range(0, len(batches), self.chunk):
-                group = batches[start : start + self.chunk]
-                inputs = np.stack([x for x, _ in group])
-                targets = np.stack([y for _, y in group])
-                parts.append(np.asarray(self._run_chunk(inputs, targets)))
-            per_batch = np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)
+            size = chunk_size(len(batches), min(self.chunk, CHUNK))
+            for inputs, targets, real in stacked_chunks(batches, size):
+                parts.append(np.asarray(self._run_chunk(inputs, targets))[:real])
+                done += real
+                if progress:
+                    progress(done)
         else:
-            per_batch = np.asarray(self._run(dataset)).reshape(-1, 2)
+            # Chunks of the dataset through the same traced loop; the memory carries.
+            size = max(min(self.chunk, CHUNK), 1)
+            part = np.zeros((size, 2))
+            while len(part) == size:  # a shorter chunk was the split's last
+                part = np.asarray(self._run(dataset.skip(done).take(size))).reshape(-1, 2)
+                parts.append(part)
+                done += len(part)
+                if progress and len(part):
+                    progress(done)
+        per_batch = np.concatenate(parts)
         self.model.reset_state("eval")
         return stats_of_batches(per_batch)

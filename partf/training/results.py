@@ -24,7 +24,7 @@ from partf.models.cost import expected_flops, model_flops
 from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
-from partf.training.perplexity import perplexity_report
+from partf.training.perplexity import score
 from partf.training.plots import make_gif, save_pi_heatmap
 from partf.training.splits import RunData
 from partf.training.state import Built, Clock
@@ -98,14 +98,14 @@ def finish(
             # valid and test); say what runs instead of going quiet.
             logger.info("scoring the %s split (%d batches)", name, split.num_batches)
             began = time.perf_counter()
-            report = perplexity_report(evaluator.evaluate(split.dataset), **split.text_counts)
+            report = score(evaluator, split.dataset, name, *_sizes(split))
             # Evaluation latency as this run measured it (partf-study's report shows it).
             seconds[name] = (time.perf_counter() - began) / max(split.num_batches, 1)
         scores[name] = report
         _log_scores(name, report)
         if expected is not None:
             logger.info("scoring the %s split with expected block weights", name)
-            report = perplexity_report(expected.evaluate(split.dataset), **split.text_counts)
+            report = score(expected, split.dataset, name, *_sizes(split))
             expected_scores[name] = report
             _log_scores(f"{name} (expected block weights)", report)
     if "valid" in scores:
@@ -195,6 +195,11 @@ def save_model(model: keras.Model, final: Path) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
     logger.info("model saved to %s", final)
+
+
+def _sizes(split: Any) -> tuple[int, int, dict[str, int | None]]:
+    """`score`'s batches, tokens per batch and text counts of a split."""
+    return split.num_batches, split.batch_size * split.seq_len, split.text_counts
 
 
 def _tau(model: keras.Model) -> float | None:

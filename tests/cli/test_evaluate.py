@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -94,12 +95,29 @@ def test_the_raw_text_gives_the_same_figures_as_its_records(trained, capsys):
         assert math.isclose(text[name], records[name], rel_tol=1e-6), name
 
 
-def test_eval_mode_changes_the_block_weights(trained, capsys):
+def test_eval_mode_changes_the_block_weights(trained, capsys, monkeypatch):
+    # Chunks of 4 batches, and a progress line after every one (not every 10 s).
+    monkeypatch.setattr("partf.training.perplexity.CHUNK", 4)
+    monkeypatch.setattr("partf.console.EVERY_SECONDS", 0.0)
     base = ["--model", str(trained["run_dir"]), "--records", str(trained["records"]["test"])]
     assert run([*base, "--eval_mode", "argmax", "--nojit_compile"]) == 0
     out, err = capsys.readouterr()
     # What is scored is said before the pass, which may take minutes.
     assert f"scoring {base[1]} on {base[3]} (eval_mode argmax)" in err
+    # Then the batches done, with a rate and an ETA, and the perplexity at the end.
+    batches = trained["results"]["test"]["num_batches"]
+    lines = [line for line in err.splitlines() if line.startswith("partf: scoring records_")]
+    assert lines[0] == f"partf: scoring records_test (argmax weights): {batches} batches"
+    assert re.fullmatch(
+        rf"partf: scoring records_test \(argmax weights\): 8/{batches} \([\d.]+%\), "
+        r"[\d.]+ batches/s \([\d,]+ tok/s\), elapsed 0:\d\d:\d\d, ETA (\d+:\d\d:\d\d|unknown)",
+        lines[1],
+    ), lines
+    assert len(lines) == 2 + (batches - 1) // 4  # every chunk but the first (it compiles)
+    assert re.fullmatch(
+        r"partf: scoring records_test \(argmax weights\): done in [\d.]+ s, perplexity [\d.]+",
+        lines[-1],
+    )
     assert "(eval_mode argmax)" in out and "perplexity (exact, per token):" in out
     argmax = float(out.split("perplexity (exact, per token):")[1].split()[0])
     expected = trained["results"]["test"]["perplexity"]  # the run's own eval_mode

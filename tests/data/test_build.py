@@ -127,3 +127,25 @@ def test_round_trip_through_build_data(corpus_build, tmp_path):
     stream = np.array(read_token_file(tmp_path / "valid.int32"))
     recovered = records_token_stream(dirs["valid"])
     np.testing.assert_array_equal(recovered, stream[: recovered.size])
+
+
+def test_building_records_shows_lines_and_batches_done_with_an_eta(
+    tiny_corpus, tiny_tokenizer, tmp_path, capsys, monkeypatch
+):
+    """A progress line after every step (not every 10 s): the count done of the total,
+    a rate and an ETA, on stderr."""
+    import re
+
+    monkeypatch.setattr("partf.console.EVERY_SECONDS", 0.0)
+    meta = build_records(tiny_corpus / "valid.txt", tiny_tokenizer, tmp_path / "r", 3, 10)
+    err = capsys.readouterr().err.splitlines()
+    eta = r"\([\d.]+%\), [\d.]+ (lines|batches)/s.*, elapsed \d+:\d\d:\d\d, ETA \S+"
+    tokenizing = [line for line in err if line.startswith("partf: tokenizing valid.txt: ")]
+    assert tokenizing and re.fullmatch(
+        rf"partf: tokenizing valid.txt: 300/300 {eta}", tokenizing[-1]
+    )
+    writing = [line for line in err if line.startswith("partf: writing records: ")]
+    assert len(writing) == meta.num_batches - 1  # every batch after the first
+    total = meta.num_batches
+    assert re.fullmatch(rf"partf: writing records: {total:,}/{total:,} {eta}", writing[-1])
+    assert "tok/s" in writing[-1]

@@ -86,7 +86,7 @@ class _Fixed:
         self.stats = SplitStats(nll, 10, 1, float(np.exp(nll / 10)))
         self.calls = 0
 
-    def evaluate(self, dataset):
+    def evaluate(self, dataset, progress=None):
         self.calls += 1
         return self.stats
 

@@ -68,11 +68,20 @@ SCRIPT = textwrap.dedent(
         )
         trainer = Trainer(config, [losses])
         results = trainer.run()
+        # The validation pass in chunks (the iterator and the memory carried between
+        # them) gives the sums of one pass.
+        import partf.training.perplexity as perplexity
+        whole = trainer.evaluator.evaluate(trainer.data.valid.dataset)
+        perplexity.CHUNK, done = 4, []
+        chunked = trainer.evaluator.evaluate(trainer.data.valid.dataset, progress=done.append)
+        perplexity.CHUNK = 32
         memory = [np.asarray(v.numpy()).tolist() for v in
                   __import__("partf.training.distribution", fromlist=["x"]).checkpoint_view(
                       trainer.model._state_vars("train"))]
         return {"losses": losses.values, "memory": memory,
                 "valid_loss": results["valid"]["loss"],
+                "chunks": done, "chunked_sums": [chunked.total_nll, chunked.num_tokens],
+                "one_pass_sums": [whole.total_nll, whole.num_tokens],
                 "replicas": trainer.strategy.num_replicas_in_sync if trainer.strategy else 1}
 
     report = {}
@@ -109,6 +118,11 @@ def _assert_same_run(single: dict, distributed: dict) -> None:
     # the memory is really carried (not empty), so comparing it is meaningful
     assert np.abs(np.asarray(single["memory"][0])).max() > 1e-3
     np.testing.assert_allclose(distributed["valid_loss"], single["valid_loss"], rtol=2e-5)
+    # Exactly: float64 sums of the same float32 batch sums. (The one-device evaluator
+    # without XLA takes whole chunks of at most 4; the replicas' one 2 balanced chunks.)
+    assert single["chunks"] == [4, 6] and distributed["chunks"] == [3, 6]
+    for run in (single, distributed):
+        assert run["chunked_sums"] == run["one_pass_sums"]
 
 
 def test_mirrored_two_cpus_match_one_device(tmp_path):
