@@ -71,6 +71,8 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         training: True uses (and updates) the training memory, samples the
             block weights and increments `step`; False uses the evaluation
             memory and the deterministic `eval_mode` weights.
+        mode: the block weights of this call: "argmax", "expected" or "sample";
+            None: sampled in training, `eval_mode` otherwise (see `forward`).
 
     Returns:
         [B, T, d_model] hidden states (feed to `token_nll` / `log_probs`).
@@ -234,6 +236,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         states: States,
         training: bool = False,
         choices: Sequence[int | None] | None = None,
+        mode: str | None = None,
     ) -> tuple[Any, States]:
         """Pure forward pass: writes no variable.
 
@@ -241,7 +244,8 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             inputs: int [B, T] token ids, 0 = padding.
             states: from `initial_state(B)` or a previous `forward` (with absolute
                 positions, block 0's list ends with the stream position).
-            training: dropout and sampled block weights.
+            training: dropout and sampled block weights (for a sampled-path search,
+                one candidate per block drawn from pi).
             choices: optional, one entry per block: the index of the candidate to
                 run alone in that block, or None to run the whole block (every
                 candidate, mixed by its weights). A block run alone returns its
@@ -249,6 +253,11 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                 unchanged. With each block's argmax candidate (`eval_mode="argmax"`)
                 the hidden states equal those of the full pass; generation uses
                 this to skip the candidates that weigh zero.
+            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None:
+                sampled in training, each block's `eval_mode` otherwise. Given, it
+                holds in training too (every candidate runs, even in a sampled-path
+                search). An argument rather than a setting, so that a compiled
+                function keeps the weights it was traced with.
 
         Returns:
             (hidden [B, T, d_model], new_states).
@@ -257,7 +266,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             ValueError: `choices` does not give one entry per block, or names a
                 candidate a block does not have.
         """
-        hidden, new_states, _ = self._forward(inputs, states, training, choices)
+        hidden, new_states, _ = self._forward(inputs, states, training, choices, mode)
         return hidden, new_states
 
     def _forward(
@@ -266,6 +275,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         states: States,
         training: bool = False,
         choices: Sequence[int | None] | None = None,
+        mode: str | None = None,
     ) -> tuple[Any, States, list[Any]]:
         """`forward`, also returning log pi of each path drawn (sampled-path search)."""
         if choices is None:
@@ -280,8 +290,9 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             positions, position = stream_positions(position, mask)
             x = self._add_positions(x, positions)
         x = self.input_dropout(x, training=training)
-        # In training, a sampled-path search runs one candidate per block, drawn from pi.
-        sampled = training and self.search_baseline is not None
+        # In training, a sampled-path search runs one candidate per block, drawn from pi,
+        # unless the call asks for other block weights.
+        sampled = training and mode is None and self.search_baseline is not None
         # Only mixed blocks read the temperature.
         tau = self.tau() if None in choices and not sampled else None
         new_states, log_probs = [], []
@@ -294,7 +305,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                 log_probs.append(block.log_pi(index))
             elif choice is None:
                 x, block_states = block(
-                    x, states=block_states, tau=tau, mask=mask, training=training
+                    x, states=block_states, tau=tau, mask=mask, training=training, mode=mode
                 )
             else:
                 x, state = block.run_candidate(
@@ -320,7 +331,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                     f"{block.num_candidates - 1}, or None."
                 )
 
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
+    def call(self, inputs: Any, training: bool | None = None, mode: str | None = None) -> Any:
         training = bool(training)
         inputs = ops.convert_to_tensor(inputs)
         batch = inputs.shape[0]
@@ -332,7 +343,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             )
         which = "train" if training else "eval"
         hidden, new_states, log_probs = self._forward(
-            inputs, self._read_states(which), training=training
+            inputs, self._read_states(which), training=training, mode=mode
         )
         self._path_log_probs = log_probs
         self._write_states(which, new_states)
