@@ -177,6 +177,10 @@ class Attention(keras.layers.Layer):
     #: mechanism whose `attend` has a layout option the layer always uses names it here
     #: (the window grids give padding no place: {"skip_pads": True}).
     call_attend_options: ClassVar[dict[str, Any]] = {}
+    #: The name the training logs give the loss the mechanism adds to the model's loss
+    #: with `add_loss` (Primal's KSVD term: "ksvd_loss"); None: it adds none. A
+    #: mechanism that declares one makes `adds_loss` true (or overrides it).
+    loss_name: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -309,6 +313,12 @@ class Attention(keras.layers.Layer):
         }
 
     # ------------------------------------------------------------------ cost
+    def adds_loss(self) -> bool:
+        """Whether this layer adds a loss of its own (`add_loss`) to the training loss,
+        which the model then reports in its logs as `loss_name`. True when the class
+        names a loss; a mechanism whose loss can be switched off overrides it."""
+        return self.loss_name is not None
+
     def flops_per_token(self, seq_len: int, batch_size: int = 1) -> float:
         """Forward FLOPs per token (2 per multiply-add, matrix products only) when the
         layer reads segments of `seq_len` tokens, `batch_size` rows at a time.

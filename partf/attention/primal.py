@@ -78,6 +78,8 @@ class PrimalAttention(Attention):
         "its token mixing is the causal running mean; use softmax, linear, norm or lara "
         "in a bidirectional model."
     )
+    # The KSVD term joins the loss (add_loss) and the logs under this name.
+    loss_name = "ksvd_loss"
     option_help = {
         "low_rank": "primal: rank s of the KSVD projections",
         "eta": "primal: weight of the KSVD regulariser in the loss",
@@ -138,9 +140,13 @@ class PrimalAttention(Attention):
         r = ops.einsum("bthd,hds->bths", l2_normalize(sum_k), ops.cast(self.w_r, "float32"))
         out = self.combine(ops.cast(ops.concatenate([e, r], axis=-1), self.compute_dtype))
         y = self.dropout(self.output_dense(out), training=training)
-        if self.eta > 0:
+        if self.adds_loss():
             self.add_loss(self.eta * self.ksvd_loss(e, r, valid[:, :, 0, 0]))
         return y, {"sum_q": sum_q[:, -1], "sum_k": sum_k[:, -1]}
+
+    def adds_loss(self) -> bool:
+        """Whether the KSVD term joins the loss: only with a positive `eta`."""
+        return self.eta > 0
 
     def ksvd_loss(self, e: Any, r: Any, valid: Any) -> Any:
         """J: the squared KSVD objective of the authors' criterion, over valid tokens.

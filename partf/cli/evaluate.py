@@ -210,25 +210,24 @@ def _check_positions(model: Any, tokens_per_stream: int) -> None:
 # ---------------------------------------------------------------------- main
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Loads the model, scores the split and returns the report (with what was scored)."""
-    from partf.generation import reconfigure
     from partf.training.distribution import make_evaluator
     from partf.training.perplexity import score
 
     model, run_dir = load_model(args.model)
-    if args.eval_mode and args.eval_mode != model.config.eval_mode:
-        model = reconfigure(model, eval_mode=args.eval_mode)
+    # The block weights go to the evaluator's calls; the model keeps its own eval_mode.
+    mode = args.eval_mode or model.config.eval_mode
     model.reset_state("eval")
     if args.records:
         dataset, counts = _records_split(args, model, run_dir)
     else:
         dataset, counts = _text_split(args, model, run_dir)
-    evaluator = make_evaluator(model, None, model.config.batch_size, args.jit_compile)
+    evaluator = make_evaluator(model, None, model.config.batch_size, args.jit_compile, mode)
     # Compiling and scoring a split takes from seconds to minutes: say what runs.
     logger.info(
         "scoring %s on %s (eval_mode %s)",
         args.model,
         args.records or args.text,
-        model.config.eval_mode,
+        mode,
     )
     # What runs, then the batches done with an ETA, then the perplexity (on stderr).
     num_batches, tokens = _sizes(dataset)
@@ -236,7 +235,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model": str(args.model),
         "data": str(args.records or args.text),
-        "eval_mode": model.config.eval_mode,
+        "eval_mode": mode,
         **report,
     }
 

@@ -73,7 +73,8 @@ class StochasticBlock(keras.layers.Layer):
         clamp_len: largest relative distance (relative attention).
         dropout_rate: dropout inside the attentions and after the dense one.
         straight_through: one-hot forward weights with soft gradients.
-        eval_mode: "argmax", "expected" or "sample" weights at evaluation.
+        eval_mode: "argmax", "expected" or "sample" weights at evaluation, when a
+            call names no other `mode`.
         sample_per_example: one Gumbel sample per example instead of one per
             call (per training step).
         seed: seed of the block's Gumbel noise.
@@ -91,7 +92,10 @@ class StochasticBlock(keras.layers.Layer):
             None for empty states.
         tau: scalar temperature (needed when sampling).
         mask: optional bool [B, T], True for real tokens.
-        training: sampling and dropout.
+        training: dropout, and sampled block weights unless `mode` says otherwise.
+        mode: the block weights of this call, "argmax", "expected" or "sample"; None:
+            "sample" in training, else `eval_mode`. An argument, not an attribute to
+            set, so a compiled function's weights are those it was traced with.
 
     Returns:
         (y [B, T, D], new_states list).
@@ -396,12 +400,29 @@ class StochasticBlock(keras.layers.Layer):
             return ops.ones((1,), "float32")
         return ops.softmax(self.logits(), axis=-1)
 
+    def weight_mode(self, training: bool | None = False, mode: str | None = None) -> str:
+        """The block weights a call uses: `mode` if given, else "sample" in training and
+        the block's own `eval_mode` otherwise.
+
+        Raises:
+            ValueError: `mode` is not one of `EVAL_MODES`.
+        """
+        if mode is not None:
+            check_eval_mode(mode)
+            return mode
+        return "sample" if training else self.eval_mode
+
     def mixing_weights(
-        self, tau: Any = None, batch_size: int | None = None, training: bool = False
+        self,
+        tau: Any = None,
+        batch_size: int | None = None,
+        training: bool = False,
+        mode: str | None = None,
     ) -> Any:
-        """Candidate weights: float32 [C], or [B, C] when sampling per example."""
+        """Candidate weights: float32 [C], or [B, C] when sampling per example; `mode` as
+        in `weight_mode`."""
         logits = self.logits()
-        mode = "sample" if training else self.eval_mode
+        mode = self.weight_mode(training, mode)
         if mode == "argmax":
             return ops.one_hot(ops.argmax(logits), self.num_candidates, dtype="float32")
         if mode == "expected":
@@ -419,6 +440,7 @@ class StochasticBlock(keras.layers.Layer):
         tau: Any = None,
         mask: Any | None = None,
         training: bool | None = None,
+        mode: str | None = None,
     ) -> tuple[Any, list[dict[str, Any]]]:
         if states is None:
             states = [{} for _ in self.candidates]
@@ -431,7 +453,7 @@ class StochasticBlock(keras.layers.Layer):
         if self.num_candidates == 1:
             return outputs[0], new_states
 
-        weights = self.mixing_weights(tau, ops.shape(x)[0], bool(training))
+        weights = self.mixing_weights(tau, ops.shape(x)[0], bool(training), mode)
         weights = ops.cast(weights, x.dtype)
         per_example = len(weights.shape) == 2
         mixed = 0

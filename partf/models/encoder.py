@@ -91,6 +91,9 @@ class Encoder(SearchInterface, keras.Model):
     Call args:
         inputs: token ids int [B, T], or a dict with "tokens" and optionally "mask"
             (bool or 0/1 [B, T], True for real tokens; else tokens != 0).
+        training: dropout, and a search's sampled block weights.
+        mode: a search's block weights for this call, "argmax", "expected" or
+            "sample"; None: sampled in training, `eval_mode` otherwise.
 
     Returns:
         hidden states [B, T, D] without heads; class logits [B, num_classes] or MLM
@@ -324,8 +327,11 @@ class Encoder(SearchInterface, keras.Model):
                 f"these sequences have {length}; set max_positions >= {length} or shorten them."
             )
 
-    def encode(self, tokens: Any, mask: Any, training: bool | None = None) -> Any:
-        """Hidden states [B, T, D] of token ids [B, T] with padding mask bool [B, T]."""
+    def encode(
+        self, tokens: Any, mask: Any, training: bool | None = None, mode: str | None = None
+    ) -> Any:
+        """Hidden states [B, T, D] of token ids [B, T] with padding mask bool [B, T];
+        a search's block weights by `mode` (see `call`)."""
         if tokens.shape[1] is not None:
             self.check_length(int(tokens.shape[1]))
         x = self.embedding(tokens)
@@ -340,12 +346,11 @@ class Encoder(SearchInterface, keras.Model):
                 x = x + self.position_embedding(ops.minimum(positions, limit))
         x = self.input_dropout(x, training=training)
         if self.is_search:
-            # Only sampled weights read tau: training, or a block evaluated by "sample"
-            # (the blocks' own modes, which partf.training.block_weights may change).
-            sampling = bool(training) or any(b.eval_mode == "sample" for b in self.blocks)
-            tau = self.tau() if sampling else None
+            # Only sampled weights read tau.
+            modes = {block.weight_mode(training, mode) for block in self.blocks}
+            tau = self.tau() if "sample" in modes else None
             for block in self.blocks:
-                x, _ = block(x, tau=tau, mask=mask, training=training)
+                x, _ = block(x, tau=tau, mask=mask, training=training, mode=mode)
             return x
         for layer, norm in zip(self.sublayers, self.norms, strict=True):
             if layer is None:
@@ -378,7 +383,7 @@ class Encoder(SearchInterface, keras.Model):
         # Read in float32: Keras would autocast the variable to the compute dtype here.
         return ops.matmul(h, ops.transpose(table)) + ops.cast(self.mlm_bias, "float32")
 
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
+    def call(self, inputs: Any, training: bool | None = None, mode: str | None = None) -> Any:
         if isinstance(inputs, dict):
             tokens = ops.cast(inputs["tokens"], "int32")
             mask = inputs.get("mask")
@@ -386,7 +391,7 @@ class Encoder(SearchInterface, keras.Model):
         else:
             tokens = ops.cast(inputs, "int32")
             mask = ops.not_equal(tokens, 0)
-        hidden = self.encode(tokens, mask, training=training)
+        hidden = self.encode(tokens, mask, training=training, mode=mode)
         if training and self.is_search:
             self.step.assign_add(1)
         outputs = {}

@@ -6,7 +6,10 @@ mean NLL over the scored targets, weighted by any `sample_weight`, plus the loss
 layers add. Under a `tf.distribute` strategy each replica holds some rows of the global
 batch: the NLL sum is divided by the token count of all replicas (and the layers' losses
 by the replica count), so the replicas' losses and gradients sum to those of the global
-batch. The sampled-path search adds a score-function term (`score_function_term`).
+batch. The sampled-path search adds a score-function term (`score_function_term`), from
+the drawn path's log pi that the model's call returns beside the hidden states in training
+(`split_outputs`). The losses attentions add are also reported on their own in the logs
+(`attention_loss_logs`, e.g. `ksvd_loss`).
 
 Example:
     >>> data_loss, replicas = mean_token_loss(model.token_nll(y_pred, y), y, sample_weight)
@@ -88,3 +91,24 @@ def sum_over_replicas(value: Any) -> tuple[float, Any]:
         return 1.0, value
     total = context.all_reduce(tf.distribute.ReduceOp.SUM, value)
     return float(context.num_replicas_in_sync), total
+
+
+def split_outputs(y_pred: Any) -> tuple[Any, list[Any]]:
+    """(hidden states, log pi of the drawn path per sampled block; [] if none) from what
+    `PARTransformerXL.call` returned."""
+    if isinstance(y_pred, dict):
+        return y_pred["hidden"], list(y_pred["path_log_probs"])
+    return y_pred, []
+
+
+def attention_loss_logs(layers: Sequence[Any]) -> dict[str, Any]:
+    """Per `loss_name`, the float32 sum of the losses `layers` (attentions that add one)
+    hold from their last call; {} when they hold none."""
+    terms: dict[str, list[Any]] = {}
+    for layer in layers:
+        terms.setdefault(layer.loss_name, []).extend(layer.losses)
+    return {
+        name: ops.sum(ops.stack([ops.cast(term, "float32") for term in found]))
+        for name, found in terms.items()
+        if found
+    }

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +45,13 @@ from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
 from partf.models.config import ModelConfig
 from partf.models.cost import expected_flops
-from partf.models.loss import add_layer_losses, mean_token_loss, score_function_term
+from partf.models.loss import (
+    add_layer_losses,
+    attention_loss_logs,
+    mean_token_loss,
+    score_function_term,
+    split_outputs,
+)
 from partf.models.memory import STATE_SETS, States, XLMemory
 from partf.models.search_interface import SearchInterface
 from partf.random import Dropout
@@ -71,9 +78,14 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         training: True uses (and updates) the training memory, samples the
             block weights and increments `step`; False uses the evaluation
             memory and the deterministic `eval_mode` weights.
+        mode: the block weights of this call: "argmax", "expected" or "sample";
+            None: sampled in training, `eval_mode` otherwise (see `forward`).
 
     Returns:
-        [B, T, d_model] hidden states (feed to `token_nll` / `log_probs`).
+        [B, T, d_model] hidden states (feed to `token_nll` / `log_probs`). In
+        training, a sampled-path search (`search_estimator="sampled"`) returns
+        {"hidden": those states, "path_log_probs": log pi of the path drawn in each
+        block}: `compute_loss` needs both (`split_outputs` takes them apart).
 
     Example:
         >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
@@ -167,12 +179,6 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             self.position_embedding = keras.layers.Embedding(
                 config.max_positions, config.d_model, dtype=policy, name="position_embedding"
             )
-        # Log-probabilities of the paths drawn by the last training call, read by
-        # compute_loss within the same traced train step.
-        self._path_log_probs: list[Any] = []
-        # The Primal KSVD term of the last compute_loss, read by compute_metrics in the
-        # same traced step (TensorFlow only; see `compute_metrics`).
-        self._ksvd_loss: Any = None
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
         self.build((config.batch_size, None))
@@ -234,6 +240,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         states: States,
         training: bool = False,
         choices: Sequence[int | None] | None = None,
+        mode: str | None = None,
     ) -> tuple[Any, States]:
         """Pure forward pass: writes no variable.
 
@@ -241,7 +248,8 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             inputs: int [B, T] token ids, 0 = padding.
             states: from `initial_state(B)` or a previous `forward` (with absolute
                 positions, block 0's list ends with the stream position).
-            training: dropout and sampled block weights.
+            training: dropout and sampled block weights (for a sampled-path search,
+                one candidate per block drawn from pi).
             choices: optional, one entry per block: the index of the candidate to
                 run alone in that block, or None to run the whole block (every
                 candidate, mixed by its weights). A block run alone returns its
@@ -249,6 +257,11 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                 unchanged. With each block's argmax candidate (`eval_mode="argmax"`)
                 the hidden states equal those of the full pass; generation uses
                 this to skip the candidates that weigh zero.
+            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None:
+                sampled in training, each block's `eval_mode` otherwise. Given, it
+                holds in training too (every candidate runs, even in a sampled-path
+                search). An argument rather than a setting, so that a compiled
+                function keeps the weights it was traced with.
 
         Returns:
             (hidden [B, T, d_model], new_states).
@@ -257,7 +270,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             ValueError: `choices` does not give one entry per block, or names a
                 candidate a block does not have.
         """
-        hidden, new_states, _ = self._forward(inputs, states, training, choices)
+        hidden, new_states, _ = self._forward(inputs, states, training, choices, mode)
         return hidden, new_states
 
     def _forward(
@@ -266,6 +279,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         states: States,
         training: bool = False,
         choices: Sequence[int | None] | None = None,
+        mode: str | None = None,
     ) -> tuple[Any, States, list[Any]]:
         """`forward`, also returning log pi of each path drawn (sampled-path search)."""
         if choices is None:
@@ -280,8 +294,9 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             positions, position = stream_positions(position, mask)
             x = self._add_positions(x, positions)
         x = self.input_dropout(x, training=training)
-        # In training, a sampled-path search runs one candidate per block, drawn from pi.
-        sampled = training and self.search_baseline is not None
+        # In training, a sampled-path search runs one candidate per block, drawn from pi,
+        # unless the call asks for other block weights.
+        sampled = training and mode is None and self.search_baseline is not None
         # Only mixed blocks read the temperature.
         tau = self.tau() if None in choices and not sampled else None
         new_states, log_probs = [], []
@@ -294,7 +309,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                 log_probs.append(block.log_pi(index))
             elif choice is None:
                 x, block_states = block(
-                    x, states=block_states, tau=tau, mask=mask, training=training
+                    x, states=block_states, tau=tau, mask=mask, training=training, mode=mode
                 )
             else:
                 x, state = block.run_candidate(
@@ -320,7 +335,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                     f"{block.num_candidates - 1}, or None."
                 )
 
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
+    def call(self, inputs: Any, training: bool | None = None, mode: str | None = None) -> Any:
         training = bool(training)
         inputs = ops.convert_to_tensor(inputs)
         batch = inputs.shape[0]
@@ -332,12 +347,15 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             )
         which = "train" if training else "eval"
         hidden, new_states, log_probs = self._forward(
-            inputs, self._read_states(which), training=training
+            inputs, self._read_states(which), training=training, mode=mode
         )
-        self._path_log_probs = log_probs
         self._write_states(which, new_states)
         if training:
             self.step.assign_add(1)
+        if log_probs:
+            # The drawn path's log pi is part of the output, not kept on the model, so
+            # compute_loss reads the values of the very call it scores.
+            return {"hidden": hidden, "path_log_probs": log_probs}
         return hidden
 
     # ----------------------------------------------------------------- output
@@ -362,48 +380,60 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
     ) -> Any:
         """Mean NLL over non-pad targets, plus any losses added by layers, plus the
         search's terms: the expected cost (`search_cost_weight`) and, for a sampled-path
-        search, the score-function term that trains the architecture logits."""
+        search, the score-function term that trains the architecture logits.
+
+        Args:
+            y_pred: what `call` returned: the hidden states, or in training of a
+                sampled-path search the dict that also holds the drawn path's log pi.
+        """
+        hidden, path_log_probs = split_outputs(y_pred)
         # Token-weighted over the global batch under a tf.distribute strategy.
-        data_loss, replicas = mean_token_loss(self.token_nll(y_pred, y), y, sample_weight)
+        data_loss, replicas = mean_token_loss(self.token_nll(hidden, y), y, sample_weight)
         loss = add_layer_losses(data_loss, self.losses, replicas)
-        self._ksvd_loss = None
-        ksvd = [term for layer in self.primal_attentions for term in layer.losses]
-        if ksvd and keras.backend.backend() == "tensorflow":
-            self._ksvd_loss = ops.sum(ops.stack([ops.cast(term, "float32") for term in ksvd]))
         if self.config.search_cost_weight and self.config.is_stochastic:
             seq_len = int(y.shape[1])
             megaflops = expected_flops(self, seq_len) / 1e6
             loss = loss + self.config.search_cost_weight * megaflops / replicas
-        if training and self._path_log_probs:
-            log_probs, self._path_log_probs = self._path_log_probs, []
-            loss = loss + score_function_term(log_probs, self.search_baseline, data_loss)
+        if training and path_log_probs:
+            loss = loss + score_function_term(path_log_probs, self.search_baseline, data_loss)
         return loss
 
     @property
-    def primal_attentions(self) -> list[Any]:
-        """The Primal attention layers whose KSVD term (eta * J) joins the loss."""
+    def loss_attentions(self) -> list[Any]:
+        """The attention layers that add a loss of their own to the training loss
+        (`Attention.adds_loss`, e.g. Primal's KSVD term with eta > 0)."""
         return [
-            layer
-            for block in self.blocks
-            for _, layer in block.attentions()
-            if getattr(layer, "registry_name", None) == "primal" and layer.eta > 0
+            layer for block in self.blocks for _, layer in block.attentions() if layer.adds_loss()
         ]
+
+    @property
+    def primal_attentions(self) -> list[Any]:
+        """Deprecated: `loss_attentions` (every attention that adds a loss, not only
+        Primal's)."""
+        warnings.warn(
+            "PARTransformerXL.primal_attentions is deprecated; use loss_attentions.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.loss_attentions
 
     def compute_metrics(
         self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None
     ) -> dict[str, Any]:
-        """Keras's metrics, plus `ksvd_loss` for a model with Primal attention: the sum of
-        its layers' eta * J terms in this step's loss (already part of `loss`), so the
-        logs (fit's `logs["ksvd_loss"]`, what TensorBoard can plot on its own) show it.
+        """Keras's metrics, plus each attention loss under its name (`Attention.loss_name`:
+        `ksvd_loss` for Primal): the sum of those layers' terms in this step's loss
+        (already part of `loss`), so the logs (fit's `logs["ksvd_loss"]`, what TensorBoard
+        can plot on its own) show it.
 
-        Read on the TensorFlow backend, where `compute_loss` and this run in one traced
-        step; on JAX the loss is computed inside a gradient transformation that the value
-        cannot leave, so the logs hold no `ksvd_loss` there.
+        The terms are the layers' losses of this step's call, read on the TensorFlow
+        backend, where the call, `compute_loss` and this run in one traced step; on JAX
+        the call runs inside a gradient transformation that the values cannot leave, so
+        the logs hold no such loss there.
         """
-        results = super().compute_metrics(x, y, y_pred, sample_weight=sample_weight)
-        ksvd, self._ksvd_loss = self._ksvd_loss, None
-        if ksvd is not None:
-            results = {**results, "ksvd_loss": ksvd}
+        hidden, _ = split_outputs(y_pred)
+        results = super().compute_metrics(x, y, hidden, sample_weight=sample_weight)
+        if keras.backend.backend() == "tensorflow":
+            results = {**results, **attention_loss_logs(self.loss_attentions)}
         return results
 
     # ----------------------------------------------------------- architecture

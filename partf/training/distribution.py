@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
+from partf.layers.candidates import check_eval_mode
 from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
 from partf.training.jax_evaluator import JaxEvaluator
 from partf.training.perplexity import Progress, SplitStats, batch_nll_sums, chunk_size
@@ -164,6 +165,8 @@ class ReplicaEvaluator:
         strategy: the strategy.
         global_batch: B, rows per batch of the datasets to score.
         jit_compile: compile the per-replica function with XLA.
+        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
+            model's own `eval_mode` (as `Evaluator`).
     """
 
     def __init__(
@@ -172,15 +175,19 @@ class ReplicaEvaluator:
         strategy: tf.distribute.Strategy,
         global_batch: int,
         jit_compile: bool = True,
+        mode: str | None = None,
     ) -> None:
         import tensorflow as tf
 
+        if mode is not None:
+            check_eval_mode(mode)
         self.model = model
         self.strategy = strategy
         self.global_batch = global_batch
+        self.mode = mode
 
         def batch_sums(inputs, targets):
-            return batch_nll_sums(model, inputs, targets)  # this replica's rows
+            return batch_nll_sums(model, inputs, targets, mode)  # this replica's rows
 
         replica_step = tf.function(batch_sums, jit_compile=jit_compile, reduce_retracing=True)
 
@@ -310,13 +317,15 @@ def make_evaluator(
     strategy: tf.distribute.Strategy | None,
     global_batch: int,
     jit_compile: bool = True,
+    mode: str | None = None,
 ) -> Any:
     """The evaluator for this backend and strategy: `Evaluator` (TensorFlow, one device),
-    `ReplicaEvaluator` (a strategy) or `JaxEvaluator` (JAX)."""
+    `ReplicaEvaluator` (a strategy) or `JaxEvaluator` (JAX), scoring a search with
+    `mode` block weights ("argmax", "expected" or "sample"; None: its own `eval_mode`)."""
     from partf.training.perplexity import Evaluator
 
     if strategy is not None:
-        return ReplicaEvaluator(model, strategy, global_batch, jit_compile)
+        return ReplicaEvaluator(model, strategy, global_batch, jit_compile, mode)
     if keras.backend.backend() == "jax":
-        return JaxEvaluator(model, jit_compile)
-    return Evaluator(model, jit_compile=jit_compile)
+        return JaxEvaluator(model, jit_compile, mode)
+    return Evaluator(model, jit_compile=jit_compile, mode=mode)

@@ -23,6 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from partf.layers.candidates import check_eval_mode
 from partf.training.perplexity import (
     Progress,
     SplitStats,
@@ -39,18 +40,23 @@ class JaxEvaluator:
     Args:
         model: a partf model on the JAX backend.
         jit_compile: compile the per-batch function with `jax.jit`.
+        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
+            model's own `eval_mode` (as `Evaluator`).
     """
 
-    def __init__(self, model: Any, jit_compile: bool = True) -> None:
+    def __init__(self, model: Any, jit_compile: bool = True, mode: str | None = None) -> None:
         import jax
 
+        if mode is not None:
+            check_eval_mode(mode)
         self.model = model
+        self.mode = mode
 
         def batch_sums(weights, states, inputs, targets):
             mapping = list(zip(model.trainable_variables, weights, strict=True))
             mapping += list(zip(model.non_trainable_variables, states, strict=True))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                total, count = batch_nll_sums(model, inputs, targets)
+                total, count = batch_nll_sums(model, inputs, targets, mode)
             new_states = []
             for variable, value in zip(model.non_trainable_variables, states, strict=True):
                 current = scope.get_current_value(variable)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from keras import ops
 
 from partf.console import Meter
+from partf.layers.candidates import check_eval_mode
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -104,12 +105,19 @@ def _safe_exp(x: float) -> float:
     return math.exp(x) if x < 700 else math.inf
 
 
-def batch_nll_sums(model: Any, inputs: Any, targets: Any) -> tuple[Any, Any]:
+def batch_nll_sums(
+    model: Any, inputs: Any, targets: Any, mode: str | None = None
+) -> tuple[Any, Any]:
     """One batch through the model's evaluation memory: float32 (NLL sum, target tokens).
 
-    Calls `model(inputs, training=False)`, which advances the evaluation memory.
+    Calls `model(inputs, training=False)`, which advances the evaluation memory; with
+    `mode` ("argmax", "expected" or "sample"), `model(inputs, training=False, mode=mode)`:
+    a search's block weights, in place of its own `eval_mode`.
     """
-    hidden = model(inputs, training=False)
+    if mode is None:  # a model of the contract need not take `mode` unless asked
+        hidden = model(inputs, training=False)
+    else:
+        hidden = model(inputs, training=False, mode=mode)
     nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
     count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
     return ops.sum(nll), count
@@ -224,20 +232,29 @@ class Evaluator:
             `token_nll`, `reset_state`).
         jit_compile: compile with XLA.
         chunk: most batches per compiled call (a last, shorter chunk compiles once more).
+        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
+            model's own `eval_mode`. Passed into every call the compiled functions
+            trace, so each evaluator keeps its own weights, whatever others use.
 
     Example:
         >>> stats = Evaluator(model).evaluate(valid_dataset)
+        >>> expected = Evaluator(model, mode="expected").evaluate(valid_dataset)
     """
 
-    def __init__(self, model: Any, jit_compile: bool = True, chunk: int = 256) -> None:
+    def __init__(
+        self, model: Any, jit_compile: bool = True, chunk: int = 256, mode: str | None = None
+    ) -> None:
         import tensorflow as tf  # here, so SplitStats and the report load without it
 
+        if mode is not None:
+            check_eval_mode(mode)  # when built, not when first used
         self.model = model
         self.jit_compile = jit_compile
         self.chunk = chunk
+        self.mode = mode
 
         def batch_sums(inputs, targets):
-            return batch_nll_sums(model, inputs, targets)
+            return batch_nll_sums(model, inputs, targets, mode)
 
         def run_chunk(inputs, targets):
             # inputs, targets: [N, B, T]; returns float32 [N, 2] (NLL sum, tokens).

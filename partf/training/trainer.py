@@ -249,9 +249,9 @@ class Trainer:
         with _log_to_file(paths.training_log):
             log_run_start(paths, built, data, resumed.step)
 
-            def new_evaluator() -> Any:
+            def new_evaluator(mode: str | None = None) -> Any:
                 return make_evaluator(
-                    built.model, strategy, data.train.batch_size, config.jit_compile
+                    built.model, strategy, data.train.batch_size, config.jit_compile, mode
                 )
 
             self.evaluator = evaluator = new_evaluator()

@@ -51,11 +51,7 @@ def set_logits(block, values):
 @pytest.mark.parametrize("mode", ["argmax", "expected"])
 def test_eval_modes_mix_candidates(block, x, mode):
     set_logits(block, [0.1, 0.9, -0.4])  # dense is the most likely
-    block.eval_mode = mode
-    try:
-        y, _ = block(x, training=False)
-    finally:
-        block.eval_mode = "argmax"
+    y, _ = block(x, training=False, mode=mode)
     outputs = branch_outputs(block, x)
     if mode == "argmax":
         expected = outputs[1]
@@ -63,6 +59,24 @@ def test_eval_modes_mix_candidates(block, x, mode):
         pi = np.asarray(ops.softmax(ops.convert_to_tensor([0.1, 0.9, -0.4])))
         expected = sum(p * out for p, out in zip(pi, outputs, strict=True))
     assert_close(y, expected, atol=1e-5)
+    # The block's own mode is the default, and the argument leaves it as it was.
+    assert block.eval_mode == "argmax"
+    default, _ = block(x, training=False)
+    assert_close(default, outputs[1], atol=1e-5)
+
+
+def test_mode_argument_overrides_training_and_the_blocks_own_mode(block, x):
+    assert block.weight_mode(True) == "sample" and block.weight_mode(False) == "argmax"
+    assert block.weight_mode(True, "expected") == "expected"
+    set_logits(block, [0.1, 0.9, -0.4])
+    # Training with expected weights: no Gumbel noise (no tau needed), no dropout here.
+    y, _ = block(x, training=True, mode="expected")
+    want, _ = block(x, training=False, mode="expected")
+    assert_close(y, want, atol=1e-6)
+    with pytest.raises(ValueError, match="needs tau"):
+        block(x, training=False, mode="sample")
+    with pytest.raises(ValueError, match="unknown eval_mode 'best'"):
+        block(x, training=False, mode="best")
 
 
 def test_training_weights_are_gumbel_samples_with_gradients(block, x):

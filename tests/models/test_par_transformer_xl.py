@@ -192,13 +192,7 @@ def test_architecture_api_and_fixed_model(model):
         fixed_block.sublayers[0].set_weights(block.sublayers[chosen].get_weights())
         fixed_block.norms[0].set_weights(block.norms[chosen].get_weights())
     x = tokens(5, seed=6)
-    for block in model.blocks:
-        block.eval_mode = "argmax"
-    try:
-        expected, _ = model.forward(x, model.initial_state(B))
-    finally:
-        for block in model.blocks:
-            block.eval_mode = "expected"
+    expected, _ = model.forward(x, model.initial_state(B), mode="argmax")
     got, _ = fixed.forward(x, fixed.initial_state(B))
     assert_close(got, expected, atol=1e-5)
 
@@ -210,6 +204,7 @@ def test_forward_with_fixed_choices(model):
     argmax = (0, 1)  # the fixture's logits: attention in block 0, dense in block 1
 
     def full_pass(eval_modes):
+        # Blocks of different modes: each block's own setting (one `mode` is for all).
         for block, mode in zip(model.blocks, eval_modes, strict=True):
             block.eval_mode = mode
         try:
@@ -218,7 +213,7 @@ def test_forward_with_fixed_choices(model):
             for block in model.blocks:
                 block.eval_mode = "expected"
 
-    expected, expected_states = full_pass(["argmax", "argmax"])
+    expected, expected_states = model.forward(x, states, mode="argmax")
     got, new_states = model.forward(x, states, choices=argmax)
     assert_close(got, expected, atol=1e-6)
     # The chosen attention's memory moves on; the skipped one's is carried unchanged.

@@ -1,6 +1,7 @@
-"""Scoring a search with other block weights (`partf.training.block_weights`): the same
-figures as a copy of the model built with that eval_mode, the model's own mode left as it
-was, and validation during a frozen pi scored by the expected mixture."""
+"""Scoring a search with other block weights (an evaluator's `mode`,
+`partf.training.block_weights`): the same figures as a copy of the model built with that
+eval_mode, the model's own mode left as it was, compiled evaluators of different modes
+each keeping their own, and validation during a frozen pi scored by the expected mixture."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 from partf.generation.model_helpers import reconfigure
 from partf.models import MaskedLanguageModel, PARTransformerXL
-from partf.training.block_weights import ModeEvaluator, block_weights, expected_evaluator
+from partf.training.block_weights import expected_evaluator
 from partf.training.monitoring import ValidationCallback
 from partf.training.perplexity import Evaluator, SplitStats
 from partf.training.progress import RunProgress
@@ -41,11 +42,8 @@ def dataset():
     return tf.data.Dataset.from_tensor_slices((stream[..., :-1], stream[..., 1:]))
 
 
-def _stats(model, dataset, mode=None):
-    evaluator = Evaluator(model, jit_compile=False)
-    if mode is not None:
-        evaluator = ModeEvaluator(evaluator, model, mode)
-    return evaluator.evaluate(dataset)
+def _stats(model, dataset, mode=None, jit_compile=False):
+    return Evaluator(model, jit_compile=jit_compile, mode=mode).evaluate(dataset)
 
 
 def test_expected_scores_like_a_model_built_with_expected_weights(search, dataset):
@@ -54,29 +52,63 @@ def test_expected_scores_like_a_model_built_with_expected_weights(search, datase
     reference = _stats(reconfigure(search, eval_mode="expected"), dataset)
     assert expected.total_nll == pytest.approx(reference.total_nll, rel=1e-6)
     assert expected.num_tokens == own.num_tokens
-    # A different model from the argmax one, which the wrapper left as it was.
+    # A different model from the argmax one, which the evaluator left as it was.
     assert expected.total_nll != pytest.approx(own.total_nll, rel=1e-4)
     assert [b.eval_mode for b in search.blocks] == ["argmax"] * 3
     assert _stats(search, dataset).total_nll == pytest.approx(own.total_nll, rel=1e-6)
 
 
-def test_block_weights_restores_the_mode_after_an_error(search):
-    with pytest.raises(RuntimeError), block_weights(search, "sample"):
-        assert {b.eval_mode for b in search.blocks} == {"sample"}
-        raise RuntimeError
+@pytest.mark.compile
+def test_compiled_evaluators_of_two_modes_each_keep_their_own(search, dataset):
+    """Two XLA-compiled evaluators of one model, traced one after the other with
+    different block weights: each scores as a model built with its weights. (Block
+    weights set on the model around a call would leave a compiled function with the
+    weights of its first trace.)"""
+    want = {
+        mode: _stats(reconfigure(search, eval_mode=mode), dataset).total_nll
+        for mode in ("argmax", "expected")
+    }
+    assert want["argmax"] != pytest.approx(want["expected"], rel=1e-4)
+    argmax = Evaluator(search, jit_compile=True, mode="argmax")
+    expected = Evaluator(search, jit_compile=True, mode="expected")
+    for _ in range(2):  # traced on the first pass, reused on the second
+        for mode, evaluator in (("argmax", argmax), ("expected", expected)):
+            got = evaluator.evaluate(dataset).total_nll
+            assert got == pytest.approx(want[mode], rel=1e-5), mode
     assert {b.eval_mode for b in search.blocks} == {"argmax"}
+
+
+def test_a_traced_call_keeps_the_mode_it_was_given(search):
+    """One tf.function traced once per mode (the mode is a Python argument): its
+    outputs follow the argument, not any setting of the model."""
+    x = np.ones((2, 6), np.int32)
+
+    @tf.function
+    def hidden(mode):
+        search.reset_state("eval")
+        return search(x, training=False, mode=mode)
+
+    for mode in ("argmax", "expected", "argmax"):
+        copy = reconfigure(search, eval_mode=mode)
+        np.testing.assert_allclose(
+            np.asarray(hidden(mode)), np.asarray(copy(x, training=False)), atol=1e-5
+        )
+
+
+def test_an_unknown_mode_fails_when_the_evaluator_is_built(search):
     with pytest.raises(ValueError, match="unknown eval_mode 'mean'"):
-        ModeEvaluator(None, search, "mean")
+        Evaluator(search, jit_compile=False, mode="mean")
 
 
 def test_only_a_search_evaluated_by_argmax_gets_an_expected_evaluator(search):
-    assert expected_evaluator(search, lambda: "made").evaluator == "made"
+    assert expected_evaluator(search, lambda mode: ("made", mode)) == ("made", "expected")
     fixed = PARTransformerXL(
         vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=32, num_layers=2, mem_len=4,
         cutoffs=(), batch_size=2, architecture="A D",
     )  # fmt: skip
-    assert expected_evaluator(fixed, lambda: "made") is None
-    assert expected_evaluator(reconfigure(search, eval_mode="sample"), lambda: "made") is None
+    assert expected_evaluator(fixed, lambda mode: "made") is None
+    sample = reconfigure(search, eval_mode="sample")
+    assert expected_evaluator(sample, lambda mode: "made") is None
 
 
 class _Fixed:
@@ -126,7 +158,7 @@ def mlm_search():
 @pytest.mark.parametrize("mode", ["expected", "sample"])
 def test_a_masked_lm_search_scores_with_other_block_weights(mlm_search, mode):
     model, dataset = mlm_search
-    assert expected_evaluator(model, lambda: "made").evaluator == "made"
+    assert expected_evaluator(model, lambda mode: mode) == "expected"
     own = _stats(model, dataset)
     other = _stats(model, dataset, mode)
     assert np.isfinite(other.total_nll) and other.num_tokens == own.num_tokens
