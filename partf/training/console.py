@@ -8,9 +8,13 @@ and compiled (XLA), tens of seconds on 2 CPU cores, with nothing on the screen. 
 callback says so when training starts and, when the output is not a terminal, writes a
 plain line every `every_seconds` at the end of an execution (each line starts "partf: "):
 
-    compiling the train step (XLA, 32 steps per execution) before step 0 of 9,120; ...
-    first execution done in 41.2 s; training
-    step 1,024/9,120 (11.2%), epoch 1, 5.21 steps/s (5,335 tok/s), elapsed 0:03:16, ETA 0:25:54
+    compiling the train step (XLA, 8 steps per execution) before step 0 of 600; ...
+    first execution done in 117.0 s; training
+    step 256/600 (42.7%), epoch 1, loss 7.9383, lr 6.38e-06, tau 0.374, 8.10 steps/s
+    (8,290 tok/s), elapsed 0:02:28, ETA 0:00:42                                [one line]
+
+On a terminal fit's bar shows the steps, the loss and its ETA; this callback adds the
+learning rate, tau and tokens per second to what the bar shows.
 
 The lines go to stderr only: training.log and TensorBoard keep what MetricsLogger writes.
 They are written like every other partf progress line (`partf.console`: evaluation
@@ -27,7 +31,7 @@ from typing import Any, TextIO
 import keras
 
 from partf.console import clock_text, rate_text, write_line
-from partf.training.progress import RunProgress
+from partf.training.progress import RunProgress, read_loss
 
 __all__ = ["ConsoleProgress", "clock_text"]
 
@@ -45,6 +49,8 @@ class ConsoleProgress(keras.callbacks.Callback):
         is_terminal: whether fit shows its own progress bar (default: stdout is a
             terminal, as `run_fit` decides fit's verbosity).
         clock: seconds, monotonic (for tests).
+        lr_value: step -> learning rate (host arithmetic), shown with the loss and tau;
+            None leaves the rate out.
     """
 
     def __init__(
@@ -56,6 +62,7 @@ class ConsoleProgress(keras.callbacks.Callback):
         stream: TextIO | None = None,
         is_terminal: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        lr_value: Callable[[int], float] | None = None,
     ) -> None:
         super().__init__()
         self.progress = progress
@@ -65,6 +72,7 @@ class ConsoleProgress(keras.callbacks.Callback):
         self.stream = stream
         self.is_terminal = os.isatty(1) if is_terminal is None else is_terminal
         self.clock = clock
+        self.lr_value = lr_value
         self._began: float | None = None  # when the first `fit` began
         self._timed: tuple[int, float] | None = None  # (step, time) after the compilation
         self._last_line = 0.0
@@ -91,18 +99,63 @@ class ConsoleProgress(keras.callbacks.Callback):
             if not self.is_terminal:
                 self._write(f"first execution done in {now - (self._began or now):.1f} s; training")
             return
-        if self.is_terminal or now - self._last_line < self.every_seconds:
+        if self.is_terminal:
+            # fit's bar (the last callback) shows what `logs` holds after this one: add
+            # lr, tau and tok/s there. Reading tau syncs the device, so at most every 2 s;
+            # the bar keeps a value until it is given a new one.
+            if logs is not None and now - self._last_line >= 2.0:
+                self._last_line = now
+                logs.update(self.bar_values(step, now))
+            return
+        if now - self._last_line < self.every_seconds:
             return
         self._last_line = now
-        self._write(self.line(step, now))
+        self._write(self.line(step, now, logs))
 
-    def line(self, step: int, now: float) -> str:
-        """The plain progress line at `step`: count, share, rate, elapsed and ETA."""
-        total = self.progress.total_steps
+    def _rate(self, step: int, now: float) -> float:
+        """Steps per second since the first execution ended (0 before that)."""
         first_step, first_time = self._timed or (step, now)
-        rate = (step - first_step) / (now - first_time) if now > first_time else 0.0
+        return (step - first_step) / (now - first_time) if now > first_time else 0.0
+
+    def _lr_and_tau(self, step: int) -> dict[str, float]:
+        """The learning rate of the update that made `step` and the model's tau, where
+        known (no lr_value, no model, or a fixed encoder without tau: left out)."""
+        values = {}
+        if self.lr_value is not None:
+            values["lr"] = float(self.lr_value(max(step - 1, 0)))
+        model = self.model
+        tau = model.tau() if model is not None and hasattr(model, "tau") else None
+        if tau is not None:
+            values["tau"] = float(keras.ops.convert_to_numpy(tau))
+        return values
+
+    def bar_values(self, step: int, now: float) -> dict[str, float]:
+        """What this callback adds to fit's bar on a terminal: lr, tau and tok/s."""
+        values = self._lr_and_tau(step)
+        rate = self._rate(step, now)
+        if rate > 0:
+            values["tok/s"] = round(rate * self.progress.tokens_per_batch)
+        return values
+
+    def line(self, step: int, now: float, logs: dict[str, Any] | None = None) -> str:
+        """The plain progress line at `step`: count, share, epoch, loss, lr and tau (where
+        known), rate, elapsed and ETA."""
         elapsed = now - (self._began if self._began is not None else now)
-        epoch = f", epoch {self.progress.epoch + 1}"
+        detail = f", epoch {self.progress.epoch + 1}"
+        loss = read_loss(logs)
+        if loss is not None:
+            detail += f", loss {loss:.4f}"
+        values = self._lr_and_tau(step)
+        if "lr" in values:
+            detail += f", lr {values['lr']:.3g}"
+        if "tau" in values:
+            detail += f", tau {values['tau']:.3g}"
         return "step " + rate_text(
-            step, total, rate, "steps", elapsed, self.progress.tokens_per_batch, epoch
+            step,
+            self.progress.total_steps,
+            self._rate(step, now),
+            "steps",
+            elapsed,
+            self.progress.tokens_per_batch,
+            detail,
         )

@@ -270,7 +270,10 @@ class Trainer:
                 with own.signals.installed():
                     # After partf's (the tracker keeps `progress` current first).
                     console = ConsoleProgress(
-                        progress, config.steps_per_execution, config.jit_compile
+                        progress,
+                        config.steps_per_execution,
+                        config.jit_compile,
+                        lr_value=built.schedule.value_at,
                     )
                     callbacks = [*own.as_list(), console, *self.callbacks]
                     history = run_fit(built.model, data, progress, callbacks, strategy)

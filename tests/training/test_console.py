@@ -68,6 +68,63 @@ def test_on_a_terminal_only_the_notice_is_written():
     assert "compiling the train step" in stream.getvalue()
 
 
+class TauModel:
+    """What ConsoleProgress reads of a model: its temperature."""
+
+    def tau(self) -> float:
+        return 0.5
+
+
+def test_plain_lines_give_the_loss_lr_and_tau_where_known():
+    progress, clock, stream = RunProgress(100, 1000, 64), Clock(), io.StringIO()
+    console = ConsoleProgress(
+        progress,
+        10,
+        True,
+        stream=stream,
+        is_terminal=False,
+        clock=clock,
+        lr_value=lambda step: 1e-4 * step / 1000,
+    )
+    console.set_model(TauModel())
+    console.on_train_begin()
+    for step, seconds in ((10, 40.0), (40, 30.0)):
+        clock.now += seconds
+        progress.move_to(step)
+        console.on_train_batch_end(step, {"loss": 4.25})
+    # lr of the update that made step 40 (step 39's); tau read from the model.
+    assert stream.getvalue().splitlines()[-1] == (
+        "partf: step 40/1,000 (4.0%), epoch 1, loss 4.2500, lr 3.9e-06, tau 0.5, "
+        "1.00 steps/s (64 tok/s), elapsed 0:01:10, ETA 0:16:00"
+    )
+
+
+def test_on_a_terminal_fits_bar_gets_lr_tau_and_tokens_per_second():
+    progress, clock, stream = RunProgress(100, 1000, 64), Clock(), io.StringIO()
+    console = ConsoleProgress(
+        progress,
+        10,
+        True,
+        stream=stream,
+        is_terminal=True,
+        clock=clock,
+        lr_value=lambda step: 2e-4,
+    )
+    console.set_model(TauModel())
+    console.on_train_begin()
+    first = {"loss": 5.0}
+    clock.now += 40.0
+    progress.move_to(10)
+    console.on_train_batch_end(10, first)
+    assert first == {"loss": 5.0}  # the compilation: no rate yet, nothing added
+    logs = {"loss": 4.0}
+    clock.now += 10.0
+    progress.move_to(30)
+    console.on_train_batch_end(30, logs)
+    assert logs == {"loss": 4.0, "lr": 2e-4, "tau": 0.5, "tok/s": 128}
+    assert len(stream.getvalue().splitlines()) == 1  # the notice only: the bar shows the rest
+
+
 def test_clock_text():
     assert [clock_text(s) for s in (0, 59.6, 3600, 90061)] == [
         "0:00:00",
