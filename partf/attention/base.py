@@ -161,6 +161,13 @@ class Attention(keras.layers.Layer):
     #: a missing key with it, and `ModelConfig(attention_defaults="partf_v1")` pins it, so
     #: a model saved before the change keeps the behaviour it was trained with.
     previous_defaults: ClassVar[dict[str, Any]] = {}
+    #: The same for the later generations of partf's attention defaults
+    #: (`partf.models.config.ATTENTION_GENERATIONS`, all but the first): generation ->
+    #: option -> what leaving the option unset meant in that generation, for each
+    #: option whose default changed after it (the first generation's is
+    #: `previous_defaults`). A `ModelConfig` of that generation pins them, so a
+    #: checkpoint saved then resumes as it was trained.
+    generation_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     #: Whether the mechanism reads values; False builds no value projection
     #: (such a mechanism overrides `call`).
     uses_values: ClassVar[bool] = True

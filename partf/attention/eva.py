@@ -28,10 +28,13 @@ left out.
 Which chunks a query sees (`chunk_mask`): the authors' causal EVA gives a
 query the summary of every chunk before its own chunk, the chunks of its own
 window (and, with `overlap_window`, of the window before) among them, although
-the exact part sees those tokens already ("authors"). partf's default leaves the
-chunks of the exact part to the exact part, so no token is counted twice
-("partf"). At window 16 and chunk 4 the two differ by about 0.6 (relative 0.2)
-on random inputs; with chunks as large as the window they agree.
+the exact part sees those tokens already ("authors", the default). partf's mask
+leaves the chunks of the exact part to the exact part, so no token is counted
+twice ("partf"; the default until issue 37, kept by configurations saved before).
+At window 16 and chunk 4 the two differ by about 0.6 (relative 0.2) on random
+inputs; with chunks as large as the window they agree. The non-causal form has
+one mask, the authors' encoder's (every chunk outside the query's window), which
+both names stand for.
 
 State: the open window's queries, keys and values (the grid of
 `partf.attention.windowed`) and the last `mem_chunks` summaries. In
@@ -48,8 +51,8 @@ Options of the authors' causal EVA:
   in T5's buckets (exact for near distances, logarithmic beyond; one scalar per
   bucket shared by the heads, scaled by 1 / sqrt(Dh)), as the authors' causal
   language models use.
-* `chunk_mask`: "authors" adds the summaries of the exact part's chunks before
-  the query's own chunk, as above.
+* `chunk_mask`: "authors" (the default) adds the summaries of the exact part's
+  chunks before the query's own chunk, as above; "partf" leaves them out.
 """
 
 from __future__ import annotations
@@ -83,9 +86,9 @@ from partf.random import normal as normal_draws
 #: a layer norm after it, as the authors' causal EVA names them.
 ADAPTIVE_PROJ = ("qk", "no-ln")
 #: Which chunk summaries a query sees besides the `mem_chunks` before its exact part:
-#: none of the exact part's ("partf") or those of its chunks before the query's own
-#: chunk ("authors", the authors' causal mask).
-CHUNK_MASKS = ("partf", "authors")
+#: those of the exact part's chunks before the query's own chunk ("authors", the
+#: authors' causal mask, the default) or none of the exact part's ("partf").
+CHUNK_MASKS = ("authors", "partf")
 
 
 def t5_buckets(distances: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:
@@ -136,9 +139,10 @@ class EVAAttention(Attention):
             tokens), as the authors' extended window.
         adaptive_proj: proposal maps, "qk" (linear + layer norm) or "no-ln".
         use_t5_rpe: learned T5-style relative position bias on the exact logits.
-        chunk_mask: "partf" (the exact part's chunks are left to the exact part) or
-            "authors" (a query also sees the summaries of the exact part's chunks
-            before its own chunk, as the authors' causal EVA); causal form only.
+        chunk_mask: "authors" (a query also sees the summaries of the exact part's
+            chunks before its own chunk, as the authors' causal EVA; the default) or
+            "partf" (the exact part's chunks are left to the exact part). With
+            causal=False both are the authors' encoder mask.
         seed: seed of the layer's `SeedGenerator` (the proposal noise).
 
     State: `buf_q`, `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W],
@@ -151,8 +155,9 @@ class EVAAttention(Attention):
 
     With `causal=False` (the authors' encoder form) a query sees every real token of
     its own window exactly and every chunk of the sequence outside it through its
-    summary (`mem_chunks` does not apply); there is no state (but the rotary
-    position), and `overlap_window` and `use_t5_rpe` are refused.
+    summary (`mem_chunks` does not apply, and either `chunk_mask` gives this mask);
+    there is no state (but the rotary position), and `overlap_window` and
+    `use_t5_rpe` are refused.
 
     Example:
         >>> layer = EVAAttention(d_model=32, num_heads=4, window_size=16, chunk_size=4)
@@ -171,11 +176,14 @@ class EVAAttention(Attention):
         "overlap_window": "eva: the exact part also covers the previous window",
         "adaptive_proj": "eva: proposal maps, qk (linear + layer norm) or no-ln (linear)",
         "use_t5_rpe": "eva: learned T5 relative position bias on the exact window",
-        "chunk_mask": "eva: chunks a query sees, partf (those before its exact part) or "
-        "authors (also its exact part's chunks before its own)",
+        "chunk_mask": "eva: chunks a query sees, authors (the authors' causal mask: also its "
+        "exact part's chunks before its own) or partf (only those before its exact part); "
+        "non-causal: the same mask",
     }
     # Saved before chunk_mask existed: partf's mask.
     previous_defaults = {"chunk_mask": "partf"}
+    # The authors' defaults before the mask became the authors' (issue 37): partf's.
+    generation_defaults = {"authors_v1": {"chunk_mask": "partf"}}
 
     def __init__(
         self,
@@ -187,7 +195,7 @@ class EVAAttention(Attention):
         overlap_window: bool = False,
         adaptive_proj: str = "qk",
         use_t5_rpe: bool = False,
-        chunk_mask: str = "partf",
+        chunk_mask: str = "authors",
         seed: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -207,11 +215,6 @@ class EVAAttention(Attention):
         if chunk_mask not in CHUNK_MASKS:
             raise ValueError(
                 f"unknown chunk_mask {chunk_mask!r}; choose one of {', '.join(CHUNK_MASKS)}."
-            )
-        if not self.causal and chunk_mask != "partf":
-            raise ValueError(
-                "chunk_mask='authors' is an option of EVA's causal form; leave it at partf "
-                "with causal=False."
             )
         if adaptive_proj not in ADAPTIVE_PROJ:
             raise ValueError(
@@ -236,8 +239,9 @@ class EVAAttention(Attention):
     @property
     def inner_chunks(self) -> int:
         """Chunks of the exact part a query may also see summarised: those of its own
-        window (and of the one before, with overlap) with the authors' mask, else 0."""
-        if self.chunk_mask != "authors":
+        window (and of the one before, with overlap) with the authors' causal mask,
+        else 0 (partf's mask, or the non-causal form)."""
+        if self.chunk_mask != "authors" or not self.causal:
             return 0
         return (1 + self.carried_windows) * (self.window_size // self.chunk_size)
 

@@ -197,11 +197,13 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         "attention_defaults",
         "str",
         "authors",
-        "what attention options left unset mean: authors (the seed authors' released "
-        "configurations, e.g. TransNormer's transnormer_t1) or partf_v1 (partf's earlier "
-        "defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6)); a saved configuration "
-        "without this setting reads as partf_v1",
-        choices=("authors", "partf_v1"),
+        "what attention options left unset mean: authors (the newest, stored as authors_v2: "
+        "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
+        "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
+        "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
+        "chunk_mask partf); a saved configuration keeps its own (authors saved before the "
+        "versions: authors_v1; none: partf_v1), a resumed run its checkpoint's unless given",
+        choices=("authors", "authors_v2", "authors_v1", "partf_v1"),
     ),
     Setting(
         "candidates",
@@ -298,9 +300,10 @@ MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
         "adaptive_proj": ("qk", "eva: proposal maps, qk (linear + layer norm) or no-ln (linear)"),
         "use_t5_rpe": (False, "eva: learned T5 relative position bias on the exact window"),
         "chunk_mask": (
-            "partf",
-            "eva: chunks a query sees, partf (those before its exact part) or authors (also "
-            "its exact part's chunks before its own)",
+            "authors",
+            "eva: chunks a query sees, authors (the authors' causal mask: also its exact "
+            "part's chunks before its own) or partf (only those before its exact part); "
+            "non-causal: the same mask",
         ),
     },
     "fastformer": {

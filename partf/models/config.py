@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from partf.attention import attention_names, get_attention_class
@@ -16,6 +15,13 @@ from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.candidates import ARCH_PARAMETERIZATIONS, BUILTIN_CANDIDATES, check_eval_mode
 from partf.layers.temperature import validate_temperature
+from partf.models.attention_defaults import (
+    ATTENTION_DEFAULTS,
+    ATTENTION_GENERATIONS,
+    FIELDS_OF_OLD_DICTS,
+    UNVERSIONED_IN_DICTS,
+    pin_previous_defaults,
+)
 from partf.settings import setting
 
 #: How a search trains its blocks (see `ModelConfig.search_estimator`).
@@ -24,16 +30,6 @@ SEARCH_ESTIMATORS = ("mixture", "sampled")
 #: Single-letter architecture tokens.
 ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
 _LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
-
-#: What attention options left unset mean (see `ModelConfig.attention_defaults`):
-#: "authors" (today's defaults: the seed authors' released configurations) or "partf_v1"
-#: (partf's defaults before they became the authors', each mechanism's
-#: `previous_defaults`).
-ATTENTION_DEFAULTS = ("authors", "partf_v1")
-
-#: The value a saved ModelConfig dict without the field stands for: it was written
-#: before the field existed, so with the defaults of then.
-FIELDS_OF_OLD_DICTS = {"attention_defaults": "partf_v1"}
 
 #: How tokens learn where they are (see `ModelConfig.position`).
 POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
@@ -56,28 +52,6 @@ RECOMMENDED_POSITION = {
     "primal": "none",
     "lara": "none",
 }
-
-
-def pin_previous_defaults(options: dict[str, Any], mechanisms: Sequence[str]) -> dict[str, Any]:
-    """Attention options with each mechanism's `previous_defaults` written out.
-
-    An option left unset whose default has changed since gets its earlier value as
-    `<mechanism>_<option>`, so a model saved before the change is built as it was
-    trained; options set (shared or for the mechanism alone) are kept.
-
-    Example:
-        >>> pin_previous_defaults({"window_size": 8}, ["diag"])["diag_diag_activation"]
-        'softmax'
-    """
-    pinned = dict(options)
-    for name in mechanisms:
-        cls = get_attention_class(name)
-        for option, value in cls.previous_defaults.items():
-            own = f"{name}_{option}"
-            if option in pinned or own in pinned or cls.options[option][0] == value:
-                continue
-            pinned[own] = value
-    return pinned
 
 
 def _alternating(num_layers: int, preset: str, attention_at) -> str:
@@ -183,10 +157,12 @@ class ModelConfig:
     attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
     attention_defaults: str = setting(
         "authors",
-        "what attention options left unset mean: authors (the seed authors' released "
-        "configurations, e.g. TransNormer's transnormer_t1) or partf_v1 (partf's earlier "
-        "defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6)); a saved "
-        "configuration without this setting reads as partf_v1",
+        "what attention options left unset mean: authors (the newest, stored as authors_v2: "
+        "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
+        "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
+        "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
+        "chunk_mask partf); a saved configuration keeps its own (authors saved before the "
+        "versions: authors_v1; none: partf_v1), a resumed run its checkpoint's unless given",
         choices=ATTENTION_DEFAULTS,
     )
     candidates: tuple[str, ...] = setting(
@@ -258,8 +234,10 @@ class ModelConfig:
         if isinstance(self.architecture, str):
             expanded = expand_architecture(self.architecture, self.num_layers)
             object.__setattr__(self, "architecture", expanded)
+        if self.attention_defaults == "authors":
+            object.__setattr__(self, "attention_defaults", ATTENTION_GENERATIONS[-1])
         self._validate()
-        if self.attention_defaults == "partf_v1":
+        if self.attention_defaults != ATTENTION_GENERATIONS[-1]:
             object.__setattr__(self, "attention_options", self._pinned_previous_defaults())
         if self.position == "auto":
             object.__setattr__(self, "position", self.recommended_position)
@@ -354,7 +332,9 @@ class ModelConfig:
             )
 
     def _pinned_previous_defaults(self) -> dict[str, Any]:
-        return pin_previous_defaults(self.attention_options, self.attention_mechanisms)
+        return pin_previous_defaults(
+            self.attention_options, self.attention_mechanisms, self.attention_defaults
+        )
 
     # --------------------------------------------------------------- derived
     @property
@@ -438,7 +418,9 @@ class ModelConfig:
         A field in `FIELDS_OF_OLD_DICTS` that `values` lacks takes the value given there,
         not its default: such a dict was saved before the field existed (a checkpoint or
         `.keras` file), and keeps the meaning it had. A dict without
-        `attention_defaults` thus builds the attentions with partf's earlier defaults.
+        `attention_defaults` thus builds the attentions with partf's first defaults
+        (partf_v1), and one with the unversioned "authors" (written before the
+        generations had names) with the authors' first generation (authors_v1).
         """
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
@@ -446,7 +428,10 @@ class ModelConfig:
             raise ValueError(
                 f"unknown ModelConfig fields {unknown}; valid fields: {', '.join(sorted(known))}."
             )
-        return cls(**{**FIELDS_OF_OLD_DICTS, **values})
+        values = {**FIELDS_OF_OLD_DICTS, **values}
+        defaults = values["attention_defaults"]
+        values["attention_defaults"] = UNVERSIONED_IN_DICTS.get(defaults, defaults)
+        return cls(**values)
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

@@ -44,7 +44,8 @@ from partf.layers.candidates import candidate_kind, check_eval_mode, noncausal_a
 from partf.layers.feed_forward import FeedForward
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
-from partf.models.config import parse_architecture, pin_previous_defaults
+from partf.models.attention_defaults import pin_previous_defaults
+from partf.models.config import parse_architecture
 from partf.models.search_interface import SearchInterface
 from partf.random import Dropout
 from partf.serialization import register

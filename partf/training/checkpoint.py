@@ -206,6 +206,17 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint {path} is unreadable ({e}).") from None
         return groups, meta
 
+    def latest_meta(self) -> dict[str, Any] | None:
+        """The meta record of the newest checkpoint that has a readable one (its arrays
+        are not read), or None if there is none."""
+        for _, path in reversed(self.checkpoints()):
+            try:
+                with np.load(path, allow_pickle=False) as data:
+                    return json.loads(bytes(data["meta"]).decode("utf-8"))
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+                continue
+        return None
+
     def load_latest(self) -> tuple[dict[str, list[np.ndarray]], dict[str, Any], Path] | None:
         """The newest checkpoint that reads back completely, or None if there is none.
 

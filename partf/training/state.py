@@ -36,6 +36,7 @@ from partf.training.checkpoint import (
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
 from partf.training.progress import attach_fit_state
+from partf.training.saved_defaults import defaults_hint
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
 
@@ -347,11 +348,11 @@ def _defaults(config_class: type) -> dict[str, Any]:
 
 
 def _as_built(model: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's model settings as its model was built: a configuration saved before
-    `attention_defaults` existed has partf's earlier attention defaults written into its
-    options (`ModelConfig.from_dict`), so a run whose attentions' defaults changed since
-    is not resumed with the new ones unnoticed. Unreadable (older) settings stay as they
-    are, to be compared key by key."""
+    """A checkpoint's model settings as its model was built: a configuration of an
+    earlier generation of attention defaults has that generation's values written into
+    its options (`ModelConfig.from_dict`), so a run whose attentions' defaults changed
+    since is not resumed with the new ones unnoticed. Unreadable (older) settings stay as
+    they are, to be compared key by key."""
     from partf.models.config import ModelConfig
 
     try:
@@ -425,13 +426,7 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
         raise ConfigError(
             f"{folder} holds a run with another configuration "
             f"({'; '.join(differences[:3])}); pass --overwrite to start again or choose "
-            "another --model_name"
-            + (
-                " (a run saved with partf's earlier attention defaults resumes with "
-                "--attention_defaults=partf_v1)."
-                if any(d.startswith("attention_options:") for d in differences)
-                else "."
-            )
+            "another --model_name" + defaults_hint(meta["config"]["model"], differences)
         )
     live = built.state_groups()
     # Each variable takes the saved array of its own path (checkpoint.variable_key).

@@ -31,15 +31,17 @@ from tests.attention.helpers import (
 from tests.layer_checks import assert_config_round_trip
 
 
-def make_layer(heads, dim, window, chunk, mem, seed=0, chunk_mask="partf"):
+def make_layer(heads, dim, window, chunk, mem, seed=0, chunk_mask=None):
+    """An EVA layer; `chunk_mask` None leaves the option at its default."""
+    mask_option = {} if chunk_mask is None else {"chunk_mask": chunk_mask}
     layer = EVAAttention(
         heads * dim,
         heads,
         window_size=window,
         chunk_size=chunk,
         mem_chunks=mem,
-        chunk_mask=chunk_mask,
         seed=seed,
+        **mask_option,
     )
     layer.build((None, None, heads * dim))
     # Non-trivial proposal maps: random biases and layer-norm scales, not 0 and 1.
@@ -76,9 +78,10 @@ CASES = [
     (2, 23, 3, 4, 4, 2, 3, "carried", "partf"),
     (2, 13, 2, 4, 6, 3, 2, "carried", "partf"),
     (2, 29, 2, 4, 6, 2, 100, "empty", "partf"),
-    # The authors' mask: the query's own window's chunks before its own are seen too.
+    # The authors' mask: the query's own window's chunks before its own are seen too
+    # (None: the default, which is that mask).
     (2, 23, 2, 4, 8, 2, 3, "carried", "authors"),
-    (1, 29, 2, 4, 6, 2, 100, "empty", "authors"),
+    (1, 29, 2, 4, 6, 2, 100, "empty", None),
 ]
 
 
@@ -146,11 +149,11 @@ def test_carried_state_matches_reference_segment_by_segment(fixed_noise, trainin
 
 
 def test_chunk_summaries_reach_every_query_after_the_first_window():
-    """Far context reaches a query only through the summaries: the first window is
-    exact softmax either way; every later query moves when the summaries are
-    switched off, and both layers equal their references."""
-    with_memory = make_layer(2, 4, 4, 2, 4)
-    window_only = make_layer(2, 4, 4, 2, 0)
+    """Far context reaches a query only through the summaries: with partf's mask the
+    first window is exact softmax either way; every later query moves when the
+    summaries are switched off, and both layers equal their references."""
+    with_memory = make_layer(2, 4, 4, 2, 4, chunk_mask="partf")
+    window_only = make_layer(2, 4, 4, 2, 0, chunk_mask="partf")
     window_only.set_weights(with_memory.get_weights()[: len(window_only.get_weights())])
     q, k, v = random_heads(1, 16, 2, 4)
     mask = np.ones((1, 16), bool)
@@ -169,7 +172,8 @@ def test_chunk_summaries_reach_every_query_after_the_first_window():
 
 
 def test_is_exact_softmax_within_one_window():
-    layer = make_layer(2, 4, 16, 4, 3)
+    """With partf's mask (the authors' also summarises the window's earlier chunks)."""
+    layer = make_layer(2, 4, 16, 4, 3, chunk_mask="partf")
     q, k, v = random_heads(2, 16, 2, 4)
     out, _ = layer.attend(q, k, v, layer.get_initial_state(2))
     logits = ops.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(4)
@@ -202,7 +206,7 @@ def test_segments_equal_one_call_in_evaluation(chunk_mask):
 def test_the_two_chunk_masks_differ_only_past_a_queries_first_chunk():
     """Within a query's first chunk of its window both masks see the same; after it the
     authors' also sees the window's earlier chunks, so the outputs part."""
-    partf, authors = make_layer(2, 4, 8, 2, 4), make_layer(2, 4, 8, 2, 4, chunk_mask="authors")
+    partf, authors = make_layer(2, 4, 8, 2, 4, chunk_mask="partf"), make_layer(2, 4, 8, 2, 4)
     authors.set_weights(partf.get_weights())
     q, k, v = random_heads(1, 24, 2, 4)
     a = to_np(partf.attend(q, k, v, partf.get_initial_state(1))[0])
@@ -212,9 +216,44 @@ def test_the_two_chunk_masks_differ_only_past_a_queries_first_chunk():
     assert np.abs(a - b)[:, ~first_chunks].max() > 1e-2
 
 
+def test_the_default_mask_is_the_authors():
+    """Left unset, chunk_mask is the authors' causal mask: the default layer equals the
+    reference of that mask, and not that of partf's, which differs here."""
+    layer = make_layer(2, 4, 8, 2, 4)
+    assert layer.chunk_mask == "authors"
+    q, k, v = random_heads(2, 24, 2, 4, seed=5)
+    _, mask = random_tokens(2, 24, 1, seed=6)
+    state = {name: to_np(value) for name, value in layer.get_initial_state(2).items()}
+    weights = {name: to_np(var) for name, var in variables(layer).items()}
+    out = to_np(layer.attend(q, k, v, layer.get_initial_state(2), mask=mask)[0])
+    for chunk_mask, equal in (("authors", True), ("partf", False)):
+        settings = {**config(layer), "chunk_mask": chunk_mask}
+        want, _ = references.eva(settings, weights, q, k, v, state, mask)
+        assert np.allclose(out, want, rtol=1e-4, atol=1e-5) == equal, chunk_mask
+
+
+def test_the_noncausal_form_has_one_mask_under_both_names():
+    """With causal=False the default (authors) and partf are the authors' encoder mask."""
+    q, k, v = random_heads(2, 19, 2, 4, seed=7)
+    _, mask = random_tokens(2, 19, 1, seed=8)
+    assert EVAAttention(8, 2, causal=False).chunk_mask == "authors"
+    layers = [
+        EVAAttention(8, 2, causal=False, window_size=8, chunk_size=2, chunk_mask=chunk_mask)
+        for chunk_mask in ("authors", "partf")
+    ]
+    for layer in layers:
+        layer.build((None, None, 8))
+    layers[1].set_weights(layers[0].get_weights())
+    authors, partf = (to_np(layer.attend(q, k, v, {}, mask=mask)[0]) for layer in layers)
+    np.testing.assert_allclose(authors, partf, rtol=1e-6, atol=1e-7)
+
+
 def test_a_config_saved_before_chunk_mask_keeps_partfs_mask():
+    """A layer config written since the option existed names the mask; one without it
+    (written before) reads as partf's, the mask it was trained with."""
     layer = create_attention("eva", 8, 2, window_size=4, chunk_size=2, mem_chunks=3)
     serialized = keras.saving.serialize_keras_object(layer)
+    assert serialized["config"]["chunk_mask"] == "authors"
     serialized["config"].pop("chunk_mask")
     assert keras.saving.deserialize_keras_object(serialized).chunk_mask == "partf"
 
@@ -226,7 +265,7 @@ def test_training_samples_the_proposals_from_the_seed_generator():
     first, _ = run_segments(layer, x, mask, cuts, training=True)
     second, _ = run_segments(layer, x, mask, cuts, training=True)
     evaluated, _ = run_segments(layer, x, mask, cuts, training=False)
-    np.testing.assert_allclose(first[:, :4], evaluated[:, :4], rtol=1e-5)  # exact first window
+    np.testing.assert_allclose(first[:, :2], evaluated[:, :2], rtol=1e-5)  # exact first chunk
     assert not np.allclose(first[:, 4:], second[:, 4:])  # noise beyond it
     assert np.isfinite(first).all()
 
@@ -248,10 +287,9 @@ def test_config_round_trip_and_validation():
     assert (clone.window_size, clone.chunk_size, clone.mem_chunks, clone.seed) == (12, 3, 6, 5)
     with pytest.raises(ValueError, match="chunk_size dividing window_size"):
         EVAAttention(12, 3, window_size=10, chunk_size=4)
-    clone = assert_config_round_trip(EVAAttention(12, 3, window_size=4, chunk_size=2,
-                                                  chunk_mask="authors"))  # fmt: skip
     assert clone.chunk_mask == "authors"
+    clone = assert_config_round_trip(EVAAttention(12, 3, window_size=4, chunk_size=2,
+                                                  chunk_mask="partf"))  # fmt: skip
+    assert clone.chunk_mask == "partf"
     with pytest.raises(ValueError, match="unknown chunk_mask 'all'"):
         EVAAttention(12, 3, chunk_mask="all")
-    with pytest.raises(ValueError, match="causal form"):
-        EVAAttention(12, 3, causal=False, chunk_mask="authors")

@@ -40,8 +40,10 @@ def test_t5_buckets_follow_the_definition():
 
 
 def make_layer(
-    overlap: bool, proj: str, rpe: bool, window=4, chunk=2, mem=2, seed=0, chunk_mask="partf"
+    overlap: bool, proj: str, rpe: bool, window=4, chunk=2, mem=2, seed=0, chunk_mask=None
 ):
+    """An EVA layer with these options; `chunk_mask` None leaves it at its default."""
+    mask_option = {} if chunk_mask is None else {"chunk_mask": chunk_mask}
     layer = create_attention(
         "eva",
         8,
@@ -52,7 +54,7 @@ def make_layer(
         overlap_window=overlap,
         adaptive_proj=proj,
         use_t5_rpe=rpe,
-        chunk_mask=chunk_mask,
+        **mask_option,
     )
     layer.build((None, None, 8))
     rng = np.random.default_rng(seed)
@@ -141,7 +143,8 @@ CASES = [
     (True, "qk", False, "partf"),
     (False, "no-ln", True, "partf"),
     (True, "no-ln", True, "authors"),
-    (False, "qk", False, "partf"),  # the default layer, for comparison
+    (False, "qk", False, None),  # the default layer (the authors' mask), for comparison
+    (False, "qk", False, "partf"),
     (False, "qk", True, "authors"),
 ]
 

@@ -94,3 +94,70 @@ def test_validation(changes, message):
 def test_unknown_field_in_dict():
     with pytest.raises(ValueError, match=r"unknown ModelConfig fields \['max_position'\]"):
         ModelConfig.from_dict({"vocab_size": 100, "max_position": 512})
+
+
+def _eva_mask(config, name="eva"):
+    """The chunk mask the config's EVA layer is built with."""
+    from partf.attention import create_attention
+
+    return create_attention(name, 8, 2, **config.attention_options).chunk_mask
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"architecture": "eva D"},
+        # A search with EVA among its candidates only.
+        {"attention": "relative", "candidates": ("attention", "eva", "dense")},
+    ],
+    ids=["fixed", "search_candidate"],
+)
+def test_a_dict_of_each_generation_keeps_the_eva_mask_it_was_trained_with(fields):
+    """attention_defaults "authors" stands for the newest generation and is stored by that
+    generation's name (authors_v2: EVA's chunk_mask is the authors'). A dict as partf
+    wrote it before the generations had names (attention_defaults "authors", no EVA
+    option: EVA was then built with partf's mask) reads as authors_v1 and keeps partf's
+    mask; one without attention_defaults (partf_v1) too; an option it set stays."""
+    new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=2, **fields)
+    assert new.attention_defaults == "authors_v2"
+    assert new.to_dict()["attention_defaults"] == "authors_v2"
+    assert ModelConfig.from_dict(json.loads(json.dumps(new.to_dict()))) == new
+    assert new.attention_options == {}
+    assert _eva_mask(new) == "authors"
+
+    # The dict as the code before the generations (ce75619) wrote it for the same run:
+    # every field, attention_defaults "authors", the options as given (none).
+    saved = {**new.to_dict(), "attention_defaults": "authors"}
+    old = ModelConfig.from_dict(json.loads(json.dumps(saved)))
+    assert old.attention_defaults == "authors_v1"
+    assert old.attention_options == {"eva_chunk_mask": "partf"}
+    assert _eva_mask(old) == "partf"
+    assert ModelConfig.from_dict(old.to_dict()) == old  # and it stays so when saved again
+    old.check_attention_options()
+
+    before_the_field = {k: v for k, v in saved.items() if k != "attention_defaults"}
+    oldest = ModelConfig.from_dict(before_the_field)
+    assert (oldest.attention_defaults, _eva_mask(oldest)) == ("partf_v1", "partf")
+
+    chosen = ModelConfig.from_dict({**saved, "attention_options": {"chunk_mask": "authors"}})
+    assert _eva_mask(chosen) == "authors"
+    assert "eva_chunk_mask" not in chosen.attention_options
+
+
+def test_attention_defaults_names_a_generation():
+    """The newest generation by "authors" or its name, an earlier one by its name; the
+    pinned options of each (diag: partf_v1's softmax; EVA: partf's mask before v2)."""
+    fields = dict(vocab_size=50, cutoffs=(), num_layers=4, architecture="diag D eva D")
+    options = {
+        name: ModelConfig(attention_defaults=name, **fields).attention_options
+        for name in ("authors", "authors_v2", "authors_v1", "partf_v1")
+    }
+    assert options["authors"] == options["authors_v2"] == {}
+    assert options["authors_v1"] == {"eva_chunk_mask": "partf"}
+    assert options["partf_v1"] == {
+        "diag_diag_activation": "softmax",
+        "diag_rms_form": "partf",
+        "eva_chunk_mask": "partf",
+    }
+    with pytest.raises(ValueError, match="unknown attention_defaults 'authors_v3'"):
+        ModelConfig(attention_defaults="authors_v3", **fields)
