@@ -6,16 +6,18 @@ over the real tokens or the first token, then a two-layer MLP, as the Long Range
 classifiers) and masked-language-model logits over the vocabulary (BERT's transform,
 layer norm and output tied to the embedding).
 
+The embedding, positions and blocks are a `Backbone` (partf.models.backbone) run with
+`causal=False`; the heads, the temperature and the step counter are the Encoder's own.
 Each block is one letter of `architecture`, as in the causal model: "A" an attention of
 the chosen mechanism, "D" a feed-forward network, "I" the identity, or an attention's
-registry name; each with its residual connection and post-LayerNorm, as the PAR
-model's blocks (LayerNorm(x + sublayer(x))). Every attention is built with
+registry name; a `StochasticBlock` with that one candidate, its residual connection and
+post-LayerNorm (LayerNorm(x + sublayer(x))). Every attention is built with
 `causal=False`: each real token sees every other, padding is seen by none. A mechanism
 without a non-causal form is refused when the model is built.
 
-PAR search (`candidates`): every block is instead a non-causal `StochasticBlock`, a
-Gumbel-softmax mix of the candidates (non-causal attentions, "dense", "identity") with
-its own architecture logits, as in the causal model. The temperature tau anneals from
+PAR search (`candidates`): every block is instead a Gumbel-softmax mix of the
+candidates (non-causal attentions, "dense", "identity") with its own architecture
+logits, as in the causal model. The temperature tau anneals from
 the model's own step counter (`Temperature`, so a compiled `fit` needs no callback);
 `pi()` and `architecture_string()` read the search, and the string it gives is a valid
 `architecture` for training the fixed encoder it found.
@@ -24,6 +26,10 @@ Token id 0 is padding unless a mask is given. Positions count the real tokens be
 each token (the convention of the causal model), so padding inside a sequence does not
 shift the positions of the tokens after it.
 
+`.keras` files written before the backbone (the layers on the model itself, fixed blocks
+as `sublayers` and `norms`) load through `legacy_view` (partf.models.legacy_layout);
+training checkpoints through partf.training.checkpoint's `PATH_ALIASES`.
+
 References:
     Devlin et al., "BERT", NAACL 2019 (the MLM head).
     Tay et al., "Long Range Arena", ICLR 2021 (the classification setting).
@@ -31,22 +37,20 @@ References:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import keras
 from keras import ops
 
-from partf.attention import attention_names, create_attention, get_attention_class
-from partf.attention.positions import sinusoid, stream_positions
+from partf.attention import attention_names, get_attention_class
 from partf.layers.candidates import candidate_kind, check_eval_mode, noncausal_attention_names
-from partf.layers.feed_forward import FeedForward
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
+from partf.models.backbone import Backbone
 from partf.models.config import parse_architecture, pin_previous_defaults
+from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.search_interface import SearchInterface
-from partf.random import Dropout
 from partf.serialization import register
 
 #: Absolute position encodings of the encoder ("rotary" rotates inside the attentions).
@@ -56,7 +60,7 @@ POOLINGS = ("mean", "first")
 
 
 @register
-class Encoder(SearchInterface, keras.Model):
+class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
     """A bidirectional Transformer encoder with optional classification and MLM heads.
 
     Args:
@@ -184,72 +188,37 @@ class Encoder(SearchInterface, keras.Model):
 
         policy = self.dtype_policy
         blocks = parse_architecture(architecture)
-        # A search has no fixed blocks: `kinds`, `sublayers` and `norms` stay empty.
+        # A search has no fixed blocks: `kinds` stays empty.
         self.kinds = [] if self.is_search else [self._block_kind(name) for name in blocks]
-        self.embedding = keras.layers.Embedding(vocab_size, d_model, dtype=policy, name="embedding")
-        self.position_embedding = None
-        if position == "learned":
-            self.position_embedding = keras.layers.Embedding(
-                max_positions, d_model, dtype=policy, name="position_embedding"
-            )
-        self.input_dropout = Dropout(dropout_rate, dtype=policy, name="input_dropout")
-        options = dict(self.attention_options)
-        if position == "rotary":
-            options["rotary"] = True
-        # One sublayer and one LayerNorm per block (None for the identity).
-        self.sublayers: list[keras.layers.Layer | None] = []
-        self.norms: list[keras.layers.LayerNormalization | None] = []
-        for i, kind in enumerate(self.kinds):
-            if kind == "identity":
-                self.sublayers.append(None)
-                self.norms.append(None)
-                continue
-            if kind == "dense":
-                layer = FeedForward(
-                    d_model, d_ffn, dropout_rate=dropout_rate, dtype=policy, name=f"dense_{i}"
-                )
-            else:
-                layer = create_attention(
-                    kind,
-                    d_model,
-                    num_heads,
-                    causal=False,
-                    dropout_rate=dropout_rate,
-                    dtype=policy,
-                    name=f"attention_{i}",
-                    **options,
-                )
-            self.sublayers.append(layer)
-            self.norms.append(
-                keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name=f"norm_{i}")
-            )
-        # The search's blocks, temperature and step counter, made only for a search so a
-        # fixed encoder keeps exactly the variables (and .keras layout) it had before.
-        self.blocks: list[StochasticBlock] = []
-        self.temperature = self.step = None
         if self.is_search:
             for name in self.candidates:
                 candidate_kind(name, attention)  # unknown names, listing the valid ones
                 self._block_kind(name)  # causal-only mechanisms, in the encoder's words
-            self.blocks = [
-                StochasticBlock(
-                    d_model,
-                    num_heads,
-                    d_ffn,
-                    candidates=self.candidates,
-                    attention=attention,
-                    attention_options=options,
-                    dropout_rate=dropout_rate,
-                    straight_through=self.straight_through,
-                    eval_mode=eval_mode,
-                    sample_per_example=self.sample_per_example,
-                    seed=None if seed is None else seed + i,
-                    causal=False,
-                    dtype=policy,
-                    name=f"block_{i}",
-                )
-                for i in range(num_layers or len(blocks))
-            ]
+            block_candidates = [self.candidates] * (num_layers or len(blocks))
+        else:
+            block_candidates = [(kind,) for kind in self.kinds]  # a fixed block
+        self.backbone = Backbone(
+            vocab_size,
+            d_model,
+            num_heads,
+            d_ffn,
+            block_candidates,
+            attention=attention,
+            attention_options=self.attention_options,
+            position=position,
+            max_positions=max_positions,
+            dropout_rate=dropout_rate,
+            causal=False,
+            straight_through=self.straight_through,
+            eval_mode=eval_mode,
+            sample_per_example=self.sample_per_example,
+            seed=seed,
+            dtype=policy,
+            name="backbone",
+        )
+        # The search's temperature and step counter, made only for a search.
+        self.temperature = self.step = None
+        if self.is_search:
             self.temperature = Temperature(
                 tau_schedule, tau_start, tau_end, tau_steps, tau_is_trainable, name="temperature"
             )
@@ -298,15 +267,7 @@ class Encoder(SearchInterface, keras.Model):
         if self.built:
             return
         hidden = (None, None, self.d_model)
-        self.embedding.build((None, None))
-        if self.position_embedding is not None:
-            self.position_embedding.build((None, None))
-        for layer, norm in zip(self.sublayers, self.norms, strict=True):
-            if layer is not None:
-                layer.build(hidden)
-                norm.build(hidden)
-        for block in self.blocks:
-            block.build(hidden)
+        self.backbone.build()
         if self.num_classes:
             self.classifier_hidden.build((None, self.d_model))
             self.classifier.build((None, self.d_model))
@@ -334,33 +295,52 @@ class Encoder(SearchInterface, keras.Model):
         a search's block weights by `mode` (see `call`)."""
         if tokens.shape[1] is not None:
             self.check_length(int(tokens.shape[1]))
-        x = self.embedding(tokens)
-        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
-        if self.position in ("sinusoidal", "learned"):
-            start = ops.zeros((ops.shape(tokens)[0],), "int32")
-            positions, _ = stream_positions(start, mask)  # [B, T]
-            if self.position == "sinusoidal":
-                x = x + sinusoid(positions, self.d_model, x.dtype)
-            else:
-                limit = self.max_positions - 1
-                x = x + self.position_embedding(ops.minimum(positions, limit))
-        x = self.input_dropout(x, training=training)
+        tau = None
         if self.is_search:
             # Only sampled weights read tau.
             modes = {block.weight_mode(training, mode) for block in self.blocks}
             tau = self.tau() if "sample" in modes else None
-            for block in self.blocks:
-                x, _ = block(x, tau=tau, mask=mask, training=training, mode=mode)
-            return x
-        for layer, norm in zip(self.sublayers, self.norms, strict=True):
-            if layer is None:
-                continue
-            if isinstance(layer, FeedForward):
-                y = layer(x, training=training)
-            else:
-                y, _ = layer(x, mask=mask, training=training)
-            x = norm(x + y)
-        return x
+        return self.backbone.encode(tokens, mask, tau=tau, training=training, mode=mode)
+
+    @property
+    def blocks(self) -> list[StochasticBlock]:
+        """The backbone's blocks (a fixed block has one candidate)."""
+        return self.backbone.blocks
+
+    @property
+    def embedding(self) -> keras.layers.Embedding:
+        """The token embedding (the MLM head's output is tied to it)."""
+        return self.backbone.embedding
+
+    def legacy_view(self) -> LegacyView:
+        """The attribute tree of the Encoder before the backbone (issue 38), whose layout
+        `.keras` files of earlier releases have: `embedding`, `position_embedding` and
+        `input_dropout` on the model, a fixed encoder's blocks as `sublayers` (attention
+        or feed-forward, None for the identity) and `norms`, a search's as `blocks`."""
+        backbone = self.backbone
+        fixed = [] if self.is_search else backbone.blocks
+        sublayers = [block.sublayers[0] for block in fixed]
+        norms = [block.norms[0] for block in fixed]
+        layers = [backbone.embedding, backbone.position_embedding, backbone.input_dropout]
+        for layer, norm in zip(sublayers, norms, strict=True):
+            layers += [layer, norm]
+        layers += [*(backbone.blocks if self.is_search else []), self.temperature]
+        layers += [self.classifier_hidden, self.classifier, self.mlm_transform, self.mlm_norm]
+        attrs = [
+            ("blocks", backbone.blocks if self.is_search else []),
+            ("classifier", self.classifier),
+            ("classifier_hidden", self.classifier_hidden),
+            ("embedding", backbone.embedding),
+            ("input_dropout", backbone.input_dropout),
+            ("layers", [layer for layer in layers if layer is not None]),
+            ("mlm_norm", self.mlm_norm),
+            ("mlm_transform", self.mlm_transform),
+            ("norms", norms),
+            ("position_embedding", backbone.position_embedding),
+            ("sublayers", sublayers),
+            ("temperature", self.temperature),
+        ]
+        return LegacyView(attrs, own_variables(self))
 
     def pool(self, hidden: Any, mask: Any) -> Any:
         """[B, D]: the mean over the real tokens, or the first token."""
