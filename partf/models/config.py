@@ -148,7 +148,8 @@ def architecture_token(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Settings of a `PARTransformerXL`.
+    """Settings of a `PARTransformerXL`, or with `causal=False` of the bidirectional
+    encoder that objective mlm trains (`partf.training.state.masked_lm`).
 
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
@@ -239,6 +240,10 @@ class ModelConfig:
     tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
     batch_size: int = 32  # rows of the context batch; sizes the memory state
+    # False: the bidirectional encoder of objective mlm (partf.models.Encoder), which sees
+    # whole sequences and scores with a softmax tied to its embedding: recorded with no
+    # XL memory (mem_len 0) and no adaptive softmax (cutoffs (), proj_dims None).
+    causal: bool = True
 
     def __post_init__(self) -> None:
         # Accept lists (from JSON or flags) and store tuples.
@@ -248,6 +253,9 @@ class ModelConfig:
                 object.__setattr__(self, name, tuple(value))
         if self.proj_dims == ():
             object.__setattr__(self, "proj_dims", None)
+        if not self.causal:
+            for name, value in (("mem_len", 0), ("cutoffs", ()), ("proj_dims", None)):
+                object.__setattr__(self, name, value)
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
         if self.attention_defaults not in ATTENTION_DEFAULTS:
             raise ValueError(

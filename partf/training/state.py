@@ -163,10 +163,9 @@ def masked_lm(model_config: Any) -> Any:
 
     The encoder takes the widths, the architecture or the search (candidates, tau
     schedule, eval_mode, straight_through, sample_per_example), the attention and its
-    options, the positions and the dropout. The rest belongs to the causal model and is
-    ignored: the XL memory (`mem_len`; an encoder sees its whole sequence) and the
-    adaptive softmax (`cutoffs`, `proj_*`, `tie_embeddings`: the MLM head is a full
-    softmax tied to the embedding; `TrainConfig.model_config` records mem_len 0 and no cutoffs).
+    options, the positions and the dropout. Its `ModelConfig(causal=False)` records no XL
+    memory (an encoder sees its whole sequence) and no adaptive softmax (the MLM head is a
+    full softmax tied to the embedding); `tie_embeddings` is ignored.
     A search's architecture logits get the optimizer settings of --search and --arch_*
     as the causal model's do (the optimizer picks them by the "arch_logits" path).
 
@@ -265,7 +264,7 @@ def _compiled_model(
     from partf.models.par_transformer_xl import PARTransformerXL
 
     try:
-        if config.objective == "mlm":
+        if not model_config.causal:
             model = masked_lm(model_config)
         else:
             model = PARTransformerXL(model_config, name="par_transformer_xl")
@@ -377,7 +376,9 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
     differences = []
     defaults = _defaults(ModelConfig)
-    saved_model = _as_built(saved["model"])
+    # Saved before `causal` existed: the objective said it.
+    causal = saved["training"].get("objective") != "mlm"
+    saved_model = _as_built({"causal": causal, **saved["model"]})
     for key in sorted(set(saved_model) | set(current["model"])):
         if key == "attention_defaults":
             continue  # compared through the attention options it resolves to
