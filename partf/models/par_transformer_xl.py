@@ -164,7 +164,8 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         self._add_block_states()
         # The sampled-path search's loss baseline, a running mean [sum, weight] (divided
         # out, so the first steps are not biased toward zero). Made last and only for that
-        # search, so every other model keeps the variables checkpoints restore by order.
+        # search: training checkpoints restore by path, but a .keras file stores the
+        # model's own variables by position, so every other model keeps its order.
         self.search_baseline = None
         if config.is_stochastic and config.search_estimator == "sampled":
             self.search_baseline = self.add_weight(
@@ -177,7 +178,8 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             )
         # Absolute positions: the stream position reached, one count per row and set,
         # and for learned positions their table. Made last, and only when chosen, so
-        # every other model keeps its variables and their order.
+        # every other model keeps its variables and their order (.keras files store them
+        # by position).
         self._add_position_states()
         self.position_embedding = None
         if config.position == "learned":

@@ -18,11 +18,22 @@ class Clock:
         return self.now
 
 
-def _console(terminal: bool) -> tuple[ConsoleProgress, RunProgress, Clock, io.StringIO]:
+def _console(
+    terminal: bool, lr_value=None, model=None
+) -> tuple[ConsoleProgress, RunProgress, Clock, io.StringIO]:
     progress, clock, stream = RunProgress(100, 1000, 64), Clock(), io.StringIO()
     console = ConsoleProgress(
-        progress, 10, True, every_seconds=30, stream=stream, is_terminal=terminal, clock=clock
+        progress,
+        10,
+        True,
+        every_seconds=30,
+        stream=stream,
+        is_terminal=terminal,
+        clock=clock,
+        lr_value=lr_value,
     )
+    if model is not None:
+        console.set_model(model)
     return console, progress, clock, stream
 
 
@@ -76,17 +87,9 @@ class TauModel:
 
 
 def test_plain_lines_give_the_loss_lr_and_tau_where_known():
-    progress, clock, stream = RunProgress(100, 1000, 64), Clock(), io.StringIO()
-    console = ConsoleProgress(
-        progress,
-        10,
-        True,
-        stream=stream,
-        is_terminal=False,
-        clock=clock,
-        lr_value=lambda step: 1e-4 * step / 1000,
+    console, progress, clock, stream = _console(
+        terminal=False, lr_value=lambda step: 1e-4 * step / 1000, model=TauModel()
     )
-    console.set_model(TauModel())
     console.on_train_begin()
     for step, seconds in ((10, 40.0), (40, 30.0)):
         clock.now += seconds
@@ -100,17 +103,9 @@ def test_plain_lines_give_the_loss_lr_and_tau_where_known():
 
 
 def test_on_a_terminal_fits_bar_gets_lr_tau_and_tokens_per_second():
-    progress, clock, stream = RunProgress(100, 1000, 64), Clock(), io.StringIO()
-    console = ConsoleProgress(
-        progress,
-        10,
-        True,
-        stream=stream,
-        is_terminal=True,
-        clock=clock,
-        lr_value=lambda step: 2e-4,
+    console, progress, clock, stream = _console(
+        terminal=True, lr_value=lambda step: 2e-4, model=TauModel()
     )
-    console.set_model(TauModel())
     console.on_train_begin()
     first = {"loss": 5.0}
     clock.now += 40.0
