@@ -14,7 +14,12 @@ from typing import Any
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
-from partf.layers.candidates import ARCH_PARAMETERIZATIONS, BUILTIN_CANDIDATES, check_eval_mode
+from partf.layers.candidates import (
+    ARCH_PARAMETERIZATIONS,
+    BUILTIN_CANDIDATES,
+    check_eval_mode,
+    noncausal_attention_names,
+)
 from partf.layers.temperature import validate_temperature
 from partf.settings import setting
 
@@ -149,7 +154,8 @@ def architecture_token(name: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Settings of a `PARTransformerXL`, or with `causal=False` of the bidirectional
-    encoder that objective mlm trains (`partf.training.state.masked_lm`).
+    `Encoder` (and `MaskedLanguageModel`, what objective mlm trains), which refuses what
+    an encoder cannot do (causal-only attentions, the sampled or cost-aware search).
 
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
@@ -331,12 +337,49 @@ class ModelConfig:
             )
         validate_temperature(self.tau_schedule, self.tau_start, self.tau_end, self.tau_steps)
         self._validate_position()
+        if not self.causal:
+            self._validate_noncausal()
         try:
             json.dumps(self.attention_options)
         except TypeError as error:
             raise ValueError(
                 f"attention_options must hold plain JSON values, got {self.attention_options!r}."
             ) from error
+
+    def _validate_noncausal(self) -> None:
+        """What the bidirectional Encoder (causal=False, objective mlm) cannot do."""
+        if self.architecture is None:
+            blocks, where = self.candidates, "candidates"
+        else:
+            blocks, where = parse_architecture(self.architecture), "architecture"
+        for name in self.attention_mechanisms:
+            if not get_attention_class(name).supports_noncausal:
+                # "attention" stands for the attention field; a registry name is itself.
+                given = " and ".join(
+                    field
+                    for field, used in (
+                        ("attention", name == self.attention and "attention" in blocks),
+                        (where, name in blocks),
+                    )
+                    if used
+                )
+                raise ValueError(
+                    f"attention {name!r} (from {given}) is causal only and cannot be used in "
+                    "an Encoder (causal=False, objective mlm); choose one with a non-causal "
+                    f"form: {', '.join(noncausal_attention_names())}."
+                )
+        # The encoder's search trains the Gumbel-softmax mixture and has no cost term.
+        if self.search_estimator != "mixture":
+            raise ValueError(
+                f"search_estimator={self.search_estimator} is for the causal model only; an "
+                "Encoder (causal=False, objective mlm) searches with the mixture estimator: "
+                "leave it at mixture."
+            )
+        if self.search_cost_weight:
+            raise ValueError(
+                "search_cost_weight is for the causal model only (an Encoder's search, "
+                "causal=False or objective mlm, has no cost term): leave it at 0."
+            )
 
     def _validate_position(self) -> None:
         if self.position not in POSITIONS:

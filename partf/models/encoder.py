@@ -43,12 +43,12 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention import attention_names, get_attention_class
-from partf.layers.candidates import candidate_kind, check_eval_mode, noncausal_attention_names
+from partf.attention import attention_names
+from partf.layers.candidates import candidate_kind
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
 from partf.models.backbone import Backbone
-from partf.models.config import parse_architecture, pin_previous_defaults
+from partf.models.config import ModelConfig, parse_architecture, pin_previous_defaults
 from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.search_interface import SearchInterface
 from partf.serialization import register
@@ -57,6 +57,66 @@ from partf.serialization import register
 ENCODER_POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 #: How the classification head reads a sequence.
 POOLINGS = ("mean", "first")
+
+
+def encoder_config(
+    vocab_size: int | None,
+    architecture: str | None = "A D A D",
+    candidates: Sequence[str] | None = None,
+    num_layers: int | None = None,
+    position: str = "sinusoidal",
+    **settings: Any,
+) -> ModelConfig:
+    """The `ModelConfig` (causal=False) of the Encoder's keyword arguments.
+
+    A fixed encoder has `architecture`; a search (`candidates`) has `num_layers` blocks,
+    or as many as `architecture` has. The other settings keep their ModelConfig names.
+    The options are taken as given (`attention_defaults="authors"`): an older config's
+    earlier defaults are written into them by `Encoder.from_config`.
+
+    Raises:
+        ValueError: a setting the encoder refuses, in one line.
+    """
+    if vocab_size is None:
+        raise ValueError("the Encoder needs vocab_size (or config=, a ModelConfig).")
+    if position not in ENCODER_POSITIONS:
+        raise ValueError(
+            f"unknown position {position!r}; choose one of {', '.join(ENCODER_POSITIONS)}."
+        )
+    if num_layers is not None and num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1 (or None), got {num_layers}.")
+    if candidates is not None and not candidates:
+        raise ValueError(
+            "candidates is empty; give the search's choices, e.g. "
+            "('softmax', 'dense', 'identity'), or None for a fixed architecture."
+        )
+    if candidates is None:
+        if architecture is None:
+            raise ValueError("give the encoder an architecture, e.g. 'A D A D', or candidates.")
+        num_layers = len(parse_architecture(architecture))
+    else:
+        if num_layers is None:
+            if architecture is None:
+                raise ValueError("a search without an architecture needs num_layers.")
+            num_layers = len(parse_architecture(architecture))
+        architecture = None
+        for name in candidates:
+            candidate_kind(name, settings.get("attention", "softmax"))  # lists the valid
+    return ModelConfig(
+        vocab_size=vocab_size,
+        architecture=architecture,
+        candidates=tuple(candidates or ("attention", "dense", "identity")),
+        num_layers=num_layers,
+        position=position,
+        causal=False,
+        attention_defaults="authors",
+        **settings,
+    )
+
+
+def _config_field(name: str, doc: str | None = None) -> property:
+    """A read-only attribute holding the config's field `name`."""
+    return property(lambda self: getattr(self.config, name), doc=doc or f"config.{name}")
 
 
 @register
@@ -91,6 +151,10 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
             temperature (`Temperature`): annealed from tau_start to tau_end over
             tau_steps training calls (set it to the run's steps), or learned.
         seed: seed of the blocks' Gumbel noise (block i uses seed + i).
+        config: instead of the keyword settings above, a `ModelConfig` with
+            `causal=False` (what `--objective=mlm` trains): the encoder is built from it;
+            `num_classes`, `pooling`, `mlm_head` and `seed` are still the Encoder's own.
+            The keyword settings are read back from `config` (`model.config`) too.
 
     Call args:
         inputs: token ids int [B, T], or a dict with "tokens" and optionally "mask"
@@ -109,15 +173,17 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
         ...                 architecture="A D", attention="linear", num_classes=10)
         >>> tuple(model(keras.ops.ones((3, 7), "int32")).shape)
         (3, 10)
+        >>> model.config.causal  # the ModelConfig every partf model is built from
+        False
     """
 
     def __init__(
         self,
-        vocab_size: int,
+        vocab_size: int | None = None,
         d_model: int = 128,
         num_heads: int = 4,
         d_ffn: int = 512,
-        architecture: str = "A D A D",
+        architecture: str | None = "A D A D",
         attention: str = "softmax",
         attention_options: dict[str, Any] | None = None,
         position: str = "sinusoidal",
@@ -137,81 +203,69 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
         tau_steps: int = 1,
         tau_is_trainable: bool = False,
         seed: int | None = None,
+        config: ModelConfig | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if vocab_size <= 0 or d_model <= 0 or d_ffn <= 0 or max_positions <= 0:
-            raise ValueError(
-                f"vocab_size, d_model, d_ffn and max_positions must be positive, got "
-                f"{vocab_size}, {d_model}, {d_ffn}, {max_positions}."
-            )
-        if position not in ENCODER_POSITIONS:
-            raise ValueError(
-                f"unknown position {position!r}; choose one of {', '.join(ENCODER_POSITIONS)}."
-            )
         if pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0, got {num_classes}.")
-        check_eval_mode(eval_mode)
-        if num_layers is not None and num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1 (or None), got {num_layers}.")
-        if candidates is not None and not candidates:
-            raise ValueError(
-                "candidates is empty; give the search's choices, e.g. "
-                "('softmax', 'dense', 'identity'), or None for a fixed architecture."
+        if config is None:
+            config = encoder_config(
+                vocab_size,
+                d_model=d_model,
+                num_heads=num_heads,
+                d_ffn=d_ffn,
+                architecture=architecture,
+                attention=attention,
+                attention_options=attention_options,
+                position=position,
+                max_positions=max_positions,
+                dropout_rate=dropout_rate,
+                candidates=candidates,
+                num_layers=num_layers,
+                eval_mode=eval_mode,
+                straight_through=straight_through,
+                sample_per_example=sample_per_example,
+                tau_schedule=tau_schedule,
+                tau_start=tau_start,
+                tau_end=tau_end,
+                tau_steps=tau_steps,
+                tau_is_trainable=tau_is_trainable,
             )
-        self.vocab_size = vocab_size
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ffn = d_ffn
-        self.architecture = architecture
-        self.attention = attention
-        self.attention_options = dict(attention_options or {})
-        self.position = position
-        self.max_positions = max_positions
-        self.dropout_rate = dropout_rate
+        elif vocab_size is not None:
+            raise ValueError(
+                "give the encoder's settings either as a ModelConfig (config=) or as keyword "
+                "arguments, not both."
+            )
+        elif config.causal:
+            raise ValueError(
+                "the Encoder is bidirectional: give a ModelConfig with causal=False (the causal "
+                "language model is PARTransformerXL)."
+            )
+        self.config = config
         self.num_classes = num_classes
         self.pooling = pooling
         self.mlm_head = bool(mlm_head)
-        self.candidates = None if candidates is None else tuple(candidates)
-        self.num_layers = num_layers
-        self.eval_mode = eval_mode
-        self.straight_through = bool(straight_through)
-        self.sample_per_example = bool(sample_per_example)
-        self.tau_schedule = tau_schedule
-        self.tau_start = float(tau_start)
-        self.tau_end = float(tau_end)
-        self.tau_steps = int(tau_steps)
-        self.tau_is_trainable = bool(tau_is_trainable)
         self.seed = seed
 
         policy = self.dtype_policy
-        blocks = parse_architecture(architecture)
-        # A search has no fixed blocks: `kinds` stays empty.
-        self.kinds = [] if self.is_search else [self._block_kind(name) for name in blocks]
-        if self.is_search:
-            for name in self.candidates:
-                candidate_kind(name, attention)  # unknown names, listing the valid ones
-                self._block_kind(name)  # causal-only mechanisms, in the encoder's words
-            block_candidates = [self.candidates] * (num_layers or len(blocks))
-        else:
-            block_candidates = [(kind,) for kind in self.kinds]  # a fixed block
         self.backbone = Backbone(
-            vocab_size,
-            d_model,
-            num_heads,
-            d_ffn,
-            block_candidates,
-            attention=attention,
-            attention_options=self.attention_options,
-            position=position,
-            max_positions=max_positions,
-            dropout_rate=dropout_rate,
+            config.vocab_size,
+            config.d_model,
+            config.num_heads,
+            config.d_ffn,
+            config.block_candidates,
+            attention=config.attention,
+            attention_options=config.attention_options,
+            position=config.position,
+            max_positions=config.max_positions,
+            dropout_rate=config.dropout_rate,
             causal=False,
-            straight_through=self.straight_through,
-            eval_mode=eval_mode,
-            sample_per_example=self.sample_per_example,
+            straight_through=config.straight_through,
+            eval_mode=config.eval_mode,
+            sample_per_example=config.sample_per_example,
             seed=seed,
             dtype=policy,
             name="backbone",
@@ -220,13 +274,18 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
         self.temperature = self.step = None
         if self.is_search:
             self.temperature = Temperature(
-                tau_schedule, tau_start, tau_end, tau_steps, tau_is_trainable, name="temperature"
+                config.tau_schedule,
+                config.tau_start,
+                config.tau_end,
+                config.tau_steps,
+                config.tau_is_trainable,
+                name="temperature",
             )
             self.step = self._add_step_counter()
         self.classifier_hidden = self.classifier = None
         if num_classes:
             self.classifier_hidden = keras.layers.Dense(
-                d_model, activation="relu", dtype=policy, name="classifier_hidden"
+                config.d_model, activation="relu", dtype=policy, name="classifier_hidden"
             )
             # Logits in float32 under mixed precision, as the causal model's softmax.
             self.classifier = keras.layers.Dense(
@@ -235,7 +294,7 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
         self.mlm_transform = self.mlm_norm = None
         if self.mlm_head:
             self.mlm_transform = keras.layers.Dense(
-                d_model, activation="gelu", dtype=policy, name="mlm_transform"
+                config.d_model, activation="gelu", dtype=policy, name="mlm_transform"
             )
             self.mlm_norm = keras.layers.LayerNormalization(
                 epsilon=1e-5, dtype=policy, name="mlm_norm"
@@ -246,22 +305,36 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
         # created there.
         self.build(None)
 
-    def _block_kind(self, name: str) -> str:
-        """ "dense", "identity" or the registry name of the block's attention."""
-        if name in ("dense", "identity"):
-            return name
-        mechanism = self.attention if name == "attention" else name
-        if not get_attention_class(mechanism).supports_noncausal:
-            raise ValueError(
-                f"attention {mechanism!r} is causal only and cannot be used in an Encoder; "
-                f"choose one of {', '.join(noncausal_attention_names())}."
-            )
-        return mechanism
-
     @property
     def is_search(self) -> bool:
         """Whether the blocks are PAR stochastic blocks (`candidates` given)."""
-        return self.candidates is not None
+        return self.config.architecture is None
+
+    # The settings, read from the config (the keyword arguments' names).
+    vocab_size = _config_field("vocab_size")
+    d_model = _config_field("d_model")
+    num_heads = _config_field("num_heads")
+    d_ffn = _config_field("d_ffn")
+    num_layers = _config_field("num_layers")
+    attention = _config_field("attention")
+    attention_options = _config_field("attention_options")
+    position = _config_field("position")
+    max_positions = _config_field("max_positions")
+    dropout_rate = _config_field("dropout_rate")
+    eval_mode = _config_field("eval_mode")
+    straight_through = _config_field("straight_through")
+    sample_per_example = _config_field("sample_per_example")
+    tau_schedule = _config_field("tau_schedule")
+    tau_start = _config_field("tau_start")
+    tau_end = _config_field("tau_end")
+    tau_steps = _config_field("tau_steps")
+    tau_is_trainable = _config_field("tau_is_trainable")
+    architecture = _config_field("architecture", "the fixed architecture; None for a search")
+
+    @property
+    def candidates(self) -> tuple[str, ...] | None:
+        """A search's block choices; None for a fixed architecture."""
+        return self.config.candidates if self.is_search else None
 
     def build(self, input_shape: Any = None) -> None:
         if self.built:
@@ -398,32 +471,34 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
+        model = self.config
         config.update(
-            vocab_size=self.vocab_size,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ffn=self.d_ffn,
-            architecture=self.architecture,
-            attention=self.attention,
-            attention_options=dict(self.attention_options),
-            position=self.position,
-            max_positions=self.max_positions,
-            dropout_rate=self.dropout_rate,
+            vocab_size=model.vocab_size,
+            d_model=model.d_model,
+            num_heads=model.num_heads,
+            d_ffn=model.d_ffn,
+            architecture=model.architecture,
+            attention=model.attention,
+            attention_options=dict(model.attention_options),
+            position=model.position,
+            max_positions=model.max_positions,
+            dropout_rate=model.dropout_rate,
             num_classes=self.num_classes,
             pooling=self.pooling,
             mlm_head=self.mlm_head,
             candidates=None if self.candidates is None else list(self.candidates),
-            num_layers=self.num_layers,
-            eval_mode=self.eval_mode,
-            straight_through=self.straight_through,
-            sample_per_example=self.sample_per_example,
-            tau_schedule=self.tau_schedule,
-            tau_start=self.tau_start,
-            tau_end=self.tau_end,
-            tau_steps=self.tau_steps,
-            tau_is_trainable=self.tau_is_trainable,
+            num_layers=model.num_layers,
+            eval_mode=model.eval_mode,
+            straight_through=model.straight_through,
+            sample_per_example=model.sample_per_example,
+            tau_schedule=model.tau_schedule,
+            tau_start=model.tau_start,
+            tau_end=model.tau_end,
+            tau_steps=model.tau_steps,
+            tau_is_trainable=model.tau_is_trainable,
             seed=self.seed,
-            # The attentions' defaults this config means (see `from_config`).
+            # The attentions' defaults this config means (see `from_config`); options a
+            # partf_v1 config pinned are in attention_options.
             attention_defaults="authors",
         )
         return config

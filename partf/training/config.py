@@ -289,8 +289,8 @@ class TrainConfig:
             # (docs/results.md, "The seed's table, side by side").
             fields.setdefault("arch_parameterization", "probabilities")
         if self.objective == "mlm":
-            # The encoder: ModelConfig records no XL memory and no adaptive softmax
-            # instead of values given for the causal model.
+            # The bidirectional encoder: its ModelConfig records no XL memory and no
+            # adaptive softmax, and refuses what an encoder cannot do.
             fields.update(causal=False)
         try:
             return ModelConfig(

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from partf.attention import get_attention_class
+from partf.layers.candidates import noncausal_attention_names
 from partf.models import Encoder
-from partf.models.encoder import noncausal_attention_names
 from tests.attention.helpers import to_np
 
 VOCAB = 13
