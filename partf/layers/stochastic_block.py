@@ -77,7 +77,8 @@ class StochasticBlock(keras.layers.Layer):
             call names no other `mode`.
         sample_per_example: one Gumbel sample per example instead of one per
             call (per training step).
-        seed: seed of the block's Gumbel noise.
+        seed: seed of the block's Gumbel noise (a fixed non-causal block draws none and
+            has no `seed_generator`).
         causal: build the attentions causal (True, language modelling) or non-causal
             (False: every real token sees the whole sequence; needs mem_len=0 and
             mechanisms with a non-causal form).
@@ -208,7 +209,11 @@ class StochasticBlock(keras.layers.Layer):
                 f"{', '.join(ARCH_PARAMETERIZATIONS)}."
             )
         self.arch_parameterization = arch_parameterization
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        # A fixed block never draws: a non-causal one makes no generator (the encoder's
+        # checkpoints list none), a causal one keeps the one its checkpoints list.
+        self.seed_generator = None
+        if len(self.candidates) > 1 or self.causal:
+            self.seed_generator = keras.random.SeedGenerator(seed)
         self.arch_logits = None
         if self.num_candidates > 1:
             # "logits": zero logits, every candidate equally likely at the start.

@@ -13,7 +13,12 @@ from typing import Any
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
-from partf.layers.candidates import ARCH_PARAMETERIZATIONS, BUILTIN_CANDIDATES, check_eval_mode
+from partf.layers.candidates import (
+    ARCH_PARAMETERIZATIONS,
+    BUILTIN_CANDIDATES,
+    check_eval_mode,
+    noncausal_attention_names,
+)
 from partf.layers.temperature import validate_temperature
 from partf.models.attention_defaults import (
     ATTENTION_DEFAULTS,
@@ -122,7 +127,9 @@ def architecture_token(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Settings of a `PARTransformerXL`.
+    """Settings of a `PARTransformerXL`, or with `causal=False` of the bidirectional
+    `Encoder` (and `MaskedLanguageModel`, what objective mlm trains), which refuses what
+    an encoder cannot do (causal-only attentions, the sampled or cost-aware search).
 
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
@@ -215,6 +222,10 @@ class ModelConfig:
     tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
     batch_size: int = 32  # rows of the context batch; sizes the memory state
+    # False: the bidirectional encoder of objective mlm (partf.models.Encoder), which sees
+    # whole sequences and scores with a softmax tied to its embedding: recorded with no
+    # XL memory (mem_len 0) and no adaptive softmax (cutoffs (), proj_dims None).
+    causal: bool = True
 
     def __post_init__(self) -> None:
         # Accept lists (from JSON or flags) and store tuples.
@@ -224,6 +235,9 @@ class ModelConfig:
                 object.__setattr__(self, name, tuple(value))
         if self.proj_dims == ():
             object.__setattr__(self, "proj_dims", None)
+        if not self.causal:
+            for name, value in (("mem_len", 0), ("cutoffs", ()), ("proj_dims", None)):
+                object.__setattr__(self, name, value)
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
         if self.attention_defaults not in ATTENTION_DEFAULTS:
             raise ValueError(
@@ -301,12 +315,49 @@ class ModelConfig:
             )
         validate_temperature(self.tau_schedule, self.tau_start, self.tau_end, self.tau_steps)
         self._validate_position()
+        if not self.causal:
+            self._validate_noncausal()
         try:
             json.dumps(self.attention_options)
         except TypeError as error:
             raise ValueError(
                 f"attention_options must hold plain JSON values, got {self.attention_options!r}."
             ) from error
+
+    def _validate_noncausal(self) -> None:
+        """What the bidirectional Encoder (causal=False, objective mlm) cannot do."""
+        if self.architecture is None:
+            blocks, where = self.candidates, "candidates"
+        else:
+            blocks, where = parse_architecture(self.architecture), "architecture"
+        for name in self.attention_mechanisms:
+            if not get_attention_class(name).supports_noncausal:
+                # "attention" stands for the attention field; a registry name is itself.
+                given = " and ".join(
+                    field
+                    for field, used in (
+                        ("attention", name == self.attention and "attention" in blocks),
+                        (where, name in blocks),
+                    )
+                    if used
+                )
+                raise ValueError(
+                    f"attention {name!r} (from {given}) is causal only and cannot be used in "
+                    "an Encoder (causal=False, objective mlm); choose one with a non-causal "
+                    f"form: {', '.join(noncausal_attention_names())}."
+                )
+        # The encoder's search trains the Gumbel-softmax mixture and has no cost term.
+        if self.search_estimator != "mixture":
+            raise ValueError(
+                f"search_estimator={self.search_estimator} is for the causal model only; an "
+                "Encoder (causal=False, objective mlm) searches with the mixture estimator: "
+                "leave it at mixture."
+            )
+        if self.search_cost_weight:
+            raise ValueError(
+                "search_cost_weight is for the causal model only (an Encoder's search, "
+                "causal=False or objective mlm, has no cost term): leave it at 0."
+            )
 
     def _validate_position(self) -> None:
         if self.position not in POSITIONS:

@@ -6,16 +6,18 @@ over the real tokens or the first token, then a two-layer MLP, as the Long Range
 classifiers) and masked-language-model logits over the vocabulary (BERT's transform,
 layer norm and output tied to the embedding).
 
+The embedding, positions and blocks are a `Backbone` (partf.models.backbone) run with
+`causal=False`; the heads, the temperature and the step counter are the Encoder's own.
 Each block is one letter of `architecture`, as in the causal model: "A" an attention of
 the chosen mechanism, "D" a feed-forward network, "I" the identity, or an attention's
-registry name; each with its residual connection and post-LayerNorm, as the PAR
-model's blocks (LayerNorm(x + sublayer(x))). Every attention is built with
+registry name; a `StochasticBlock` with that one candidate, its residual connection and
+post-LayerNorm (LayerNorm(x + sublayer(x))). Every attention is built with
 `causal=False`: each real token sees every other, padding is seen by none. A mechanism
 without a non-causal form is refused when the model is built.
 
-PAR search (`candidates`): every block is instead a non-causal `StochasticBlock`, a
-Gumbel-softmax mix of the candidates (non-causal attentions, "dense", "identity") with
-its own architecture logits, as in the causal model. The temperature tau anneals from
+PAR search (`candidates`): every block is instead a Gumbel-softmax mix of the
+candidates (non-causal attentions, "dense", "identity") with its own architecture
+logits, as in the causal model. The temperature tau anneals from
 the model's own step counter (`Temperature`, so a compiled `fit` needs no callback);
 `pi()` and `architecture_string()` read the search, and the string it gives is a valid
 `architecture` for training the fixed encoder it found.
@@ -24,6 +26,10 @@ Token id 0 is padding unless a mask is given. Positions count the real tokens be
 each token (the convention of the causal model), so padding inside a sequence does not
 shift the positions of the tokens after it.
 
+`.keras` files written before the backbone (the layers on the model itself, fixed blocks
+as `sublayers` and `norms`) load through `legacy_view` (partf.models.legacy_layout);
+training checkpoints through partf.training.checkpoint's `PATH_ALIASES`.
+
 References:
     Devlin et al., "BERT", NAACL 2019 (the MLM head).
     Tay et al., "Long Range Arena", ICLR 2021 (the classification setting).
@@ -31,23 +37,25 @@ References:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import keras
 from keras import ops
 
-from partf.attention import attention_names, create_attention, get_attention_class
-from partf.attention.positions import sinusoid, stream_positions
-from partf.layers.candidates import candidate_kind, check_eval_mode, noncausal_attention_names
-from partf.layers.feed_forward import FeedForward
+from partf.attention import attention_names
+from partf.layers.candidates import candidate_kind
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
-from partf.models.attention_defaults import pin_previous_defaults
-from partf.models.config import parse_architecture
+from partf.models.attention_defaults import (
+    FIELDS_OF_OLD_DICTS,
+    UNVERSIONED_IN_DICTS,
+    pin_previous_defaults,
+)
+from partf.models.backbone import Backbone
+from partf.models.config import ModelConfig, parse_architecture
+from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.search_interface import SearchInterface
-from partf.random import Dropout
 from partf.serialization import register
 
 #: Absolute position encodings of the encoder ("rotary" rotates inside the attentions).
@@ -56,8 +64,68 @@ ENCODER_POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 POOLINGS = ("mean", "first")
 
 
+def encoder_config(
+    vocab_size: int | None,
+    architecture: str | None = "A D A D",
+    candidates: Sequence[str] | None = None,
+    num_layers: int | None = None,
+    position: str = "sinusoidal",
+    **settings: Any,
+) -> ModelConfig:
+    """The `ModelConfig` (causal=False) of the Encoder's keyword arguments.
+
+    A fixed encoder has `architecture`; a search (`candidates`) has `num_layers` blocks,
+    or as many as `architecture` has. The other settings keep their ModelConfig names.
+    The options are taken as given (`attention_defaults="authors"`): an older config's
+    earlier defaults are written into them by `Encoder.from_config`.
+
+    Raises:
+        ValueError: a setting the encoder refuses, in one line.
+    """
+    if vocab_size is None:
+        raise ValueError("the Encoder needs vocab_size (or config=, a ModelConfig).")
+    if position not in ENCODER_POSITIONS:
+        raise ValueError(
+            f"unknown position {position!r}; choose one of {', '.join(ENCODER_POSITIONS)}."
+        )
+    if num_layers is not None and num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1 (or None), got {num_layers}.")
+    if candidates is not None and not candidates:
+        raise ValueError(
+            "candidates is empty; give the search's choices, e.g. "
+            "('softmax', 'dense', 'identity'), or None for a fixed architecture."
+        )
+    if candidates is None:
+        if architecture is None:
+            raise ValueError("give the encoder an architecture, e.g. 'A D A D', or candidates.")
+        num_layers = len(parse_architecture(architecture))
+    else:
+        if num_layers is None:
+            if architecture is None:
+                raise ValueError("a search without an architecture needs num_layers.")
+            num_layers = len(parse_architecture(architecture))
+        architecture = None
+        for name in candidates:
+            candidate_kind(name, settings.get("attention", "softmax"))  # lists the valid
+    return ModelConfig(
+        vocab_size=vocab_size,
+        architecture=architecture,
+        candidates=tuple(candidates or ("attention", "dense", "identity")),
+        num_layers=num_layers,
+        position=position,
+        causal=False,
+        attention_defaults="authors",
+        **settings,
+    )
+
+
+def _config_field(name: str, doc: str | None = None) -> property:
+    """A read-only attribute holding the config's field `name`."""
+    return property(lambda self: getattr(self.config, name), doc=doc or f"config.{name}")
+
+
 @register
-class Encoder(SearchInterface, keras.Model):
+class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
     """A bidirectional Transformer encoder with optional classification and MLM heads.
 
     Args:
@@ -88,6 +156,10 @@ class Encoder(SearchInterface, keras.Model):
             temperature (`Temperature`): annealed from tau_start to tau_end over
             tau_steps training calls (set it to the run's steps), or learned.
         seed: seed of the blocks' Gumbel noise (block i uses seed + i).
+        config: instead of the keyword settings above, a `ModelConfig` with
+            `causal=False` (what `--objective=mlm` trains): the encoder is built from it;
+            `num_classes`, `pooling`, `mlm_head` and `seed` are still the Encoder's own.
+            The keyword settings are read back from `config` (`model.config`) too.
 
     Call args:
         inputs: token ids int [B, T], or a dict with "tokens" and optionally "mask"
@@ -106,15 +178,17 @@ class Encoder(SearchInterface, keras.Model):
         ...                 architecture="A D", attention="linear", num_classes=10)
         >>> tuple(model(keras.ops.ones((3, 7), "int32")).shape)
         (3, 10)
+        >>> model.config.causal  # the ModelConfig every partf model is built from
+        False
     """
 
     def __init__(
         self,
-        vocab_size: int,
+        vocab_size: int | None = None,
         d_model: int = 128,
         num_heads: int = 4,
         d_ffn: int = 512,
-        architecture: str = "A D A D",
+        architecture: str | None = "A D A D",
         attention: str = "softmax",
         attention_options: dict[str, Any] | None = None,
         position: str = "sinusoidal",
@@ -134,131 +208,89 @@ class Encoder(SearchInterface, keras.Model):
         tau_steps: int = 1,
         tau_is_trainable: bool = False,
         seed: int | None = None,
+        config: ModelConfig | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if vocab_size <= 0 or d_model <= 0 or d_ffn <= 0 or max_positions <= 0:
-            raise ValueError(
-                f"vocab_size, d_model, d_ffn and max_positions must be positive, got "
-                f"{vocab_size}, {d_model}, {d_ffn}, {max_positions}."
-            )
-        if position not in ENCODER_POSITIONS:
-            raise ValueError(
-                f"unknown position {position!r}; choose one of {', '.join(ENCODER_POSITIONS)}."
-            )
         if pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0, got {num_classes}.")
-        check_eval_mode(eval_mode)
-        if num_layers is not None and num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1 (or None), got {num_layers}.")
-        if candidates is not None and not candidates:
-            raise ValueError(
-                "candidates is empty; give the search's choices, e.g. "
-                "('softmax', 'dense', 'identity'), or None for a fixed architecture."
+        if config is None:
+            config = encoder_config(
+                vocab_size,
+                d_model=d_model,
+                num_heads=num_heads,
+                d_ffn=d_ffn,
+                architecture=architecture,
+                attention=attention,
+                attention_options=attention_options,
+                position=position,
+                max_positions=max_positions,
+                dropout_rate=dropout_rate,
+                candidates=candidates,
+                num_layers=num_layers,
+                eval_mode=eval_mode,
+                straight_through=straight_through,
+                sample_per_example=sample_per_example,
+                tau_schedule=tau_schedule,
+                tau_start=tau_start,
+                tau_end=tau_end,
+                tau_steps=tau_steps,
+                tau_is_trainable=tau_is_trainable,
             )
-        self.vocab_size = vocab_size
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ffn = d_ffn
-        self.architecture = architecture
-        self.attention = attention
-        self.attention_options = dict(attention_options or {})
-        self.position = position
-        self.max_positions = max_positions
-        self.dropout_rate = dropout_rate
+        elif vocab_size is not None:
+            raise ValueError(
+                "give the encoder's settings either as a ModelConfig (config=) or as keyword "
+                "arguments, not both."
+            )
+        elif config.causal:
+            raise ValueError(
+                "the Encoder is bidirectional: give a ModelConfig with causal=False (the causal "
+                "language model is PARTransformerXL)."
+            )
+        self.config = config
         self.num_classes = num_classes
         self.pooling = pooling
         self.mlm_head = bool(mlm_head)
-        self.candidates = None if candidates is None else tuple(candidates)
-        self.num_layers = num_layers
-        self.eval_mode = eval_mode
-        self.straight_through = bool(straight_through)
-        self.sample_per_example = bool(sample_per_example)
-        self.tau_schedule = tau_schedule
-        self.tau_start = float(tau_start)
-        self.tau_end = float(tau_end)
-        self.tau_steps = int(tau_steps)
-        self.tau_is_trainable = bool(tau_is_trainable)
         self.seed = seed
 
         policy = self.dtype_policy
-        blocks = parse_architecture(architecture)
-        # A search has no fixed blocks: `kinds`, `sublayers` and `norms` stay empty.
-        self.kinds = [] if self.is_search else [self._block_kind(name) for name in blocks]
-        self.embedding = keras.layers.Embedding(vocab_size, d_model, dtype=policy, name="embedding")
-        self.position_embedding = None
-        if position == "learned":
-            self.position_embedding = keras.layers.Embedding(
-                max_positions, d_model, dtype=policy, name="position_embedding"
-            )
-        self.input_dropout = Dropout(dropout_rate, dtype=policy, name="input_dropout")
-        options = dict(self.attention_options)
-        if position == "rotary":
-            options["rotary"] = True
-        # One sublayer and one LayerNorm per block (None for the identity).
-        self.sublayers: list[keras.layers.Layer | None] = []
-        self.norms: list[keras.layers.LayerNormalization | None] = []
-        for i, kind in enumerate(self.kinds):
-            if kind == "identity":
-                self.sublayers.append(None)
-                self.norms.append(None)
-                continue
-            if kind == "dense":
-                layer = FeedForward(
-                    d_model, d_ffn, dropout_rate=dropout_rate, dtype=policy, name=f"dense_{i}"
-                )
-            else:
-                layer = create_attention(
-                    kind,
-                    d_model,
-                    num_heads,
-                    causal=False,
-                    dropout_rate=dropout_rate,
-                    dtype=policy,
-                    name=f"attention_{i}",
-                    **options,
-                )
-            self.sublayers.append(layer)
-            self.norms.append(
-                keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name=f"norm_{i}")
-            )
-        # The search's blocks, temperature and step counter, made only for a search so a
-        # fixed encoder keeps exactly the variables (and .keras layout) it had before.
-        self.blocks: list[StochasticBlock] = []
+        self.backbone = Backbone(
+            config.vocab_size,
+            config.d_model,
+            config.num_heads,
+            config.d_ffn,
+            config.block_candidates,
+            attention=config.attention,
+            attention_options=config.attention_options,
+            position=config.position,
+            max_positions=config.max_positions,
+            dropout_rate=config.dropout_rate,
+            causal=False,
+            straight_through=config.straight_through,
+            eval_mode=config.eval_mode,
+            sample_per_example=config.sample_per_example,
+            seed=seed,
+            dtype=policy,
+            name="backbone",
+        )
+        # The search's temperature and step counter, made only for a search.
         self.temperature = self.step = None
         if self.is_search:
-            for name in self.candidates:
-                candidate_kind(name, attention)  # unknown names, listing the valid ones
-                self._block_kind(name)  # causal-only mechanisms, in the encoder's words
-            self.blocks = [
-                StochasticBlock(
-                    d_model,
-                    num_heads,
-                    d_ffn,
-                    candidates=self.candidates,
-                    attention=attention,
-                    attention_options=options,
-                    dropout_rate=dropout_rate,
-                    straight_through=self.straight_through,
-                    eval_mode=eval_mode,
-                    sample_per_example=self.sample_per_example,
-                    seed=None if seed is None else seed + i,
-                    causal=False,
-                    dtype=policy,
-                    name=f"block_{i}",
-                )
-                for i in range(num_layers or len(blocks))
-            ]
             self.temperature = Temperature(
-                tau_schedule, tau_start, tau_end, tau_steps, tau_is_trainable, name="temperature"
+                config.tau_schedule,
+                config.tau_start,
+                config.tau_end,
+                config.tau_steps,
+                config.tau_is_trainable,
+                name="temperature",
             )
             self.step = self._add_step_counter()
         self.classifier_hidden = self.classifier = None
         if num_classes:
             self.classifier_hidden = keras.layers.Dense(
-                d_model, activation="relu", dtype=policy, name="classifier_hidden"
+                config.d_model, activation="relu", dtype=policy, name="classifier_hidden"
             )
             # Logits in float32 under mixed precision, as the causal model's softmax.
             self.classifier = keras.layers.Dense(
@@ -267,7 +299,7 @@ class Encoder(SearchInterface, keras.Model):
         self.mlm_transform = self.mlm_norm = None
         if self.mlm_head:
             self.mlm_transform = keras.layers.Dense(
-                d_model, activation="gelu", dtype=policy, name="mlm_transform"
+                config.d_model, activation="gelu", dtype=policy, name="mlm_transform"
             )
             self.mlm_norm = keras.layers.LayerNormalization(
                 epsilon=1e-5, dtype=policy, name="mlm_norm"
@@ -278,36 +310,42 @@ class Encoder(SearchInterface, keras.Model):
         # created there.
         self.build(None)
 
-    def _block_kind(self, name: str) -> str:
-        """ "dense", "identity" or the registry name of the block's attention."""
-        if name in ("dense", "identity"):
-            return name
-        mechanism = self.attention if name == "attention" else name
-        if not get_attention_class(mechanism).supports_noncausal:
-            raise ValueError(
-                f"attention {mechanism!r} is causal only and cannot be used in an Encoder; "
-                f"choose one of {', '.join(noncausal_attention_names())}."
-            )
-        return mechanism
-
     @property
     def is_search(self) -> bool:
         """Whether the blocks are PAR stochastic blocks (`candidates` given)."""
-        return self.candidates is not None
+        return self.config.architecture is None
+
+    # The settings, read from the config (the keyword arguments' names).
+    vocab_size = _config_field("vocab_size")
+    d_model = _config_field("d_model")
+    num_heads = _config_field("num_heads")
+    d_ffn = _config_field("d_ffn")
+    num_layers = _config_field("num_layers")
+    attention = _config_field("attention")
+    attention_options = _config_field("attention_options")
+    position = _config_field("position")
+    max_positions = _config_field("max_positions")
+    dropout_rate = _config_field("dropout_rate")
+    eval_mode = _config_field("eval_mode")
+    straight_through = _config_field("straight_through")
+    sample_per_example = _config_field("sample_per_example")
+    tau_schedule = _config_field("tau_schedule")
+    tau_start = _config_field("tau_start")
+    tau_end = _config_field("tau_end")
+    tau_steps = _config_field("tau_steps")
+    tau_is_trainable = _config_field("tau_is_trainable")
+    architecture = _config_field("architecture", "the fixed architecture; None for a search")
+
+    @property
+    def candidates(self) -> tuple[str, ...] | None:
+        """A search's block choices; None for a fixed architecture."""
+        return self.config.candidates if self.is_search else None
 
     def build(self, input_shape: Any = None) -> None:
         if self.built:
             return
         hidden = (None, None, self.d_model)
-        self.embedding.build((None, None))
-        if self.position_embedding is not None:
-            self.position_embedding.build((None, None))
-        for layer, norm in zip(self.sublayers, self.norms, strict=True):
-            if layer is not None:
-                layer.build(hidden)
-                norm.build(hidden)
-        for block in self.blocks:
-            block.build(hidden)
+        self.backbone.build()
         if self.num_classes:
             self.classifier_hidden.build((None, self.d_model))
             self.classifier.build((None, self.d_model))
@@ -335,33 +373,52 @@ class Encoder(SearchInterface, keras.Model):
         a search's block weights by `mode` (see `call`)."""
         if tokens.shape[1] is not None:
             self.check_length(int(tokens.shape[1]))
-        x = self.embedding(tokens)
-        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
-        if self.position in ("sinusoidal", "learned"):
-            start = ops.zeros((ops.shape(tokens)[0],), "int32")
-            positions, _ = stream_positions(start, mask)  # [B, T]
-            if self.position == "sinusoidal":
-                x = x + sinusoid(positions, self.d_model, x.dtype)
-            else:
-                limit = self.max_positions - 1
-                x = x + self.position_embedding(ops.minimum(positions, limit))
-        x = self.input_dropout(x, training=training)
+        tau = None
         if self.is_search:
             # Only sampled weights read tau.
             modes = {block.weight_mode(training, mode) for block in self.blocks}
             tau = self.tau() if "sample" in modes else None
-            for block in self.blocks:
-                x, _ = block(x, tau=tau, mask=mask, training=training, mode=mode)
-            return x
-        for layer, norm in zip(self.sublayers, self.norms, strict=True):
-            if layer is None:
-                continue
-            if isinstance(layer, FeedForward):
-                y = layer(x, training=training)
-            else:
-                y, _ = layer(x, mask=mask, training=training)
-            x = norm(x + y)
-        return x
+        return self.backbone.encode(tokens, mask, tau=tau, training=training, mode=mode)
+
+    @property
+    def blocks(self) -> list[StochasticBlock]:
+        """The backbone's blocks (a fixed block has one candidate)."""
+        return self.backbone.blocks
+
+    @property
+    def embedding(self) -> keras.layers.Embedding:
+        """The token embedding (the MLM head's output is tied to it)."""
+        return self.backbone.embedding
+
+    def legacy_view(self) -> LegacyView:
+        """The attribute tree of the Encoder before the backbone (issue 38), whose layout
+        `.keras` files of earlier releases have: `embedding`, `position_embedding` and
+        `input_dropout` on the model, a fixed encoder's blocks as `sublayers` (attention
+        or feed-forward, None for the identity) and `norms`, a search's as `blocks`."""
+        backbone = self.backbone
+        fixed = [] if self.is_search else backbone.blocks
+        sublayers = [block.sublayers[0] for block in fixed]
+        norms = [block.norms[0] for block in fixed]
+        layers = [backbone.embedding, backbone.position_embedding, backbone.input_dropout]
+        for layer, norm in zip(sublayers, norms, strict=True):
+            layers += [layer, norm]
+        layers += [*(backbone.blocks if self.is_search else []), self.temperature]
+        layers += [self.classifier_hidden, self.classifier, self.mlm_transform, self.mlm_norm]
+        attrs = [
+            ("blocks", backbone.blocks if self.is_search else []),
+            ("classifier", self.classifier),
+            ("classifier_hidden", self.classifier_hidden),
+            ("embedding", backbone.embedding),
+            ("input_dropout", backbone.input_dropout),
+            ("layers", [layer for layer in layers if layer is not None]),
+            ("mlm_norm", self.mlm_norm),
+            ("mlm_transform", self.mlm_transform),
+            ("norms", norms),
+            ("position_embedding", backbone.position_embedding),
+            ("sublayers", sublayers),
+            ("temperature", self.temperature),
+        ]
+        return LegacyView(attrs, own_variables(self))
 
     def pool(self, hidden: Any, mask: Any) -> Any:
         """[B, D]: the mean over the real tokens, or the first token."""
@@ -419,46 +476,52 @@ class Encoder(SearchInterface, keras.Model):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
+        model = self.config
         config.update(
-            vocab_size=self.vocab_size,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ffn=self.d_ffn,
-            architecture=self.architecture,
-            attention=self.attention,
-            attention_options=dict(self.attention_options),
-            position=self.position,
-            max_positions=self.max_positions,
-            dropout_rate=self.dropout_rate,
+            vocab_size=model.vocab_size,
+            d_model=model.d_model,
+            num_heads=model.num_heads,
+            d_ffn=model.d_ffn,
+            architecture=model.architecture,
+            attention=model.attention,
+            attention_options=dict(model.attention_options),
+            position=model.position,
+            max_positions=model.max_positions,
+            dropout_rate=model.dropout_rate,
             num_classes=self.num_classes,
             pooling=self.pooling,
             mlm_head=self.mlm_head,
             candidates=None if self.candidates is None else list(self.candidates),
-            num_layers=self.num_layers,
-            eval_mode=self.eval_mode,
-            straight_through=self.straight_through,
-            sample_per_example=self.sample_per_example,
-            tau_schedule=self.tau_schedule,
-            tau_start=self.tau_start,
-            tau_end=self.tau_end,
-            tau_steps=self.tau_steps,
-            tau_is_trainable=self.tau_is_trainable,
+            num_layers=model.num_layers,
+            eval_mode=model.eval_mode,
+            straight_through=model.straight_through,
+            sample_per_example=model.sample_per_example,
+            tau_schedule=model.tau_schedule,
+            tau_start=model.tau_start,
+            tau_end=model.tau_end,
+            tau_steps=model.tau_steps,
+            tau_is_trainable=model.tau_is_trainable,
             seed=self.seed,
-            # The attentions' defaults this config means (see `from_config`).
-            attention_defaults="authors",
+            # The generation of attention defaults the options mean (see `from_config`);
+            # the options an earlier generation pinned are in attention_options.
+            attention_defaults=model.attention_defaults,
         )
         return config
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Encoder:
-        """Builds the encoder a config describes. A config saved before the attentions'
-        defaults became the authors' (no `attention_defaults`) gets partf's earlier
-        defaults written into its options, so it is built as it was trained."""
+        """Builds the encoder a config describes. A config of an earlier generation of
+        attention defaults (`partf.models.attention_defaults`; none named: saved before
+        the authors' defaults, partf_v1) gets that generation's values written into its
+        options, so it is built as it was trained."""
         config = dict(config)
-        if config.pop("attention_defaults", None) is None:
-            used = {config.get("attention", "softmax"), *str(config.get("architecture")).split()}
-            used |= set(config.get("candidates") or ())
-            config["attention_options"] = pin_previous_defaults(
-                dict(config.get("attention_options") or {}), sorted(used & set(attention_names()))
-            )
+        generation = config.pop("attention_defaults", FIELDS_OF_OLD_DICTS["attention_defaults"])
+        generation = UNVERSIONED_IN_DICTS.get(generation, generation)
+        used = {config.get("attention", "softmax"), *str(config.get("architecture")).split()}
+        used |= set(config.get("candidates") or ())
+        config["attention_options"] = pin_previous_defaults(
+            dict(config.get("attention_options") or {}),
+            sorted(used & set(attention_names())),
+            generation,
+        )
         return cls(**config)

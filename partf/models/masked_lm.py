@@ -57,7 +57,7 @@ class MaskedLanguageModel(Encoder):
         float32 logits [B, T, vocab_size].
     """
 
-    def __init__(self, vocab_size: int, **kwargs: Any) -> None:
+    def __init__(self, vocab_size: int | None = None, **kwargs: Any) -> None:
         kwargs.pop("mlm_head", None)
         kwargs.pop("num_classes", None)
         super().__init__(vocab_size, mlm_head=True, num_classes=0, **kwargs)

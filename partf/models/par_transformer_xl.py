@@ -105,6 +105,11 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             config = ModelConfig.from_dict({**config, **overrides})
         elif overrides:
             config = config.replace(**overrides)
+        if not config.causal:
+            raise ValueError(
+                "PARTransformerXL is the causal model; causal=False is the bidirectional "
+                "Encoder's (partf.models.Encoder, MaskedLanguageModel)."
+            )
         super().__init__(**kwargs)
         self.config = config
         policy = self.dtype_policy

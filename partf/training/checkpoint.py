@@ -21,9 +21,15 @@ among themselves (see `restore_variables`).
 
 Renamed variables: a version that moves or renames variables (say, blocks under a new
 `backbone` layer) declares how the keys of older files map to its own, per group, in
-`PATH_ALIASES`: a dict {old key: new key} or a function of the old key, e.g.
+`PATH_ALIASES`: a dict {old key: new key}, a function of the old key, e.g.
 
     PATH_ALIASES["model"] = lambda key: re.sub(r"^block_", "backbone/block_", key)
+
+or `Renames`, rules that also read the live model's keys: a saved key the live model
+does not have becomes the one live key its rule's pattern matches. So a rename may apply
+to one kind of model only (the encoder's blocks moved under its backbone, the causal
+model's did not), and leave a part of the new key open (the attention's name in
+"backbone/block_0/<mechanism>_0/...", which the old "attention_0/..." did not say).
 
 An optimizer key embeds its model variable's path with "_" for "/"
 ("block_0_norm_0_gamma_momentum"), so a rename of model paths declares the optimizer's
@@ -47,7 +53,7 @@ import re
 import time
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -242,12 +248,64 @@ _ANOTHER_CONFIGURATION = (
     "it was written with another configuration: pass the run's flags, or start a new --output_dir"
 )
 
-#: A rename of saved keys: {old key: new key}, or a function of the old key.
-Aliases = Mapping[str, str] | Callable[[str], str]
+
+class Renames:
+    """Renames of saved keys that read the live keys.
+
+    Args:
+        rules: (old, new) regular expressions. A saved key that is not a live key and
+            fully matches `old` is renamed to the one live key that fully matches `new`
+            with `old`'s groups filled in (`\\1`, as in `re.sub`); the first rule that
+            finds exactly one such key applies. Keys no rule renames stay as they are.
+    """
+
+    def __init__(self, rules: Sequence[tuple[str, str]]) -> None:
+        self.rules = [(re.compile(old), new) for old, new in rules]
+
+    def rename(self, key: str, live: Collection[str]) -> str:
+        if key in live:
+            return key
+        for old, new in self.rules:
+            match = old.fullmatch(key)
+            if match is None:
+                continue
+            pattern = re.compile(match.expand(new))
+            found = [name for name in live if pattern.fullmatch(name)]
+            if len(found) == 1:
+                return found[0]
+        return key
+
+
+#: A rename of saved keys: {old key: new key}, a function of the old key, or `Renames`.
+Aliases = Mapping[str, str] | Callable[[str], str] | Renames
+
+
+def _encoder_renames(sep: str) -> Renames:
+    """Issue 38: the Encoder's layers moved under its `backbone`, each fixed block a
+    one-candidate `StochasticBlock` ("attention_0/x" -> "backbone/block_0/<mechanism>_0/x",
+    "dense_1/x" -> "backbone/block_1/dense_0/x", "norm_1/x" -> "backbone/block_1/norm_0/x",
+    a search's "block_0/x" -> "backbone/block_0/x"). `sep` joins the parts: "/" in model
+    keys, "_" in the optimizer's, which embed their variable's path."""
+    rules = [
+        (r"(embedding|position_embedding)/(.+)", r"backbone/\1/\2"),
+        (r"block_(\d+)/(.+)", r"backbone/block_\1/\2"),
+        (r"dense_(\d+)/(.+)", r"backbone/block_\1/dense_0/\2"),
+        (r"norm_(\d+)/(.+)", r"backbone/block_\1/norm_0/\2"),
+        # The attention's name is its mechanism's (any but the block's LayerNorm).
+        (
+            r"attention_(\d+)/(.+)",
+            r"backbone/block_\1/(?!norm_0/(gamma|beta)([^a-z0-9]|$))[a-z0-9]+_0/\2",
+        ),
+    ]
+    return Renames([(old.replace("/", sep), new.replace("/", sep)) for old, new in rules])
+
 
 #: Renames later versions declare for the keys of files written before them, by group
-#: ("model", "optimizer", ...); see the module docstring. Empty: no variable was renamed.
-PATH_ALIASES: dict[str, Aliases] = {}
+#: ("model", "optimizer", ...); see the module docstring.
+PATH_ALIASES: dict[str, Aliases] = {
+    "model": _encoder_renames("/"),
+    "optimizer": _encoder_renames("_"),
+}
 
 
 def variable_key(path: str, group: str, root: str | None) -> str:
@@ -299,9 +357,11 @@ def saved_paths(meta: Mapping[str, Any], group: str) -> list[str]:
     return [str(path) for path, *_ in meta["layout"].get(group, [])]
 
 
-def _rename(key: str, aliases: Aliases | None) -> str:
+def _rename(key: str, aliases: Aliases | None, live: Collection[str]) -> str:
     if aliases is None:
         return key
+    if isinstance(aliases, Renames):
+        return aliases.rename(key, live)
     if callable(aliases):
         return aliases(key)
     return aliases.get(key, key)
@@ -367,10 +427,10 @@ def matched_arrays(
             raise CheckpointError(f"the checkpoint's {what} layout does not match its arrays.")
         aliases = PATH_ALIASES.get(what) if aliases is None else aliases
         saved_model_root = root if saved_model_root is None else saved_model_root
-        saved = _by_key(
-            [_rename(variable_key(p, what, saved_model_root), aliases) for p in saved_paths]
-        )
         live = _by_key([variable_key(v.path, what, root) for v in variables])
+        saved = _by_key(
+            [_rename(variable_key(p, what, saved_model_root), aliases, live) for p in saved_paths]
+        )
         missing = [k for k in live if len(saved.get(k, ())) < len(live[k])]
         extra = [k for k in saved if len(live.get(k, ())) < len(saved[k])]
         if missing or extra:

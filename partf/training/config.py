@@ -289,10 +289,9 @@ class TrainConfig:
             # (docs/results.md, "The seed's table, side by side").
             fields.setdefault("arch_parameterization", "probabilities")
         if self.objective == "mlm":
-            # The encoder has no XL memory and a full softmax tied to the embedding:
-            # record that (mem_len 0, no cutoffs) instead of values given for the causal
-            # model.
-            fields.update(mem_len=0, cutoffs=(), proj_dims=None)
+            # The bidirectional encoder: its ModelConfig records no XL memory and no
+            # adaptive softmax, and refuses what an encoder cannot do.
+            fields.update(causal=False)
         try:
             return ModelConfig(
                 vocab_size=vocab_size, batch_size=batch_size, tau_steps=total_steps, **fields

@@ -160,100 +160,19 @@ def _has_gpu() -> bool:
 
 
 def masked_lm(model_config: Any) -> Any:
-    """The `MaskedLanguageModel` of `--objective=mlm`, from the run's `ModelConfig`.
-
-    The encoder takes the widths, the architecture or the search (candidates, tau
-    schedule, eval_mode, straight_through, sample_per_example), the attention and its
-    options, the positions and the dropout. The rest belongs to the causal model and is
-    ignored: the XL memory (`mem_len`; an encoder sees its whole sequence) and the
-    adaptive softmax (`cutoffs`, `proj_*`, `tie_embeddings`: the MLM head is a full
-    softmax tied to the embedding; `TrainConfig.model_config` records mem_len 0 and no cutoffs).
-    A search's architecture logits get the optimizer settings of --search and --arch_*
-    as the causal model's do (the optimizer picks them by the "arch_logits" path).
-
-    Raises:
-        ConfigError: a causal-only attention, or search settings the encoder lacks.
-        ValueError: what the Encoder refuses otherwise.
+    """The `MaskedLanguageModel` of `--objective=mlm`, built from the run's `ModelConfig`
+    (causal=False: no XL memory, no adaptive softmax; `tie_embeddings` is ignored, the
+    MLM head is always tied). A search's architecture logits get the optimizer settings
+    of --search and --arch_* as the causal model's do (the optimizer picks them by the
+    "arch_logits" path).
     """
     from partf.models.masked_lm import MaskedLanguageModel
 
-    _check_encoder_settings(model_config)
     logger.info(
         "objective mlm: a bidirectional encoder; --mem_len and the adaptive softmax "
         "(--cutoffs, --proj_*) do not apply and are ignored"
     )
-    common = dict(
-        d_model=model_config.d_model,
-        num_heads=model_config.num_heads,
-        d_ffn=model_config.d_ffn,
-        attention=model_config.attention,
-        attention_options=model_config.attention_options,
-        position=model_config.position,
-        max_positions=model_config.max_positions,
-        dropout_rate=model_config.dropout_rate,
-        name="masked_language_model",
-    )
-    if model_config.architecture is not None:
-        model = MaskedLanguageModel(
-            model_config.vocab_size, architecture=model_config.architecture, **common
-        )
-    else:
-        # A PAR search over non-causal blocks; tau anneals over the run from the
-        # encoder's own step counter (tau_steps is the run's length).
-        model = MaskedLanguageModel(
-            model_config.vocab_size,
-            candidates=model_config.candidates,
-            num_layers=model_config.num_layers,
-            eval_mode=model_config.eval_mode,
-            straight_through=model_config.straight_through,
-            sample_per_example=model_config.sample_per_example,
-            tau_schedule=model_config.tau_schedule,
-            tau_start=model_config.tau_start,
-            tau_end=model_config.tau_end,
-            tau_steps=model_config.tau_steps,
-            tau_is_trainable=model_config.tau_is_trainable,
-            **common,
-        )
-    # Its variables must exist before the optimizer is built and a checkpoint restored.
-    model.build((model_config.batch_size, None))
-    return model
-
-
-def _check_encoder_settings(model_config: Any) -> None:
-    """Refuses, in the flags' words, what the encoder of --objective=mlm cannot do."""
-    from partf.attention import get_attention_class
-    from partf.layers.candidates import noncausal_attention_names
-    from partf.models.config import parse_architecture
-
-    if model_config.architecture is None:
-        blocks, where = model_config.candidates, "--candidates"
-    else:
-        blocks, where = parse_architecture(model_config.architecture), "--architecture"
-    for name in model_config.attention_mechanisms:
-        if not get_attention_class(name).supports_noncausal:
-            # "A"/"attention" stands for --attention; a registry name is given itself.
-            via_attention = name == model_config.attention and "attention" in blocks
-            flag = " and ".join(
-                given
-                for given, used in (("--attention", via_attention), (where, name in blocks))
-                if used
-            )
-            raise ConfigError(
-                f"--objective=mlm needs non-causal attentions but {name} ({flag}) is causal "
-                "only; choose one with a non-causal form: "
-                f"{', '.join(noncausal_attention_names())}."
-            )
-    # The encoder's search trains the Gumbel-softmax mixture and has no cost term.
-    if model_config.search_estimator != "mixture":
-        raise ConfigError(
-            f"--search_estimator={model_config.search_estimator} is for the causal model only; "
-            "--objective=mlm searches with the mixture estimator: drop the flag."
-        )
-    if model_config.search_cost_weight:
-        raise ConfigError(
-            "--search_cost_weight is for the causal model only (the encoder's search has no "
-            "cost term); drop it with --objective=mlm."
-        )
+    return MaskedLanguageModel(config=model_config, name="masked_language_model")
 
 
 def _compiled_model(
@@ -266,7 +185,7 @@ def _compiled_model(
     from partf.models.par_transformer_xl import PARTransformerXL
 
     try:
-        if config.objective == "mlm":
+        if not model_config.causal:
             model = masked_lm(model_config)
         else:
             model = PARTransformerXL(model_config, name="par_transformer_xl")
@@ -378,7 +297,9 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
     differences = []
     defaults = _defaults(ModelConfig)
-    saved_model = _as_built(saved["model"])
+    # Saved before `causal` existed: the objective said it.
+    causal = saved["training"].get("objective") != "mlm"
+    saved_model = _as_built({"causal": causal, **saved["model"]})
     for key in sorted(set(saved_model) | set(current["model"])):
         if key == "attention_defaults":
             continue  # compared through the attention options it resolves to

@@ -128,6 +128,6 @@ def test_a_causal_only_candidate_is_refused(built, tmp_path, capsys):
     argv = [a if not a.startswith("--output_dir") else f"--output_dir={tmp_path}" for a in argv]
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[-1].startswith("partf-train: error: --objective=mlm needs non-causal")
-    assert "primal (--candidates) is causal only" in lines[-1]
+    assert lines[-1].startswith("partf-train: error: attention 'primal' (from candidates) is")
+    assert "causal only and cannot be used in an Encoder" in lines[-1]
     assert not any(tmp_path.iterdir())

@@ -305,3 +305,18 @@ def test_probability_parameterization_follows_the_original():
     assert clone.arch_parameterization == "probabilities"
     with pytest.raises(ValueError, match="unknown arch_parameterization"):
         StochasticBlock(D, 2, 16, arch_parameterization="bogus")
+
+
+def test_only_a_block_that_can_draw_or_a_causal_one_has_a_seed_generator():
+    """A fixed non-causal block (the encoder's) never draws and makes no generator, so it
+    adds no random state to checkpoints; a fixed causal block keeps the one that the
+    causal model's checkpoints of earlier releases list."""
+    fixed = StochasticBlock(8, 2, 16, candidates=("dense",), causal=False)
+    assert fixed.seed_generator is None
+    fixed.build((None, None, 8))
+    assert not [v for v in fixed.variables if "seed_generator" in v.path]
+    y, _ = fixed(ops.ones((2, 3, 8)), training=True)
+    assert tuple(y.shape) == (2, 3, 8)
+    assert StochasticBlock(8, 2, 16, candidates=("dense",)).seed_generator is not None
+    search = StochasticBlock(8, 2, 16, candidates=("dense", "identity"), causal=False)
+    assert search.seed_generator is not None

@@ -161,3 +161,16 @@ def test_attention_defaults_names_a_generation():
     }
     with pytest.raises(ValueError, match="unknown attention_defaults 'authors_v3'"):
         ModelConfig(attention_defaults="authors_v3", **fields)
+
+
+def test_a_non_causal_config_records_no_memory_and_no_adaptive_softmax():
+    """causal=False (objective mlm's encoder) records mem_len 0 and no cutoffs, whatever
+    was given for the causal model; the causal model refuses it."""
+    from partf.models import PARTransformerXL
+
+    config = ModelConfig(vocab_size=50, mem_len=16, cutoffs=(20,), proj_dims=(4,), causal=False)
+    assert (config.mem_len, config.cutoffs, config.proj_dims) == (0, (), None)
+    assert ModelConfig.from_dict(config.to_dict()) == config
+    assert ModelConfig(vocab_size=50, cutoffs=(20,)).causal
+    with pytest.raises(ValueError, match="causal=False is the bidirectional Encoder's"):
+        PARTransformerXL(config)

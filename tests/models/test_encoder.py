@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from partf.attention import get_attention_class
-from partf.models import Encoder
-from partf.models.encoder import noncausal_attention_names
+from partf.layers.candidates import noncausal_attention_names
+from partf.models import Encoder, ModelConfig
 from tests.attention.helpers import to_np
 
 VOCAB = 13
@@ -128,6 +128,37 @@ def test_bad_settings_are_refused():
         small(pooling="max")
     with pytest.raises(ValueError, match="max_positions >= 9"):
         small(position="learned", max_positions=8)(tokens_with_padding())
+
+
+def test_built_from_a_model_config_as_from_its_keywords():
+    """`Encoder(config=ModelConfig(causal=False, ...))` is the keyword-built encoder: the
+    same variables in the same order and, with its weights, the same outputs; its config
+    reads back the keyword settings."""
+    keywords = small(attention="linear", num_classes=3)
+    config = ModelConfig(
+        vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, dropout_rate=0.0,
+        num_layers=4, architecture="A D A D", attention="linear", position="sinusoidal",
+        max_positions=2048, causal=False,
+    )  # fmt: skip
+    assert keywords.config == config
+    built = Encoder(config=config, num_classes=3)
+    paths = [v.path.split("/", 1)[1] for v in built.variables]
+    assert paths == [v.path.split("/", 1)[1] for v in keywords.variables]
+    built.set_weights(keywords.get_weights())
+    tokens = tokens_with_padding()
+    np.testing.assert_array_equal(to_np(built(tokens)), to_np(keywords(tokens)))
+    assert (built.architecture, built.attention, built.candidates) == ("A D A D", "linear", None)
+
+
+def test_a_model_config_must_be_non_causal_and_alone():
+    config = ModelConfig(vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, num_layers=2,
+                         architecture="A D", attention="linear", cutoffs=())  # fmt: skip
+    with pytest.raises(ValueError, match="give a ModelConfig with causal=False"):
+        Encoder(config=config)
+    with pytest.raises(ValueError, match="not both"):
+        Encoder(VOCAB, config=config.replace(causal=False))
+    with pytest.raises(ValueError, match="causal only and cannot be used in an Encoder"):
+        config.replace(causal=False, attention="primal")
 
 
 def test_fit_step_and_keras_round_trip(tmp_path):

@@ -33,8 +33,8 @@ def copy_chosen_weights(search_model: Encoder, fixed: Encoder, chosen: list[int]
         getattr(fixed, name).set_weights(getattr(search_model, name).get_weights())
     for i, (block, index) in enumerate(zip(search_model.blocks, chosen, strict=True)):
         if block.sublayers[index] is not None:
-            fixed.sublayers[i].set_weights(block.sublayers[index].get_weights())
-            fixed.norms[i].set_weights(block.norms[index].get_weights())
+            fixed.blocks[i].sublayers[0].set_weights(block.sublayers[index].get_weights())
+            fixed.blocks[i].norms[0].set_weights(block.norms[index].get_weights())
 
 
 @pytest.mark.parametrize("eval_mode", ["argmax", "expected"])

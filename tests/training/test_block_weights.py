@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -24,6 +25,9 @@ VOCAB = 50
 @pytest.fixture(scope="module")
 def search():
     """A built search model (argmax evaluation) with distinct, non-uniform pi per block."""
+    # Its own seed: the weights (and so how far apart the modes score) must not depend
+    # on which tests ran before in the process.
+    keras.utils.set_random_seed(0)
     model = PARTransformerXL(
         vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=32, num_layers=3, mem_len=4,
         cutoffs=(), batch_size=2,
@@ -53,7 +57,9 @@ def test_expected_scores_like_a_model_built_with_expected_weights(search, datase
     assert expected.total_nll == pytest.approx(reference.total_nll, rel=1e-6)
     assert expected.num_tokens == own.num_tokens
     # A different model from the argmax one, which the evaluator left as it was.
-    assert expected.total_nll != pytest.approx(own.total_nll, rel=1e-4)
+    # (At initialisation the modes' totals differ by about 4e-5 relative, far above the
+    # 1e-6 to which equal computations agree.)
+    assert expected.total_nll != pytest.approx(own.total_nll, rel=1e-5)
     assert [b.eval_mode for b in search.blocks] == ["argmax"] * 3
     assert _stats(search, dataset).total_nll == pytest.approx(own.total_nll, rel=1e-6)
 
@@ -68,7 +74,7 @@ def test_compiled_evaluators_of_two_modes_each_keep_their_own(search, dataset):
         mode: _stats(reconfigure(search, eval_mode=mode), dataset).total_nll
         for mode in ("argmax", "expected")
     }
-    assert want["argmax"] != pytest.approx(want["expected"], rel=1e-4)
+    assert want["argmax"] != pytest.approx(want["expected"], rel=1e-5)
     argmax = Evaluator(search, jit_compile=True, mode="argmax")
     expected = Evaluator(search, jit_compile=True, mode="expected")
     for _ in range(2):  # traced on the first pass, reused on the second

@@ -169,3 +169,43 @@ def test_a_renamed_variable_restores_through_an_alias(tmp_path, monkeypatch):
     )
     restore_variables(live.variables, arrays["model"], "model", paths, root="m")
     np.testing.assert_array_equal(live.renamed.kernel.numpy(), saved_model.second.kernel.numpy())
+
+
+def test_renames_read_the_live_keys():
+    """`Renames` rename a saved key only where the live model lacks it, to the one live
+    key the rule's pattern matches (the encoder's moved blocks, issue 38)."""
+    renames = checkpoint_module.PATH_ALIASES["model"]
+    encoder = [
+        "backbone/embedding/embeddings",
+        "backbone/block_0/softmax_0/query/kernel",
+        "backbone/block_0/norm_0/gamma",
+        "backbone/block_1/dense_0/inner/kernel",
+        "backbone/block_1/norm_0/gamma",
+        "backbone/block_2/norm_0/query/kernel",  # the "norm" mechanism's attention
+        "backbone/block_2/norm_0/gamma",
+    ]
+    legacy = {
+        "embedding/embeddings": encoder[0],
+        "attention_0/query/kernel": encoder[1],
+        "norm_0/gamma": encoder[2],
+        "dense_1/inner/kernel": encoder[3],
+        "norm_1/gamma": encoder[4],
+        "attention_2/query/kernel": encoder[5],
+        "norm_2/gamma": encoder[6],
+    }
+    for old, new in legacy.items():
+        assert renames.rename(old, set(encoder)) == new
+    # The causal model's blocks did not move: its keys stay.
+    causal = ["embedding/embeddings", "block_0/relative_0/query/kernel"]
+    for key in causal:
+        assert renames.rename(key, set(causal)) == key
+    slots = checkpoint_module.PATH_ALIASES["optimizer"]
+    live = {
+        "backbone_block_0_softmax_0_query_kernel_momentum",
+        "backbone_block_0_norm_0_gamma_momentum",
+    }
+    assert (
+        slots.rename("attention_0_query_kernel_momentum", live)
+        == "backbone_block_0_softmax_0_query_kernel_momentum"
+    )
+    assert slots.rename("norm_0_gamma_momentum", live) == "backbone_block_0_norm_0_gamma_momentum"

@@ -162,9 +162,9 @@ def test_records_without_a_mask_id_are_refused(records, tmp_path):
     ("model", "message"),
     [
         ({**ENCODER, "attention": "primal"}, "causal only"),
-        ({**SEARCH, "candidates": ("softmax", "primal")}, r"primal \(--candidates\)"),
-        ({**SEARCH, "search_estimator": "sampled"}, "--search_estimator=sampled"),
-        ({**SEARCH, "search_cost_weight": 0.1}, "--search_cost_weight"),
+        ({**SEARCH, "candidates": ("softmax", "primal")}, r"'primal' \(from candidates\)"),
+        ({**SEARCH, "search_estimator": "sampled"}, "search_estimator=sampled is for"),
+        ({**SEARCH, "search_cost_weight": 0.1}, "search_cost_weight is for the causal model"),
         ({**ENCODER, "position": "learned", "max_positions": 8}, "max_positions"),
     ],
 )
