@@ -9,6 +9,7 @@ import pytest
 from partf.attention import get_attention_class
 from partf.layers.candidates import noncausal_attention_names
 from partf.models import Encoder, ModelConfig
+from partf.models.attention_defaults import ATTENTION_GENERATIONS
 from tests.attention.helpers import to_np
 
 VOCAB = 13
@@ -240,8 +241,11 @@ def test_a_config_saved_before_the_authors_defaults_builds_the_earlier_attention
     became the authors') is built with partf's earlier `diag` (softmax); one with it, or
     an options dict that sets the option itself, as written."""
     config = small(attention="diag", attention_options={"block_size": 4}).get_config()
-    assert config["attention_defaults"] == "authors"
+    assert config["attention_defaults"] == ATTENTION_GENERATIONS[-1]  # by its name
     assert Encoder.from_config(config).attention_options == {"block_size": 4}
+    # Written before the generations had names: "authors", the authors' first defaults.
+    unnamed = Encoder.from_config({**config, "attention_defaults": "authors"})
+    assert unnamed.attention_options == {"block_size": 4}  # (diag's are unchanged since)
     old = {k: v for k, v in config.items() if k != "attention_defaults"}
     pinned = Encoder.from_config(old).attention_options
     assert pinned["diag_diag_activation"] == "softmax"
