@@ -4,18 +4,27 @@ Token ids -> embedding * sqrt(d_model) (+ absolute positions) -> dropout -> a st
 `StochasticBlock`s -> hidden states [B, T, D]. A fixed block is a block with one
 candidate (its sublayer with residual and post-LayerNorm, LayerNorm(x + sublayer(x)));
 a PAR search's block mixes several. The task models own the backbone and put their
-heads, temperature and step counter on top: today the bidirectional `Encoder` (and so
-`MaskedLanguageModel`), which runs it with `causal=False` over whole sequences.
+heads, temperature and step counter on top:
 
-The backbone has no variables of its own. Task models that moved onto it load weights
-files of their earlier layout through `partf.models.legacy_layout`.
+- the causal language model `PARTransformerXL` (`causal=True`): its blocks attend over
+  an XL memory that the model carries from segment to segment. `forward` is the pure
+  form of its stack: states in, states out, no variable written; absolute positions
+  continue from the stream position carried in the states, `choices` runs one
+  candidate of a block alone, and a sampled-path search runs one drawn candidate per
+  block. The model keeps the states in its own variables (`partf.models.memory`).
+- the bidirectional `Encoder` (and so `MaskedLanguageModel`, `causal=False`): `encode`
+  runs it over whole sequences, no memory.
+
+`Backbone.from_model_config` builds the backbone a `ModelConfig` describes. The backbone
+has no variables of its own. Task models that moved onto it load weights files of their
+earlier layout through `partf.models.legacy_layout`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 from keras import ops
@@ -23,6 +32,12 @@ from keras import ops
 from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.stochastic_block import StochasticBlock
 from partf.random import Dropout
+
+if TYPE_CHECKING:
+    from partf.models.config import ModelConfig
+
+# Nested per block, then per candidate: name -> tensor (partf.models.memory's `States`).
+States = list[list[dict[str, Any]]]
 
 
 class Backbone(keras.layers.Layer):
@@ -36,15 +51,20 @@ class Backbone(keras.layers.Layer):
         attention_options: mechanism options (each mechanism takes the ones it knows).
         position: "sinusoidal", "learned" (a table of `max_positions`), "rotary" (inside
             the attentions) or "none".
-        max_positions: positions a learned table holds (later ones use its last row).
+        max_positions: positions a learned table holds.
         dropout_rate: dropout on the embeddings, attention weights and block outputs.
-        causal: whether the blocks' attentions are causal.
+        causal: whether the blocks' attentions are causal (the language model's stack,
+            run by `forward`) or not (the encoder's, run by `encode`).
         straight_through, eval_mode, sample_per_example: a search's block weights (see
             `StochasticBlock`).
         seed: seed of the blocks' Gumbel noise (block i uses seed + i).
+        mem_len: XL memory length of the attentions that keep one (causal only).
+        clamp_len: largest relative distance encoded (relative attention).
+        arch_parameterization: "logits" or "probabilities" (see `StochasticBlock`).
 
-    Call args (`encode`): token ids int [B, T], padding mask bool [B, T], the
-    temperature (for sampled weights), training, and the block weights' `mode`.
+    Use `encode(tokens, mask, tau, training, mode)` for whole sequences (the encoder) and
+    `forward(tokens, states, tau, training, choices, mode, sample_paths)` for a stream
+    carried in states (the causal model).
     """
 
     def __init__(
@@ -64,6 +84,9 @@ class Backbone(keras.layers.Layer):
         eval_mode: str = "argmax",
         sample_per_example: bool = False,
         seed: int | None = None,
+        mem_len: int = 0,
+        clamp_len: int | None = None,
+        arch_parameterization: str = "logits",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -72,12 +95,15 @@ class Backbone(keras.layers.Layer):
         self.position = position
         self.max_positions = max_positions
         self.causal = bool(causal)
+        # The layers are made in the order each model made them before the backbone:
+        # an unseeded initializer or seed generator draws its seed when it is made, so
+        # this order keeps a fresh model of a given seed (keras.utils.set_random_seed)
+        # starting from the weights it started from. The encoder made its position table
+        # after its embedding, the causal model after its blocks.
         self.embedding = keras.layers.Embedding(vocab_size, d_model, dtype=policy, name="embedding")
         self.position_embedding = None
-        if position == "learned":
-            self.position_embedding = keras.layers.Embedding(
-                max_positions, d_model, dtype=policy, name="position_embedding"
-            )
+        if not self.causal:
+            self._add_position_table()
         self.input_dropout = Dropout(dropout_rate, dtype=policy, name="input_dropout")
         options = dict(attention_options)
         if position == "rotary":
@@ -90,29 +116,112 @@ class Backbone(keras.layers.Layer):
                 candidates=tuple(candidates),
                 attention=attention,
                 attention_options=options,
+                mem_len=mem_len,
+                clamp_len=clamp_len,
                 dropout_rate=dropout_rate,
                 straight_through=straight_through,
                 eval_mode=eval_mode,
                 sample_per_example=sample_per_example,
                 seed=None if seed is None else seed + i,
                 causal=self.causal,
+                arch_parameterization=arch_parameterization,
                 dtype=policy,
                 name=f"block_{i}",
             )
             for i, candidates in enumerate(block_candidates)
         ]
+        if self.causal:
+            self._add_position_table()
+
+    @classmethod
+    def from_model_config(cls, config: ModelConfig, **kwargs: Any) -> Backbone:
+        """The backbone a `ModelConfig` describes.
+
+        Args:
+            config: the model's configuration (sizes, blocks, attention, positions,
+                search settings, `causal`).
+            **kwargs: the layer's own arguments (name, dtype), or any argument of the
+                constructor, which overrides the config's (e.g. `seed`).
+        """
+        fields = dict(
+            vocab_size=config.vocab_size,
+            d_model=config.d_model,
+            num_heads=config.num_heads,
+            d_ffn=config.d_ffn,
+            block_candidates=config.block_candidates,
+            attention=config.attention,
+            attention_options=config.attention_options,
+            position=config.position,
+            max_positions=config.max_positions,
+            dropout_rate=config.dropout_rate,
+            causal=config.causal,
+            straight_through=config.straight_through,
+            eval_mode=config.eval_mode,
+            sample_per_example=config.sample_per_example,
+            mem_len=config.mem_len,
+            clamp_len=config.clamp_len,
+            arch_parameterization=config.arch_parameterization,
+        )
+        return cls(**{**fields, **kwargs})
+
+    def _add_position_table(self) -> None:
+        if self.position == "learned":
+            self.position_embedding = keras.layers.Embedding(
+                self.max_positions, self.d_model, dtype=self.dtype_policy, name="position_embedding"
+            )
 
     def build(self, input_shape: Any = None) -> None:
-        self.embedding.build((None, None))
-        if self.position_embedding is not None:
-            self.position_embedding.build((None, None))
+        """Builds every layer; `input_shape` is the token ids' ([B, T], default
+        (None, None))."""
+        tokens = (None, None) if input_shape is None else tuple(input_shape)
+        self.embedding.build(tokens)
+        if self.position_embedding is not None and not self.causal:
+            self.position_embedding.build(tokens)
         for block in self.blocks:
-            block.build((None, None, self.d_model))
+            block.build((*tokens, self.d_model))
+        if self.position_embedding is not None and self.causal:
+            self.position_embedding.build(tokens)
         self.built = True
 
+    # -------------------------------------------------------------- positions
+    @property
+    def absolute_positions(self) -> bool:
+        """Whether positions are added to the embeddings (sinusoidal or learned)."""
+        return self.position in ("sinusoidal", "learned")
+
+    @property
+    def position_limit(self) -> int | None:
+        """Tokens a stream may hold before learned positions run out (None: no limit)."""
+        return self.max_positions if self.position == "learned" else None
+
+    def check_positions(self, tokens_per_stream: int) -> None:
+        """Refuses a stream longer than learned positions can number.
+
+        Args:
+            tokens_per_stream: real tokens one row will read before its state is reset
+                (a split: batches x sequence length).
+
+        Raises:
+            ValueError: the stream reaches position `max_positions` or beyond.
+        """
+        limit = self.position_limit
+        if limit is not None and tokens_per_stream > limit:
+            raise ValueError(
+                f"learned positions number {limit} tokens (max_positions) but a stream here "
+                f"holds {tokens_per_stream}; set max_positions >= {tokens_per_stream} or use "
+                "position sinusoidal or rotary, which have no limit."
+            )
+
+    # Two ways of adding positions, each kept exactly as its model was trained: a saved
+    # model must keep its meaning, and a fresh one its numbers. The encoder (`embed`)
+    # adds learned positions as they are and clamps a position past the table to its
+    # last row; the causal model (`_add_stream_positions`) scales them by sqrt(d_model),
+    # like the token embedding, and past the table makes them NaN when traced (an
+    # eager call raises a clear error instead). Sinusoids are added unscaled by both.
     def embed(self, tokens: Any, mask: Any, training: bool | None = None) -> Any:
-        """[B, T, D]: the scaled embedding, plus absolute positions counting the real
-        tokens before each token (padding does not shift later positions), dropped out."""
+        """The encoder's input [B, T, D]: the scaled embedding, plus absolute positions
+        counting the real tokens before each token (padding does not shift later
+        positions), dropped out."""
         x = self.embedding(tokens)
         x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         if self.position in ("sinusoidal", "learned"):
@@ -125,6 +234,23 @@ class Backbone(keras.layers.Layer):
                 x = x + self.position_embedding(ops.minimum(positions, limit))
         return self.input_dropout(x, training=training)
 
+    def _add_stream_positions(self, x: Any, positions: Any) -> Any:
+        """The causal model's: x [B, T, D] plus the encoding of `positions` int32 [B, T],
+        in x's dtype."""
+        if self.position == "sinusoidal":
+            return x + sinusoid(positions, self.d_model, x.dtype)
+        limit = self.max_positions
+        if not _traced(positions):  # eager: a clear error now
+            last = int(ops.convert_to_numpy(ops.max(positions)))
+            self.check_positions(last + 1)
+        # Compiled, no error can be raised: past the table the embedding is NaN (the loss
+        # turns NaN and training stops), never a silently reused row.
+        learned = self.position_embedding(ops.minimum(positions, limit - 1))
+        learned = ops.where((positions < limit)[..., None], learned, float("nan"))
+        scale = ops.cast(math.sqrt(self.d_model), x.dtype)
+        return x + ops.cast(learned, x.dtype) * scale
+
+    # ------------------------------------------------------- whole sequences
     def encode(
         self,
         tokens: Any,
@@ -133,8 +259,134 @@ class Backbone(keras.layers.Layer):
         training: bool | None = None,
         mode: str | None = None,
     ) -> Any:
-        """Hidden states [B, T, D] of whole sequences (no memory)."""
+        """Hidden states [B, T, D] of whole sequences (no memory): token ids int [B, T],
+        padding mask bool [B, T], the temperature (for sampled weights), training, and
+        the block weights' `mode`."""
         x = self.embed(tokens, mask, training=training)
         for block in self.blocks:
             x, _ = block(x, tau=tau, mask=mask, training=training, mode=mode)
         return x
+
+    # ---------------------------------------------------------------- streams
+    def initial_state(self, batch_size: int) -> States:
+        """Empty states ("no context") for `forward`, per block and candidate; with
+        absolute positions block 0's list ends with {"position": zeros int32 [B]}."""
+        states = [block.get_initial_state(batch_size) for block in self.blocks]
+        if self.absolute_positions:
+            states[0] = [*states[0], {"position": ops.zeros((batch_size,), "int32")}]
+        return states
+
+    def split_position_state(self, states: States) -> tuple[States, Any | None]:
+        """(the blocks' states, the stream position int32 [B] or None): with absolute
+        positions, block 0's list carries the position after its candidates."""
+        if not self.absolute_positions:
+            return states, None
+        first = list(states[0])
+        if len(first) != self.blocks[0].num_candidates + 1 or "position" not in first[-1]:
+            raise ValueError(
+                "these states hold no stream position, but the model adds absolute positions; "
+                "start from model.initial_state(batch) and pass on what forward returns."
+            )
+        return [first[:-1], *states[1:]], first[-1]["position"]
+
+    def resolve_choices(self, choices: Sequence[int | None] | None) -> list[int | None]:
+        """`choices` as a list of one entry per block (None: [None] * blocks), checked.
+
+        Raises:
+            ValueError: not one entry per block, or a candidate a block does not have.
+        """
+        if choices is None:
+            return [None] * len(self.blocks)
+        choices = list(choices)
+        if len(choices) != len(self.blocks):
+            raise ValueError(
+                f"choices has {len(choices)} entries but the model {len(self.blocks)} blocks; "
+                "give one per block (None runs the whole block)."
+            )
+        for b, (block, choice) in enumerate(zip(self.blocks, choices, strict=True)):
+            if choice is not None and not 0 <= choice < block.num_candidates:
+                raise ValueError(
+                    f"choices[{b}] = {choice} but block {b} has {block.num_candidates} "
+                    f"candidates ({', '.join(block.candidates)}); use 0 to "
+                    f"{block.num_candidates - 1}, or None."
+                )
+        return choices
+
+    def forward(
+        self,
+        tokens: Any,
+        states: States,
+        tau: Any = None,
+        training: bool = False,
+        choices: Sequence[int | None] | None = None,
+        mode: str | None = None,
+        sample_paths: bool = False,
+    ) -> tuple[Any, States, list[Any]]:
+        """The causal stack on one segment of a stream; writes no variable.
+
+        Args:
+            tokens: int [B, T] token ids, 0 = padding.
+            states: from `initial_state(B)` or a previous `forward` (with absolute
+                positions, block 0's list ends with the stream position).
+            tau: the temperature of the mixed blocks' sampled weights (None when no
+                block samples).
+            training: dropout and sampled block weights.
+            choices: one entry per block (see `resolve_choices`): the index of the
+                candidate to run alone in that block (its output; the block's other
+                candidates carry their states unchanged), or None to run the whole
+                block, every candidate mixed by its weights.
+            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None:
+                sampled in training, each block's `eval_mode` otherwise.
+            sample_paths: a sampled-path search's training call: each whole block of a
+                search runs one candidate drawn from pi (`StochasticBlock.run_sampled`).
+
+        Returns:
+            (hidden [B, T, d_model], new states, log pi of the candidate drawn in each
+            block that drew one).
+        """
+        choices = self.resolve_choices(choices)
+        tokens = ops.cast(ops.convert_to_tensor(tokens), "int32")
+        mask = ops.not_equal(tokens, 0)  # [B, T]
+        states, position = self.split_position_state(states)
+        x = self.embedding(tokens)  # [B, T, D]
+        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
+        if position is not None:
+            positions, position = stream_positions(position, mask)
+            x = self._add_stream_positions(x, positions)
+        x = self.input_dropout(x, training=training)
+        new_states, log_probs = [], []
+        for block, block_states, choice in zip(self.blocks, states, choices, strict=True):
+            if choice is None and sample_paths and block.arch_logits is not None:
+                index = block.sample_index()
+                x, block_states = block.run_sampled(
+                    index, x, block_states, mask=mask, training=training
+                )
+                log_probs.append(block.log_pi(index))
+            elif choice is None:
+                x, block_states = block(
+                    x, states=block_states, tau=tau, mask=mask, training=training, mode=mode
+                )
+            else:
+                x, state = block.run_candidate(
+                    choice, x, block_states[choice], mask=mask, training=training
+                )
+                block_states = [*block_states[:choice], state, *block_states[choice + 1 :]]
+            new_states.append(block_states)
+        if position is not None:
+            new_states[0] = [*new_states[0], {"position": position}]
+        return x, new_states, log_probs
+
+
+def _traced(value: Any) -> bool:
+    """Whether `value` is symbolic (inside tf.function or a JAX trace), so that
+    its contents cannot be read on the host."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.executing_eagerly()
+    if backend == "jax":
+        import jax
+
+        return isinstance(value, jax.core.Tracer)
+    return False

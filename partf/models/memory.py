@@ -24,6 +24,7 @@ from keras import ops
 
 if TYPE_CHECKING:
     from partf.layers.stochastic_block import StochasticBlock
+    from partf.models.backbone import Backbone
     from partf.models.config import ModelConfig
 
 #: The state sets: one copy of the memory for training calls, one for evaluation.
@@ -36,11 +37,14 @@ States = list[list[dict[str, Any]]]
 class XLMemory:
     """Mixin for the `keras.Model` that keeps its blocks' states in variables.
 
-    The model provides `config` and `blocks`, and calls `_add_block_states()` and then
-    `_add_position_states()` where those variables belong in its variable order.
+    The model provides `config`, `backbone` and its `blocks`, and calls
+    `_add_block_states()` and then `_add_position_states()` where those variables belong
+    in its variable order. The states' form (`initial_state`, the position carried in
+    block 0's list) is the backbone's.
     """
 
     config: ModelConfig
+    backbone: Backbone
     blocks: list[StochasticBlock]
 
     def _add_block_states(self) -> None:
@@ -106,10 +110,7 @@ class XLMemory:
     def initial_state(self, batch_size: int) -> States:
         """Empty states ("no context") for `forward`, per block and candidate; with
         absolute positions block 0's list ends with {"position": zeros int32 [B]}."""
-        states = [block.get_initial_state(batch_size) for block in self.blocks]
-        if self.config.absolute_positions:
-            states[0] = [*states[0], {"position": ops.zeros((batch_size,), "int32")}]
-        return states
+        return self.backbone.initial_state(batch_size)
 
     def reset_state(self, which: str = "all") -> None:
         """Empties the memory: which = "all", "train" or "eval"."""
@@ -140,12 +141,4 @@ class XLMemory:
     def _split_position_state(self, states: States) -> tuple[States, Any | None]:
         """(the blocks' states, the stream position int32 [B] or None): with absolute
         positions, block 0's list carries the position after its candidates."""
-        if not self.config.absolute_positions:
-            return states, None
-        first = list(states[0])
-        if len(first) != self.blocks[0].num_candidates + 1 or "position" not in first[-1]:
-            raise ValueError(
-                "these states hold no stream position, but the model adds absolute positions; "
-                "start from model.initial_state(batch) and pass on what forward returns."
-            )
-        return [first[:-1], *states[1:]], first[-1]["position"]
+        return self.backbone.split_position_state(states)

@@ -6,6 +6,15 @@ attention with XL memory, a feed-forward network and the identity) ->
 hidden states. An adaptive softmax on the hidden states gives the token
 distribution (`log_probs`) and the training loss (`token_nll`, `compute_loss`).
 
+The embedding, positions and blocks are a `Backbone` (partf.models.backbone, built
+with `causal=True`), whose `forward` is the stack's pure form; the model owns it and
+keeps on top its temperature, step counter, XL memory variables, adaptive softmax and
+the sampled-path search's loss baseline. `blocks`, `embedding`, `position_embedding`
+and `input_dropout` read the backbone's. `.keras` files written before the backbone
+(those layers on the model itself) load through `legacy_view`
+(partf.models.legacy_layout), training checkpoints through
+partf.training.checkpoint's `PATH_ALIASES`.
+
 The XL memory of every block lives in non-trainable variables sized for the
 fixed context batch, like a stateful RNN: each `model(x, training=...)` call
 reads it, attends over it and writes the new memory back, so `fit` and
@@ -31,7 +40,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -39,12 +47,13 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.layers.stochastic_block import StochasticBlock
 from partf.layers.temperature import Temperature
+from partf.models.backbone import Backbone
 from partf.models.config import ModelConfig
 from partf.models.cost import expected_flops
+from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.loss import (
     add_layer_losses,
     attention_loss_logs,
@@ -54,7 +63,6 @@ from partf.models.loss import (
 )
 from partf.models.memory import STATE_SETS, States, XLMemory
 from partf.models.search_interface import SearchInterface
-from partf.random import Dropout
 from partf.serialization import register
 
 # The memory's names stay importable from here, where they were first defined.
@@ -64,7 +72,7 @@ _CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfi
 
 
 @register
-class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
+class PARTransformerXL(LegacyLayoutLoading, SearchInterface, XLMemory, keras.Model):
     """PAR Transformer-XL language model.
 
     Args:
@@ -113,11 +121,8 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         super().__init__(**kwargs)
         self.config = config
         policy = self.dtype_policy
-
-        self.embedding = keras.layers.Embedding(
-            config.vocab_size, config.d_model, dtype=policy, name="embedding"
-        )
-        self.input_dropout = Dropout(config.dropout_rate, dtype=policy, name="input_dropout")
+        # The embedding, input dropout, blocks and (learned) position table.
+        self.backbone = Backbone.from_model_config(config, dtype=policy, name="backbone")
         self.temperature = Temperature(
             config.tau_schedule,
             config.tau_start,
@@ -126,29 +131,6 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
             config.tau_is_trainable,
             name="temperature",
         )
-        attention_options = dict(config.attention_options)
-        if config.position == "rotary":
-            attention_options["rotary"] = True
-        self.blocks = [
-            StochasticBlock(
-                config.d_model,
-                config.num_heads,
-                config.d_ffn,
-                candidates=candidates,
-                attention=config.attention,
-                attention_options=attention_options,
-                mem_len=config.mem_len,
-                clamp_len=config.clamp_len,
-                dropout_rate=config.dropout_rate,
-                straight_through=config.straight_through,
-                eval_mode=config.eval_mode,
-                sample_per_example=config.sample_per_example,
-                arch_parameterization=config.arch_parameterization,
-                dtype=policy,
-                name=f"block_{i}",
-            )
-            for i, candidates in enumerate(config.block_candidates)
-        ]
         # The output distribution and loss stay in float32 under mixed precision.
         self.output_layer = AdaptiveSoftmax(
             config.vocab_size,
@@ -176,16 +158,10 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
                 trainable=False,
                 aggregation="only_first_replica",
             )
-        # Absolute positions: the stream position reached, one count per row and set,
-        # and for learned positions their table. Made last, and only when chosen, so
-        # every other model keeps its variables and their order (.keras files store them
-        # by position).
+        # Absolute positions: the stream position reached, one count per row and set.
+        # Made last, and only when chosen, so every other model keeps its variables and
+        # their order (.keras files store them by position).
         self._add_position_states()
-        self.position_embedding = None
-        if config.position == "learned":
-            self.position_embedding = keras.layers.Embedding(
-                config.max_positions, config.d_model, dtype=policy, name="position_embedding"
-            )
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
         self.build((config.batch_size, None))
@@ -193,19 +169,91 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         if self.built:
             return
-        hidden_shape = (*input_shape, self.config.d_model)
-        self.embedding.build(input_shape)
-        for block in self.blocks:
-            block.build(hidden_shape)
-        self.output_layer.build(hidden_shape)
-        if self.position_embedding is not None:
-            self.position_embedding.build(input_shape)
+        self.backbone.build(input_shape)
+        self.output_layer.build((*input_shape, self.config.d_model))
+
+    # ----------------------------------------------------------- the backbone
+    @property
+    def blocks(self) -> list[StochasticBlock]:
+        """The backbone's stochastic blocks (a fixed block has one candidate)."""
+        return self.backbone.blocks
+
+    @property
+    def embedding(self) -> keras.layers.Embedding:
+        """The token embedding (the softmax's kernel with `tie_embeddings`)."""
+        return self.backbone.embedding
+
+    @property
+    def position_embedding(self) -> keras.layers.Embedding | None:
+        """The learned position table (position "learned"), else None."""
+        return self.backbone.position_embedding
+
+    @property
+    def input_dropout(self) -> keras.layers.Layer:
+        """The dropout on the embeddings."""
+        return self.backbone.input_dropout
+
+    def _legacy_layers(self) -> list[keras.layers.Layer]:
+        """The sublayers in the order the model tracked them before the backbone."""
+        backbone = self.backbone
+        layers = [backbone.embedding, backbone.input_dropout, self.temperature]
+        layers += [*backbone.blocks, self.output_layer, backbone.position_embedding]
+        return [layer for layer in layers if layer is not None]
+
+    def _in_legacy_order(self, kind: str) -> list[Any]:
+        """`weights` or `variables` (kind) in the order they had before the backbone:
+        the model's own, then its sublayers' in `_legacy_layers` order."""
+        found, seen = [], set()
+        own = self._trainable_variables + self._non_trainable_variables
+        if kind == "variables":
+            own = own + [generator.state for generator in self._seed_generators]
+        layers = [*self._legacy_layers(), *self._layers]
+        for variable in own + [v for layer in layers for v in getattr(layer, kind)]:
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                found.append(variable)
+        return found
+
+    # Keras lists a model's variables by its sublayers' order, and the backbone holds
+    # what used to be the model's own sublayers, with the temperature and the adaptive
+    # softmax outside it. These keep the earlier order (embedding, temperature, blocks,
+    # adaptive softmax, position table): a .keras file stores the optimizer's slots by
+    # position in `trainable_variables`, and the checkpoints' seed generators, whose
+    # keys collide, are matched in `variables` order.
+    @property
+    def weights(self) -> list[Any]:
+        if getattr(self, "backbone", None) is None:
+            return super().weights
+        return self._in_legacy_order("weights")
+
+    @property
+    def variables(self) -> list[Any]:
+        if getattr(self, "backbone", None) is None:
+            return super().variables
+        return self._in_legacy_order("variables")
+
+    def legacy_view(self) -> LegacyView:
+        """The attribute tree of the model before the backbone (issue 38), whose layout
+        `.keras` files of earlier releases have: `embedding`, `input_dropout`, `blocks`
+        and `position_embedding` on the model, with `temperature` and `output_layer`
+        (the adaptive softmax), and `layers` listing them in tracking order."""
+        backbone = self.backbone
+        attrs = [
+            ("blocks", backbone.blocks),
+            ("embedding", backbone.embedding),
+            ("input_dropout", backbone.input_dropout),
+            ("layers", self._legacy_layers()),
+            ("output_layer", self.output_layer),
+            ("position_embedding", backbone.position_embedding),
+            ("temperature", self.temperature),
+        ]
+        return LegacyView(attrs, own_variables(self))
 
     # -------------------------------------------------------------- positions
     @property
     def position_limit(self) -> int | None:
         """Tokens a stream may hold before learned positions run out (None: no limit)."""
-        return self.config.max_positions if self.config.position == "learned" else None
+        return self.backbone.position_limit
 
     def check_positions(self, tokens_per_stream: int) -> None:
         """Refuses a stream longer than learned positions can number.
@@ -217,28 +265,7 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         Raises:
             ValueError: the stream reaches position `max_positions` or beyond.
         """
-        limit = self.position_limit
-        if limit is not None and tokens_per_stream > limit:
-            raise ValueError(
-                f"learned positions number {limit} tokens (max_positions) but a stream here "
-                f"holds {tokens_per_stream}; set max_positions >= {tokens_per_stream} or use "
-                "position sinusoidal or rotary, which have no limit."
-            )
-
-    def _add_positions(self, x: Any, positions: Any) -> Any:
-        """x [B, T, D] plus the encoding of `positions` int32 [B, T], in x's dtype."""
-        if self.config.position == "sinusoidal":
-            return x + sinusoid(positions, self.config.d_model, x.dtype)
-        limit = self.config.max_positions
-        if not _traced(positions):  # eager: a clear error now
-            last = int(ops.convert_to_numpy(ops.max(positions)))
-            self.check_positions(last + 1)
-        # Compiled, no error can be raised: past the table the embedding is NaN (the loss
-        # turns NaN and training stops), never a silently reused row.
-        learned = self.position_embedding(ops.minimum(positions, limit - 1))
-        learned = ops.where((positions < limit)[..., None], learned, float("nan"))
-        scale = ops.cast(math.sqrt(self.config.d_model), x.dtype)
-        return x + ops.cast(learned, x.dtype) * scale
+        self.backbone.check_positions(tokens_per_stream)
 
     # ---------------------------------------------------------------- forward
     def forward(
@@ -289,58 +316,21 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         mode: str | None = None,
     ) -> tuple[Any, States, list[Any]]:
         """`forward`, also returning log pi of each path drawn (sampled-path search)."""
-        if choices is None:
-            choices = [None] * len(self.blocks)
-        self._check_choices(choices)
-        inputs = ops.cast(ops.convert_to_tensor(inputs), "int32")
-        mask = ops.not_equal(inputs, 0)  # [B, T]
-        states, position = self._split_position_state(states)
-        x = self.embedding(inputs)  # [B, T, D]
-        x = x * ops.cast(math.sqrt(self.config.d_model), x.dtype)
-        if position is not None:
-            positions, position = stream_positions(position, mask)
-            x = self._add_positions(x, positions)
-        x = self.input_dropout(x, training=training)
+        choices = self.backbone.resolve_choices(choices)
         # In training, a sampled-path search runs one candidate per block, drawn from pi,
         # unless the call asks for other block weights.
         sampled = training and mode is None and self.search_baseline is not None
         # Only mixed blocks read the temperature.
         tau = self.tau() if None in choices and not sampled else None
-        new_states, log_probs = [], []
-        for block, block_states, choice in zip(self.blocks, states, choices, strict=True):
-            if choice is None and sampled and block.arch_logits is not None:
-                index = block.sample_index()
-                x, block_states = block.run_sampled(
-                    index, x, block_states, mask=mask, training=training
-                )
-                log_probs.append(block.log_pi(index))
-            elif choice is None:
-                x, block_states = block(
-                    x, states=block_states, tau=tau, mask=mask, training=training, mode=mode
-                )
-            else:
-                x, state = block.run_candidate(
-                    choice, x, block_states[choice], mask=mask, training=training
-                )
-                block_states = [*block_states[:choice], state, *block_states[choice + 1 :]]
-            new_states.append(block_states)
-        if position is not None:
-            new_states[0] = [*new_states[0], {"position": position}]
-        return x, new_states, log_probs
-
-    def _check_choices(self, choices: Sequence[int | None]) -> None:
-        if len(choices) != len(self.blocks):
-            raise ValueError(
-                f"choices has {len(choices)} entries but the model {len(self.blocks)} blocks; "
-                "give one per block (None runs the whole block)."
-            )
-        for b, (block, choice) in enumerate(zip(self.blocks, choices, strict=True)):
-            if choice is not None and not 0 <= choice < block.num_candidates:
-                raise ValueError(
-                    f"choices[{b}] = {choice} but block {b} has {block.num_candidates} "
-                    f"candidates ({', '.join(block.candidates)}); use 0 to "
-                    f"{block.num_candidates - 1}, or None."
-                )
+        return self.backbone.forward(
+            inputs,
+            states,
+            tau=tau,
+            training=training,
+            choices=choices,
+            mode=mode,
+            sample_paths=sampled,
+        )
 
     def call(self, inputs: Any, training: bool | None = None, mode: str | None = None) -> Any:
         training = bool(training)
@@ -466,18 +456,3 @@ class PARTransformerXL(SearchInterface, XLMemory, keras.Model):
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(model_config, **config)
-
-
-def _traced(value: Any) -> bool:
-    """Whether `value` is symbolic (inside tf.function or a JAX trace), so that
-    its contents cannot be read on the host."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return not tf.executing_eagerly()
-    if backend == "jax":
-        import jax
-
-        return isinstance(value, jax.core.Tracer)
-    return False

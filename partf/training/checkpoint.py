@@ -27,9 +27,9 @@ Renamed variables: a version that moves or renames variables (say, blocks under 
 
 or `Renames`, rules that also read the live model's keys: a saved key the live model
 does not have becomes the one live key its rule's pattern matches. So a rename may apply
-to one kind of model only (the encoder's blocks moved under its backbone, the causal
-model's did not), and leave a part of the new key open (the attention's name in
-"backbone/block_0/<mechanism>_0/...", which the old "attention_0/..." did not say).
+to one kind of model only (the encoder's fixed blocks, once attention_i/dense_i/norm_i,
+became one-candidate blocks), and leave a part of the new key open (the attention's name
+in "backbone/block_0/<mechanism>_0/...", which the old "attention_0/..." did not say).
 
 An optimizer key embeds its model variable's path with "_" for "/"
 ("block_0_norm_0_gamma_momentum"), so a rename of model paths declares the optimizer's
@@ -280,12 +280,16 @@ class Renames:
 Aliases = Mapping[str, str] | Callable[[str], str] | Renames
 
 
-def _encoder_renames(sep: str) -> Renames:
-    """Issue 38: the Encoder's layers moved under its `backbone`, each fixed block a
-    one-candidate `StochasticBlock` ("attention_0/x" -> "backbone/block_0/<mechanism>_0/x",
-    "dense_1/x" -> "backbone/block_1/dense_0/x", "norm_1/x" -> "backbone/block_1/norm_0/x",
-    a search's "block_0/x" -> "backbone/block_0/x"). `sep` joins the parts: "/" in model
-    keys, "_" in the optimizer's, which embed their variable's path."""
+def _backbone_renames(sep: str) -> Renames:
+    """Issue 38: the models' embedding, position table and blocks moved under their
+    `backbone` ("embedding/x" -> "backbone/embedding/x", "block_0/x" ->
+    "backbone/block_0/x": the causal model's blocks and an encoder search's), and each of
+    the Encoder's fixed blocks became a one-candidate `StochasticBlock` ("attention_0/x"
+    -> "backbone/block_0/<mechanism>_0/x", "dense_1/x" -> "backbone/block_1/dense_0/x",
+    "norm_1/x" -> "backbone/block_1/norm_0/x"). Keys that did not move (the causal
+    model's memory, adaptive softmax and architecture logits) are live and stay. `sep`
+    joins the parts: "/" in model keys, "_" in the optimizer's, which embed their
+    variable's path."""
     rules = [
         (r"(embedding|position_embedding)/(.+)", r"backbone/\1/\2"),
         (r"block_(\d+)/(.+)", r"backbone/block_\1/\2"),
@@ -303,8 +307,8 @@ def _encoder_renames(sep: str) -> Renames:
 #: Renames later versions declare for the keys of files written before them, by group
 #: ("model", "optimizer", ...); see the module docstring.
 PATH_ALIASES: dict[str, Aliases] = {
-    "model": _encoder_renames("/"),
-    "optimizer": _encoder_renames("_"),
+    "model": _backbone_renames("/"),
+    "optimizer": _backbone_renames("_"),
 }
 
 

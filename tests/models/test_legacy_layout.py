@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from pathlib import Path
 
 import h5py
 import keras
@@ -157,3 +158,86 @@ def test_a_view_that_does_not_account_for_the_file_fails_loudly(tmp_path):
         view = LegacyView([("dense", [inner.dense]), ("layers", layers)], own_variables(moved))
         with pytest.raises(ValueError, match="not placed: \\['dense/vars/0'"):
             translate(f, moved, view)
+
+
+# ------------------------------------------------------------- the legacy views
+LEGACY_KERAS = Path(__file__).resolve().parents[1] / "fixtures" / "legacy" / "keras"
+
+
+@pytest.mark.parametrize("name", ["fixed", "search", "encoder", "encoder_search", "mlm"])
+def test_a_legacy_view_places_every_variable_where_the_legacy_file_has_it(name):
+    """`legacy_view()` of the restructured model walks to exactly the datasets a file of
+    the earlier layout holds (tests/fixtures/legacy: written before the backbone), each
+    of its variable's shape."""
+    path = LEGACY_KERAS / f"{name}.keras"
+    if not path.exists():
+        pytest.skip(f"legacy fixture {path} is absent")
+    model = keras.saving.load_model(path, compile=False)
+    saved = {
+        key: value
+        for key, value in _saved_datasets(path).items()
+        if not key.startswith(("optimizer/", "metrics/"))
+    }
+    walked = {path: variable for path, variable in variable_paths(model.legacy_view()).values()}
+    assert sorted(walked) == sorted(saved)
+    for key, variable in walked.items():
+        assert tuple(variable.shape) == saved[key].shape, key
+    assert {id(v) for v in walked.values()} == {id(v) for v in model.weights}
+
+
+def test_the_causal_model_keeps_its_legacy_variable_order():
+    """A .keras file stores the optimizer's slots by position in `trainable_variables`,
+    and checkpoints match colliding seed-generator keys in `variables` order: both keep
+    the order of the model before the backbone (embedding, temperature, blocks, adaptive
+    softmax, position table last), here with every optional part present."""
+    model = PARTransformerXL(
+        ModelConfig(
+            **SMALL,
+            num_layers=2,
+            mem_len=4,
+            cutoffs=(10,),
+            position="learned",
+            max_positions=32,
+            tau_is_trainable=True,
+            search_estimator="sampled",
+        )
+    )
+    backbone = model.backbone
+    layers = [backbone.embedding, backbone.input_dropout, model.temperature]
+    layers += [*backbone.blocks, model.output_layer, backbone.position_embedding]
+    expected = [v.path for layer in layers for v in layer.trainable_variables]
+    assert [v.path for v in model.trainable_variables] == expected
+    assert expected[0].endswith("backbone/embedding/embeddings")
+    assert expected[1].endswith("temperature/log_tau")
+    assert expected[-1].endswith("backbone/position_embedding/embeddings")
+    expected = [v.path for v in model._trainable_variables + model._non_trainable_variables]
+    expected += [v.path for layer in layers for v in layer.variables]
+    assert [v.path for v in model.variables] == expected
+    assert model.variables[0] is model.step
+    assert any(v is model.search_baseline for v in model.variables)
+    # The same variables as Keras's own listing, only ordered.
+    listed = keras.Model.variables.fget(model)
+    assert sorted(id(v) for v in listed) == sorted(id(v) for v in model.variables)
+    listed = keras.Model.weights.fget(model)
+    assert sorted(id(v) for v in listed) == sorted(id(v) for v in model.weights)
+
+
+def test_a_causal_model_saved_in_the_new_layout_loads_as_it_is(tmp_path):
+    """Saved after the backbone, the file has the new layout (no translation) and loads
+    to the same outputs."""
+    config = ModelConfig(
+        **SMALL, num_layers=2, mem_len=4, cutoffs=(10,), position="learned", max_positions=32
+    )
+    model = PARTransformerXL(config)
+    for i, variable in enumerate(model.weights):
+        if variable.dtype.startswith("float"):
+            variable.assign(np.random.default_rng(i).normal(size=variable.shape) * 0.1)
+    model.save_weights(tmp_path / "m.weights.h5")
+    with h5py.File(tmp_path / "m.weights.h5", "r") as f:
+        assert "backbone" in f and "blocks" not in f and "embedding" not in f
+    again = PARTransformerXL(config)
+    again.load_weights(tmp_path / "m.weights.h5")
+    x = np.random.default_rng(0).integers(1, 30, size=(config.batch_size, 5)).astype("int32")
+    want, _ = model.forward(x, model.initial_state(config.batch_size))
+    got, _ = again.forward(x, again.initial_state(config.batch_size))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))

@@ -12,6 +12,7 @@ import tensorflow as tf
 from keras import ops
 
 from partf.models import ModelConfig, PARTransformerXL
+from partf.models.legacy_layout import variable_paths
 from tests.layer_checks import assert_close, assert_config_round_trip
 
 V, B = 60, 2
@@ -230,9 +231,12 @@ def test_forward_with_fixed_choices(model):
 
 
 def test_variables_keep_the_order_and_paths_of_saved_files(tmp_path):
-    # Checkpoints restore `variables` by order, and .keras files store weights under
-    # attribute paths: both must stay as earlier versions wrote them (recorded then),
-    # here with an identity candidate before the others.
+    # Checkpoints restore `variables` by path, matching colliding keys (seed generators)
+    # in order, and .keras files store weights under attribute paths: the order stays as
+    # earlier versions wrote it (recorded then), here with an identity candidate before
+    # the others. Issue 38 moved the embedding and blocks under `backbone` (their paths
+    # with it; the checkpoints' PATH_ALIASES and the model's legacy_view read the
+    # earlier ones).
     net = PARTransformerXL(
         vocab_size=30,
         d_model=8,
@@ -246,14 +250,14 @@ def test_variables_keep_the_order_and_paths_of_saved_files(tmp_path):
         name="pin",
     )
     seed = "seed_generator/seed_generator_state"
-    relative, dense = "pin/block_0/relative_1", "pin/block_0/dense_2"
+    relative, dense = "pin/backbone/block_0/relative_1", "pin/backbone/block_0/dense_2"
     expected = [
         ("pin/step", ()),
         ("pin/train_state_0_1_memory", (1, 2, 8)),
         ("pin/train_state_0_1_memory_mask", (1, 2)),
         ("pin/eval_state_0_1_memory", (1, 2, 8)),
         ("pin/eval_state_0_1_memory_mask", (1, 2)),
-        ("pin/embedding/embeddings", (30, 8)),
+        ("pin/backbone/embedding/embeddings", (30, 8)),
         (seed, (2,)),
         ("block_0/arch_logits", (3,)),
         (seed, (2,)),
@@ -265,15 +269,15 @@ def test_variables_keep_the_order_and_paths_of_saved_files(tmp_path):
         (f"{relative}/output/kernel", (2, 4, 8)),
         (f"{relative}/{seed}", (2,)),
         (f"{relative}/position/kernel", (8, 2, 4)),
-        ("pin/block_0/norm_1/gamma", (8,)),
-        ("pin/block_0/norm_1/beta", (8,)),
+        ("pin/backbone/block_0/norm_1/gamma", (8,)),
+        ("pin/backbone/block_0/norm_1/beta", (8,)),
         (f"{dense}/inner/kernel", (8, 16)),
         (f"{dense}/inner/bias", (16,)),
         (f"{dense}/outer/kernel", (16, 8)),
         (f"{dense}/outer/bias", (8,)),
         (seed, (2,)),
-        ("pin/block_0/norm_2/gamma", (8,)),
-        ("pin/block_0/norm_2/beta", (8,)),
+        ("pin/backbone/block_0/norm_2/gamma", (8,)),
+        ("pin/backbone/block_0/norm_2/beta", (8,)),
         ("pin/adaptive_softmax/head/kernel", (8, 30)),
         ("pin/adaptive_softmax/head/bias", (30,)),
     ]
@@ -292,7 +296,7 @@ def test_variables_keep_the_order_and_paths_of_saved_files(tmp_path):
         )
     block = "blocks/stochastic_block"
     attention = f"{block}/sublayers/relative_attention"
-    assert stored == [
+    legacy = [
         f"{block}/norms/layer_normalization/vars/0",
         f"{block}/norms/layer_normalization/vars/1",
         f"{block}/norms/layer_normalization_1/vars/0",
@@ -314,6 +318,12 @@ def test_variables_keep_the_order_and_paths_of_saved_files(tmp_path):
         "layers/adaptive_softmax/head/vars/1",
         *(f"vars/{i}" for i in range(5)),
     ]
+    # The layout before the backbone is the legacy view's; today's has the blocks and
+    # embedding under "backbone/".
+    walked = [path for path, _ in variable_paths(net.legacy_view()).values()]
+    assert sorted(walked) == sorted(legacy)
+    moved = ("blocks/", "embedding/")
+    assert stored == [f"backbone/{name}" if name.startswith(moved) else name for name in legacy]
 
 
 def test_config_round_trip_non_default():

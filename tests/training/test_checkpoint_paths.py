@@ -173,7 +173,7 @@ def test_a_renamed_variable_restores_through_an_alias(tmp_path, monkeypatch):
 
 def test_renames_read_the_live_keys():
     """`Renames` rename a saved key only where the live model lacks it, to the one live
-    key the rule's pattern matches (the encoder's moved blocks, issue 38)."""
+    key the rule's pattern matches (the layers moved under the backbone, issue 38)."""
     renames = checkpoint_module.PATH_ALIASES["model"]
     encoder = [
         "backbone/embedding/embeddings",
@@ -195,10 +195,23 @@ def test_renames_read_the_live_keys():
     }
     for old, new in legacy.items():
         assert renames.rename(old, set(encoder)) == new
-    # The causal model's blocks did not move: its keys stay.
-    causal = ["embedding/embeddings", "block_0/relative_0/query/kernel"]
-    for key in causal:
-        assert renames.rename(key, set(causal)) == key
+    # The causal model's embedding, position table and blocks moved too; its memory,
+    # adaptive softmax and architecture logits (made outside any layer's scope) did not.
+    causal = {
+        "embedding/embeddings": "backbone/embedding/embeddings",
+        "position_embedding/embeddings": "backbone/position_embedding/embeddings",
+        "block_0/relative_0/query/kernel": "backbone/block_0/relative_0/query/kernel",
+        "block_0/dense_1/inner/kernel": "backbone/block_0/dense_1/inner/kernel",
+        "block_0/norm_1/gamma": "backbone/block_0/norm_1/gamma",
+        "block_0/relative_0/seed_generator/seed_generator_state": (
+            "backbone/block_0/relative_0/seed_generator/seed_generator_state"
+        ),
+        "block_0/arch_logits": "block_0/arch_logits",
+        "train_state_0_0_memory": "train_state_0_0_memory",
+        "adaptive_softmax/head/kernel": "adaptive_softmax/head/kernel",
+    }
+    for old, new in causal.items():
+        assert renames.rename(old, set(causal.values())) == new
     slots = checkpoint_module.PATH_ALIASES["optimizer"]
     live = {
         "backbone_block_0_softmax_0_query_kernel_momentum",
