@@ -11,7 +11,7 @@ heads, temperature and step counter on top:
   form of its stack: states in, states out, no variable written; absolute positions
   continue from the stream position carried in the states, `choices` runs one
   candidate of a block alone, and a sampled-path search runs one drawn candidate per
-  block. The model keeps the states in its own variables (`partf.models.memory`).
+  block. The model keeps the states in its own variables (`PARTransformerXL`'s XL memory).
 - the bidirectional `Encoder` (and so `MaskedLanguageModel`, `causal=False`): `encode`
   runs it over whole sequences, no memory.
 
@@ -36,7 +36,8 @@ from partf.random import Dropout
 if TYPE_CHECKING:
     from partf.models.config import ModelConfig
 
-# Nested per block, then per candidate: name -> tensor (partf.models.memory's `States`).
+# Nested per block, then per candidate: name -> tensor; with absolute positions block 0's
+# list ends with {"position": int32 [B]}.
 States = list[list[dict[str, Any]]]
 
 
