@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(train_one(args, args.mechanism)))
         return 0
-    from partf.models.encoder import noncausal_attention_names
+    from partf.layers.candidates import noncausal_attention_names
 
     valid = noncausal_attention_names()
     unknown = [name for name in args.mechanisms if name not in valid]
