@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +214,21 @@ def backend_name() -> str:
 
 
 # ------------------------------------------------------------------ processes
+# What every run's environment holds unless the caller's sets it. Several runs share one
+# GPU, so none may take it whole at start: JAX reserves 75% of the GPU's memory for its
+# first process and TensorFlow nearly all of it, and the second run would stop out of memory.
+RUN_ENVIRONMENT_DEFAULTS = {
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+}
+
+
+def run_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """A run's environment: `environ`, with `RUN_ENVIRONMENT_DEFAULTS` where it sets none."""
+    return {**RUN_ENVIRONMENT_DEFAULTS, **environ}
+
+
 def _die_with_parent() -> None:
     """In the child: SIGTERM when the study dies (even by SIGKILL), so an orphan
     checkpoints and stops instead of training on unwatched (Linux only)."""
@@ -270,7 +285,7 @@ def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
     )
     _write_json(record_path, record)
     console = open(paths.run_dir(run.name) / "console.log", "ab")  # noqa: SIM115
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    env = run_environment(os.environ)
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "partf.cli.train", *args],

@@ -193,3 +193,35 @@ def test_the_plan_runs_on_jax_without_tensorflow(whole, tmp_path):
     assert list(
         (out / "runs" / "txl-s0" / "logs" / "txl-s0" / "train").glob("events.out.tfevents.*")
     )
+
+
+def test_runs_share_a_gpu_without_reserving_its_memory(tmp_path, monkeypatch):
+    """Each run is launched with JAX's and TensorFlow's whole-GPU reservations off, so a
+    second run on the same GPU finds memory; a value the caller set is kept."""
+    from partf.study import runner
+    from partf.study.plan import load_plan
+
+    seen = []
+
+    class FakePopen:
+        def __init__(self, args, **kwargs):
+            seen.append(kwargs["env"])
+
+    # machine_name and code_version run subprocesses of their own: not this test's.
+    monkeypatch.setattr(runner, "machine_name", lambda: "a machine")
+    monkeypatch.setattr(runner, "code_version", lambda: "a version")
+    monkeypatch.setattr(runner.subprocess, "Popen", FakePopen)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")
+    plan = load_plan(PLAN)
+    paths = runner.StudyPaths(tmp_path)
+    run = plan.runs()[0]
+    lock = runner.try_lock(paths.run_dir(run.name) / ".lock")
+    try:
+        runner.launch(plan, paths, run, lock)
+    finally:
+        os.close(lock)
+    (env,) = seen
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"  # the caller's choice stands
+    assert env["PATH"] == os.environ["PATH"]
