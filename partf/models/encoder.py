@@ -46,7 +46,6 @@ from keras import ops
 from partf.attention import attention_names
 from partf.layers.candidates import candidate_kind
 from partf.layers.stochastic_block import StochasticBlock
-from partf.layers.temperature import Temperature
 from partf.models.attention_defaults import (
     FIELDS_OF_OLD_DICTS,
     UNVERSIONED_IN_DICTS,
@@ -256,36 +255,11 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
         self.seed = seed
 
         policy = self.dtype_policy
-        self.backbone = Backbone(
-            config.vocab_size,
-            config.d_model,
-            config.num_heads,
-            config.d_ffn,
-            config.block_candidates,
-            attention=config.attention,
-            attention_options=config.attention_options,
-            position=config.position,
-            max_positions=config.max_positions,
-            dropout_rate=config.dropout_rate,
-            causal=False,
-            straight_through=config.straight_through,
-            eval_mode=config.eval_mode,
-            sample_per_example=config.sample_per_example,
-            seed=seed,
-            dtype=policy,
-            name="backbone",
-        )
+        self.backbone = Backbone.from_model_config(config, seed=seed, dtype=policy, name="backbone")
         # The search's temperature and step counter, made only for a search.
         self.temperature = self.step = None
         if self.is_search:
-            self.temperature = Temperature(
-                config.tau_schedule,
-                config.tau_start,
-                config.tau_end,
-                config.tau_steps,
-                config.tau_is_trainable,
-                name="temperature",
-            )
+            self.temperature = self._make_temperature(config)
             self.step = self._add_step_counter()
         self.classifier_hidden = self.classifier = None
         if num_classes:

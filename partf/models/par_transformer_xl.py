@@ -49,7 +49,6 @@ from keras import ops
 
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.layers.stochastic_block import StochasticBlock
-from partf.layers.temperature import Temperature
 from partf.models.backbone import Backbone, States
 from partf.models.config import ModelConfig
 from partf.models.cost import expected_flops
@@ -124,14 +123,7 @@ class PARTransformerXL(LegacyLayoutLoading, SearchInterface, keras.Model):
         policy = self.dtype_policy
         # The embedding, input dropout, blocks and (learned) position table.
         self.backbone = Backbone.from_model_config(config, dtype=policy, name="backbone")
-        self.temperature = Temperature(
-            config.tau_schedule,
-            config.tau_start,
-            config.tau_end,
-            config.tau_steps,
-            config.tau_is_trainable,
-            name="temperature",
-        )
+        self.temperature = self._make_temperature(config)
         # The output distribution and loss stay in float32 under mixed precision.
         self.output_layer = AdaptiveSoftmax(
             config.vocab_size,

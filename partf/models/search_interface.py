@@ -30,6 +30,7 @@ from partf.models.config import architecture_token, parse_architecture
 if TYPE_CHECKING:
     from partf.layers.stochastic_block import StochasticBlock
     from partf.layers.temperature import Temperature
+    from partf.models.config import ModelConfig
 
 
 class SearchInterface:
@@ -57,6 +58,20 @@ class SearchInterface:
             initializer="zeros",
             trainable=False,
             aggregation="only_first_replica",
+        )
+
+    @staticmethod
+    def _make_temperature(config: ModelConfig) -> Temperature:
+        """The `Temperature` layer of `config`'s tau settings, named "temperature"."""
+        from partf.layers.temperature import Temperature
+
+        return Temperature(
+            config.tau_schedule,
+            config.tau_start,
+            config.tau_end,
+            config.tau_steps,
+            config.tau_is_trainable,
+            name="temperature",
         )
 
     def tau(self) -> Any:
