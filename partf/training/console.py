@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import keras
 
 from partf.console import clock_text, rate_text, write_line
-from partf.training.progress import RunProgress, read_loss
+from partf.training.progress import RunProgress, read_loss, read_tau
 
 __all__ = ["ConsoleProgress", "clock_text"]
 
@@ -123,10 +123,9 @@ class ConsoleProgress(keras.callbacks.Callback):
         values = {}
         if self.lr_value is not None:
             values["lr"] = float(self.lr_value(max(step - 1, 0)))
-        model = self.model
-        tau = model.tau() if model is not None and hasattr(model, "tau") else None
+        tau = read_tau(self.model)
         if tau is not None:
-            values["tau"] = float(keras.ops.convert_to_numpy(tau))
+            values["tau"] = tau
         return values
 
     def bar_values(self, step: int, now: float) -> dict[str, float]:

@@ -27,6 +27,7 @@ from partf.training.progress import (
     StopReason,
     attach_fit_state,
     read_loss,
+    read_tau,
 )
 from partf.training.summaries import write_image, write_scalars
 
@@ -85,8 +86,7 @@ class MetricsLogger(EveryNSteps, RunStopper):
             steps = step - self._timed_from
             tokens_per_second = steps * self.progress.tokens_per_batch / (now - self._last_time)
         self._timed_from, self._last_time = step, now
-        tau = self.model.tau()  # None: a fixed encoder (--objective=mlm)
-        tau = None if tau is None else float(keras.ops.convert_to_numpy(tau))
+        tau = read_tau(self.model)  # None: a fixed encoder (--objective=mlm)
         lr = self.lr_value(max(step - 1, 0))  # the rate of the update that made `step`
         pi = np.asarray(self.model.pi())
         names = list(self.model.candidate_names)

@@ -140,6 +140,13 @@ def read_loss(logs: dict[str, Any] | None) -> float | None:
     return float(keras.ops.convert_to_numpy(logs["loss"]))
 
 
+def read_tau(model: Any) -> float | None:
+    """The model's Gumbel temperature as a float (a device sync); None for no model, or
+    a model without one (a fixed mlm encoder)."""
+    tau = model.tau() if model is not None and hasattr(model, "tau") else None
+    return None if tau is None else float(keras.ops.convert_to_numpy(tau))
+
+
 class EveryNSteps(keras.callbacks.Callback):
     """Calls `on_interval(step, logs)` at the first execution end at or past each multiple
     of `every` steps (`every` 0: never).

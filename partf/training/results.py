@@ -26,6 +26,7 @@ from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
 from partf.training.perplexity import score
 from partf.training.plots import make_gif, save_pi_heatmap
+from partf.training.progress import read_tau
 from partf.training.splits import RunData
 from partf.training.state import Built, Clock
 from partf.training.summaries import write_scalars
@@ -131,7 +132,7 @@ def finish(
         # A search scored by argmax: the same splits with the expected mixture of pi.
         "expected_weights": expected_scores or None,
         "objective": config.objective,
-        "tau": _tau(model),
+        "tau": read_tau(model),
         "pi": pi.tolist(),
         "candidates": list(model.candidate_names),
         "architecture": model.architecture_string(),
@@ -200,12 +201,6 @@ def save_model(model: keras.Model, final: Path) -> None:
 def _sizes(split: Any) -> tuple[int, int, dict[str, int | None]]:
     """`score`'s batches, tokens per batch and text counts of a split."""
     return split.num_batches, split.batch_size * split.seq_len, split.text_counts
-
-
-def _tau(model: keras.Model) -> float | None:
-    """The final temperature; None for a model without one (a fixed mlm encoder)."""
-    tau = model.tau()
-    return None if tau is None else float(keras.ops.convert_to_numpy(tau))
 
 
 def _log_scores(name: str, report: dict[str, Any]) -> None:
