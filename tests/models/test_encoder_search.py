@@ -110,3 +110,14 @@ def test_search_refusals_are_one_line():
         search(candidates=())
     with pytest.raises(ValueError, match="no temperature"):
         small().tau()
+
+
+def test_the_config_s_arch_parameterization_reaches_the_blocks():
+    """An encoder built from a ModelConfig keeps the config's architecture parameters
+    (here the original's clipped probabilities), as the causal model does."""
+    plain = search()
+    config = plain.config.replace(arch_parameterization="probabilities")
+    model = Encoder(config=config, num_classes=3, seed=0)
+    assert {b.arch_parameterization for b in plain.blocks} == {"logits"}
+    assert {b.arch_parameterization for b in model.blocks} == {"probabilities"}
+    assert model.config.arch_parameterization == "probabilities"
