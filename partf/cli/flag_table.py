@@ -144,6 +144,14 @@ TRAIN_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("eval_every", "int", 0, "steps between validations (0: each epoch)", group="run"),
     Setting("ckpt_every", "int", 0, "steps between checkpoints (0: each epoch)", group="run"),
+    Setting(
+        "ckpt_min_seconds",
+        "float",
+        0.0,
+        "least seconds between two --ckpt_every checkpoints, for a plan shared by slow and "
+        "fast machines (0: no limit; epoch ends and signals always save)",
+        group="run",
+    ),
     Setting("plot_every", "int", 1000, "steps between pi heatmaps", group="run"),
     Setting("keep_checkpoints", "int", 5, "how many newest checkpoints to keep", group="run"),
     Setting(

@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import math
 import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -158,6 +159,10 @@ class Checkpointer(EveryNSteps, RunStopper):
         ckpt_every: steps between checkpoints (0: epoch ends only).
         signals: the run's `SignalWatch`, asked at every execution end.
         newest: the checkpoint the run resumed from, if any.
+        min_seconds: a `ckpt_every` checkpoint is skipped while the previous save of this
+            run is younger than this (0: never), so a plan's interval that suits a CPU does
+            not save every second on a GPU. Epoch ends and signals save regardless.
+        clock: seconds, monotonic (a test's fake clock).
 
     Attributes:
         newest: the newest checkpoint written or resumed from (`SavedCheckpoint`), or None.
@@ -170,11 +175,16 @@ class Checkpointer(EveryNSteps, RunStopper):
         ckpt_every: int = 0,
         signals: SignalWatch | None = None,
         newest: SavedCheckpoint | None = None,
+        min_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(progress, ckpt_every)
         self.save = save
         self.signals = signals
         self.newest = newest
+        self.min_seconds = float(min_seconds)
+        self.clock = clock
+        self._saved_at = clock()  # the run's start counts as a save: nothing to lose yet
         self._loss: float | None = None  # the running loss last read
         self._stopping = False  # a signal was seen at this execution end
 
@@ -187,7 +197,10 @@ class Checkpointer(EveryNSteps, RunStopper):
         # The signal is read once per execution end: one that lands during the save below
         # is handled at the next execution end (a checkpoint there, then the stop).
         self._stopping = self.signals is not None and self.signals.received is not None
-        return self._stopping or super().due(previous, step)
+        if self._stopping:
+            return True
+        recent = self.clock() - self._saved_at < self.min_seconds
+        return super().due(previous, step) and not recent
 
     def on_interval(self, step: int, logs: dict[str, Any] | None) -> None:
         self._save_if_finite(step, logs)
@@ -212,4 +225,5 @@ class Checkpointer(EveryNSteps, RunStopper):
         if self.newest is not None and self.newest.step == step:
             return  # already saved at this step
         self.newest = SavedCheckpoint(step, self.save(step, self._loss))
+        self._saved_at = self.clock()
         logger.info("checkpoint at step %d: %s", step, self.newest.path)

@@ -62,6 +62,7 @@ RESUMABLE_CHANGES = (
     "log_every",
     "eval_every",
     "ckpt_every",
+    "ckpt_min_seconds",
     "plot_every",
     "keep_checkpoints",
     "steps_per_execution",
@@ -176,6 +177,12 @@ class TrainConfig:
     log_every: int = setting(100, "steps between logged losses and TensorBoard scalars", group=RUN)
     eval_every: int = setting(0, "steps between validations (0: each epoch)", group=RUN)
     ckpt_every: int = setting(0, "steps between checkpoints (0: each epoch)", group=RUN)
+    ckpt_min_seconds: float = setting(
+        0.0,
+        "least seconds between two --ckpt_every checkpoints, for a plan shared by slow and "
+        "fast machines (0: no limit; epoch ends and signals always save)",
+        group=RUN,
+    )
     plot_every: int = setting(1000, "steps between pi heatmaps", group=RUN)
     keep_checkpoints: int = setting(5, "how many newest checkpoints to keep", group=RUN)
     overwrite: bool = setting(
@@ -211,6 +218,7 @@ class TrainConfig:
             "warmup_steps": self.warmup_steps,
             "eval_every": self.eval_every,
             "ckpt_every": self.ckpt_every,
+            "ckpt_min_seconds": self.ckpt_min_seconds,
             "arch_freeze_steps": self.arch_freeze_steps,
             "clipvalue": self.clipvalue,
             "max_lr": self.max_lr,

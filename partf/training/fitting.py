@@ -173,7 +173,14 @@ def make_callbacks(
         ),
         plotter=PiPlotter(progress, writers.train, paths.plots, config.plot_every),
         validation=validation,
-        checkpointer=Checkpointer(progress, save, config.ckpt_every, signals, resumed.checkpoint),
+        checkpointer=Checkpointer(
+            progress,
+            save,
+            config.ckpt_every,
+            signals,
+            resumed.checkpoint,
+            min_seconds=config.ckpt_min_seconds,
+        ),
         writers=writers,
         signals=signals,
     )

@@ -109,6 +109,8 @@ RECORDED_FLAGS = {
 #: TrainConfig.to_dict() of `--model_name=run` alone, as the hand-written parser gave it.
 #: Flags added after the hand-written parser was recorded, described the same way.
 ADDED_FLAGS = {
+    # A floor under --ckpt_every for plans shared by CPUs and GPUs (issue 35).
+    "--ckpt_min_seconds": ("ckpt_min_seconds", "float", 0.0),
     "--search_estimator": ("search_estimator", "str", None, ("mixture", "sampled")),
     "--search_cost_weight": ("search_cost_weight", "float", None),
     "--arch_freeze_fraction": ("arch_freeze_fraction", "float", None),
@@ -208,6 +210,7 @@ RECORDED_DEFAULTS = {
     "log_every": 100,
     "eval_every": 0,
     "ckpt_every": 0,
+    "ckpt_min_seconds": 0.0,
     "plot_every": 1000,
     "keep_checkpoints": 5,
     "overwrite": False,

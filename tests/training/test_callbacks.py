@@ -163,6 +163,40 @@ def test_checkpoints_every_n_steps_and_at_epoch_end(every, expected):
     assert saved == expected
 
 
+def test_a_step_checkpoint_waits_for_min_seconds_and_epoch_ends_do_not():
+    """With `min_seconds`, a --ckpt_every checkpoint is skipped while the last save is
+    younger than that; the next one due after it saves, and the epoch end always does."""
+    model = FakeModel()
+    progress = RunProgress(batches_per_epoch=16, total_steps=16, tokens_per_batch=4)
+    saved = []
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    class Ticking(ProgressTracker):
+        """Each execution of 2 steps takes 10 s of the fake clock."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            now[0] += 10.0
+            super().on_train_batch_end(batch, logs)
+
+    checkpointer = Checkpointer(progress, _saver(saved), 2, min_seconds=25.0, clock=clock)
+    callbacks = [_attach(Ticking(progress), model), _attach(checkpointer, model)]
+    _fit(callbacks, Segment(0, 1, 0, 16), progress, 2)
+    # Due every 2 steps (10 s); saved at 30 s (step 6), 60 s (12) and the epoch end (16).
+    assert saved == [6, 12, 16]
+    # Without the limit, the same run saves at every multiple of 2.
+    saved.clear()
+    progress = RunProgress(batches_per_epoch=16, total_steps=16, tokens_per_batch=4)
+    callbacks = [
+        _attach(Ticking(progress), model),
+        _attach(Checkpointer(progress, _saver(saved), 2, clock=clock), model),
+    ]
+    _fit(callbacks, Segment(0, 1, 0, 16), progress, 2)
+    assert saved == [2, 4, 6, 8, 10, 12, 14, 16]
+
+
 def test_every_n_steps_fires_at_the_first_execution_end_past_each_multiple():
     model = FakeModel()
     progress = RunProgress(batches_per_epoch=10, total_steps=30, tokens_per_batch=4)
