@@ -25,11 +25,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from partf.layers.temperature import Temperature
 from partf.models.config import architecture_token, parse_architecture
 
 if TYPE_CHECKING:
     from partf.layers.stochastic_block import StochasticBlock
-    from partf.layers.temperature import Temperature
     from partf.models.config import ModelConfig
 
 
@@ -63,8 +63,6 @@ class SearchInterface:
     @staticmethod
     def _make_temperature(config: ModelConfig) -> Temperature:
         """The `Temperature` layer of `config`'s tau settings, named "temperature"."""
-        from partf.layers.temperature import Temperature
-
         return Temperature(
             config.tau_schedule,
             config.tau_start,
