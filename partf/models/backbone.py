@@ -15,7 +15,8 @@ heads, temperature and step counter on top:
 - the bidirectional `Encoder` (and so `MaskedLanguageModel`, `causal=False`): `encode`
   runs it over whole sequences, no memory.
 
-`Backbone.from_model_config` builds the backbone a `ModelConfig` describes. The backbone
+`Backbone.from_model_config` builds the backbone a `ModelConfig` describes, and
+`BackboneOwner` gives a task model its backbone's layers as its own attributes. The backbone
 has no variables of its own. Task models that moved onto it load weights files of their
 earlier layout through `partf.models.legacy_layout`.
 """
@@ -391,3 +392,31 @@ def _traced(value: Any) -> bool:
 
         return isinstance(value, jax.core.Tracer)
     return False
+
+
+class BackboneOwner:
+    """Mixin for a task model that keeps its stack in `self.backbone`: reads the
+    backbone's layers as the model's own attributes, as code written before the
+    backbone (and the models' users) expect them."""
+
+    backbone: Backbone
+
+    @property
+    def blocks(self) -> list[StochasticBlock]:
+        """The backbone's stochastic blocks (a fixed block has one candidate)."""
+        return self.backbone.blocks
+
+    @property
+    def embedding(self) -> keras.layers.Embedding:
+        """The token embedding (tied to the output layer where the model ties them)."""
+        return self.backbone.embedding
+
+    @property
+    def position_embedding(self) -> keras.layers.Embedding | None:
+        """The learned position table (position "learned"), else None."""
+        return self.backbone.position_embedding
+
+    @property
+    def input_dropout(self) -> keras.layers.Layer:
+        """The dropout on the embeddings."""
+        return self.backbone.input_dropout

@@ -45,13 +45,12 @@ from keras import ops
 
 from partf.attention import attention_names
 from partf.layers.candidates import candidate_kind
-from partf.layers.stochastic_block import StochasticBlock
 from partf.models.attention_defaults import (
     FIELDS_OF_OLD_DICTS,
     UNVERSIONED_IN_DICTS,
     pin_previous_defaults,
 )
-from partf.models.backbone import Backbone
+from partf.models.backbone import Backbone, BackboneOwner
 from partf.models.config import ModelConfig, parse_architecture
 from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.search_interface import SearchInterface
@@ -124,7 +123,7 @@ def _config_field(name: str, doc: str | None = None) -> property:
 
 
 @register
-class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
+class Encoder(LegacyLayoutLoading, SearchInterface, BackboneOwner, keras.Model):
     """A bidirectional Transformer encoder with optional classification and MLM heads.
 
     Args:
@@ -353,16 +352,6 @@ class Encoder(LegacyLayoutLoading, SearchInterface, keras.Model):
             modes = {block.weight_mode(training, mode) for block in self.blocks}
             tau = self.tau() if "sample" in modes else None
         return self.backbone.encode(tokens, mask, tau=tau, training=training, mode=mode)
-
-    @property
-    def blocks(self) -> list[StochasticBlock]:
-        """The backbone's blocks (a fixed block has one candidate)."""
-        return self.backbone.blocks
-
-    @property
-    def embedding(self) -> keras.layers.Embedding:
-        """The token embedding (the MLM head's output is tied to it)."""
-        return self.backbone.embedding
 
     def legacy_view(self) -> LegacyView:
         """The attribute tree of the Encoder before the backbone (issue 38), whose layout

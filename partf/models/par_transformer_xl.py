@@ -10,8 +10,8 @@ The embedding, positions and blocks are a `Backbone` (partf.models.backbone, bui
 with `causal=True`), whose `forward` is the stack's pure form; the model owns it and
 keeps on top its temperature, step counter, XL memory variables, adaptive softmax and
 the sampled-path search's loss baseline. `blocks`, `embedding`, `position_embedding`
-and `input_dropout` read the backbone's. `.keras` files written before the backbone
-(those layers on the model itself) load through `legacy_view`
+and `input_dropout` read the backbone's (`BackboneOwner`). `.keras` files written
+before the backbone (those layers on the model itself) load through `legacy_view`
 (partf.models.legacy_layout), training checkpoints through
 partf.training.checkpoint's `PATH_ALIASES`.
 
@@ -48,8 +48,7 @@ import keras
 from keras import ops
 
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
-from partf.layers.stochastic_block import StochasticBlock
-from partf.models.backbone import Backbone, States
+from partf.models.backbone import Backbone, BackboneOwner, States
 from partf.models.config import ModelConfig
 from partf.models.cost import expected_flops
 from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
@@ -72,7 +71,7 @@ _CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfi
 
 
 @register
-class PARTransformerXL(LegacyLayoutLoading, SearchInterface, keras.Model):
+class PARTransformerXL(LegacyLayoutLoading, SearchInterface, BackboneOwner, keras.Model):
     """PAR Transformer-XL language model.
 
     Args:
@@ -164,27 +163,6 @@ class PARTransformerXL(LegacyLayoutLoading, SearchInterface, keras.Model):
             return
         self.backbone.build(input_shape)
         self.output_layer.build((*input_shape, self.config.d_model))
-
-    # ----------------------------------------------------------- the backbone
-    @property
-    def blocks(self) -> list[StochasticBlock]:
-        """The backbone's stochastic blocks (a fixed block has one candidate)."""
-        return self.backbone.blocks
-
-    @property
-    def embedding(self) -> keras.layers.Embedding:
-        """The token embedding (the softmax's kernel with `tie_embeddings`)."""
-        return self.backbone.embedding
-
-    @property
-    def position_embedding(self) -> keras.layers.Embedding | None:
-        """The learned position table (position "learned"), else None."""
-        return self.backbone.position_embedding
-
-    @property
-    def input_dropout(self) -> keras.layers.Layer:
-        """The dropout on the embeddings."""
-        return self.backbone.input_dropout
 
     def _legacy_layers(self) -> list[keras.layers.Layer]:
         """The sublayers in the order the model tracked them before the backbone."""
