@@ -117,6 +117,7 @@ def _run(backend: str, tmp_path) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # numerics across backends: two trainings, about a minute
 def test_jax_backend_matches_tensorflow(tmp_path):
     reference = _run("tensorflow", tmp_path)
     result = _run("jax", tmp_path)
@@ -177,6 +178,7 @@ SAMPLED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # XLA compilation of the sampled search: about 40 s
 def test_the_sampled_search_trains_compiled_on_jax(tmp_path):
     """The sampled-path estimator's conditional compiles with XLA on the JAX backend (its
     candidates' random draws keyed outside the branch), trains the architecture logits and

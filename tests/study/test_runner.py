@@ -3,7 +3,7 @@ partf-train process, stage 2 after its search, resumable after SIGTERM and SIGKI
 report whose means are the runs' own.
 
 Module fixtures run the plan once uninterrupted and once (seed 0 only) interrupted twice;
-the tests read what they wrote.
+the tests read what they wrote. Those runs take minutes, so their tests are slow.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ def derived(search: dict) -> str:
     return searched_architecture(search["pi"], search["candidates"])
 
 
+@pytest.mark.slow  # the module fixture runs the six-run plan: about 2 minutes
 def test_the_plan_runs_to_the_end_with_two_workers(whole):
     out, status, output, *_ = whole
     assert status == 0, output
@@ -113,6 +114,7 @@ def test_the_plan_runs_to_the_end_with_two_workers(whole):
     assert (out / "pareto.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # reads the whole plan run
 def test_a_second_invocation_trains_nothing(whole):
     out, _, _, again_status, again, seconds = whole
     assert again_status == 0, again
@@ -121,6 +123,7 @@ def test_a_second_invocation_trains_nothing(whole):
     assert seconds < 60
 
 
+@pytest.mark.slow  # reads the whole plan run
 def test_the_report_means_are_the_runs_own(whole):
     out = whole[0]
     report = (out / "report.md").read_text()
@@ -147,6 +150,7 @@ def test_the_report_means_are_the_runs_own(whole):
     assert report.count("\n## tensorflow on ") == 1
 
 
+@pytest.mark.slow  # the plan again, interrupted twice: about 2 minutes
 def test_a_killed_study_resumes_to_the_same_results(whole, interrupted):
     out, listed, term, final, listed_after = interrupted
     # --list before anything ran: the first-stage runs of seed 0, not yet the stage 2.
@@ -168,6 +172,7 @@ def test_a_killed_study_resumes_to_the_same_results(whole, interrupted):
     assert "partf-train" not in listed_after[1]
 
 
+@pytest.mark.slow  # the plan on JAX in a TensorFlow-free process: about 2 minutes
 def test_the_plan_runs_on_jax_without_tensorflow(whole, tmp_path):
     """Seed 0 of the tiny plan on the JAX backend where `import tensorflow` fails: the
     records the TensorFlow study built are read without it (building them needs it)."""

@@ -125,6 +125,7 @@ def _assert_same_run(single: dict, distributed: dict) -> None:
         assert run["chunked_sums"] == run["one_pass_sums"]
 
 
+@pytest.mark.slow  # numerics of a strategy: about 50 s
 def test_mirrored_two_cpus_match_one_device(tmp_path):
     report = _run_script("mirrored", tmp_path, tmp_path / "report.json")
     assert report["distributed"]["replicas"] == 2
