@@ -34,6 +34,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3.5",  # scripts/run_tests.sh spreads the files over the cores
             "ruff>=0.6",
             "nbclient>=0.10",
             "nbformat>=5.10",
