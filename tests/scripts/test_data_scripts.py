@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts.helpers import run_logged
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Writes the record folders the way partf-build-data does, as far as base_model.sh reads
@@ -92,19 +94,10 @@ def run(
     project: Path, data_dir: Path, script: str = "base_model.sh", *args: str, **env: str
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Runs `script` with DATA_DIR in a clean environment; returns it and the stubs' calls."""
-    log = project.parent / "stub.log"
-    log.unlink(missing_ok=True)
     env = clean_env(project, data_dir, **env)
-    done = subprocess.run(
-        ["bash", str(project / script), *args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return run_logged(
+        ["bash", str(project / script), *args], project, env, project.parent / "stub.log"
     )
-    calls = log.read_text().splitlines() if log.exists() else []
-    return done, calls
 
 
 def flag(call: str, name: str) -> str:

@@ -5,18 +5,14 @@ nproc log or answer instead of running anything."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts.helpers import LOGGING_STUB, run_logged, stamp
 
-LOGGING = """#!/usr/bin/env bash
-echo "$(basename "$0") $*" >> "$(dirname "$0")/../calls.log"
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -29,32 +25,22 @@ def project(tmp_path: Path) -> Path:
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     for name in ("python", "ruff"):
-        (bin_dir / name).write_text(LOGGING)
+        (bin_dir / name).write_text(LOGGING_STUB)
         (bin_dir / name).chmod(0o755)
-    digest = hashlib.sha256(b"# setup\n").hexdigest()[:16]
-    (tmp_path / ".venv" / f".partf-installed-{digest}-test").touch()
+    stamp(tmp_path, "test")
     return tmp_path
 
 
 def run_tests(project: Path, *args: str, cores: int, workers: str | None = None):
     """Runs run_tests.sh on a machine of `cores` cores; returns it and the pytest call."""
-    log = project / ".venv" / "calls.log"
-    log.unlink(missing_ok=True)
     nproc = project / ".venv" / "bin" / "nproc"
     nproc.write_text(f"#!/usr/bin/env bash\necho {cores}\n")
     nproc.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(project)}
     if workers is not None:
         env["PARTF_TEST_WORKERS"] = workers
-    done = subprocess.run(
-        ["bash", "scripts/run_tests.sh", *args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    calls = log.read_text().splitlines() if log.exists() else []
+    log = project / ".venv" / "calls.log"
+    done, calls = run_logged(["bash", "scripts/run_tests.sh", *args], project, env, log)
     return done, [call for call in calls if call.startswith("python -m pytest")]
 
 

@@ -4,18 +4,15 @@ silently. Run with a fake .venv whose python logs its calls instead of running p
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts.helpers import LOGGING_STUB, stamp
 
-FAKE_PYTHON = """#!/usr/bin/env bash
-echo "python $*" >> "$(dirname "$0")/../calls.log"
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -26,16 +23,9 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "setup.py").write_text("# setup\n")
     python = tmp_path / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(FAKE_PYTHON)
+    python.write_text(LOGGING_STUB)
     python.chmod(0o755)
     return tmp_path
-
-
-def stamp(project: Path, extras: str) -> Path:
-    digest = hashlib.sha256((project / "setup.py").read_bytes()).hexdigest()[:16]
-    path = project / ".venv" / f".partf-installed-{digest}-{extras}"
-    path.touch()
-    return path
 
 
 def source(project: Path, extras: str) -> tuple[str, list[str]]:
