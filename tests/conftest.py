@@ -24,32 +24,6 @@ SHARED_DATA = shared_data_dir()
 ORIGINAL = original_dir()
 
 
-# Files of long, independent tests that share nothing costly to build. scripts/run_tests.sh
-# keeps each test file on one worker (`--dist loadfile`), so that its module-scoped
-# fixtures (trained models, written records) are built once; these files' tests go to the
-# workers one by one instead, so that one file does not hold a worker for the whole run.
-SPREAD_FILES = frozenset({"tests/attention/test_numerics.py"})
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """`--dist loadfile`, with the tests of SPREAD_FILES each a unit of work of its own.
-
-    pytest-xdist's `loadgroup` would say this with marks, but it groups by renaming the
-    tests, which pytest 9 ignores: under pytest 9.2 and pytest-xdist 3.8 its marks change
-    nothing, and a file's tests go to any worker."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class SpreadSomeFiles(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return nodeid if path in SPREAD_FILES else path
-
-    return SpreadSomeFiles(config, log)
-
-
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -5,10 +5,7 @@ nproc log or answer instead of running anything."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -79,36 +76,3 @@ def test_a_worker_count_that_is_not_a_number_stops_with_one_line(project):
         "(0 runs the tests in one process), not 'two'"
     ]
     assert calls == []
-
-
-# Each test logs which worker ran it.
-CASES = """import os
-
-import pytest
-
-
-@pytest.mark.parametrize("i", range(4))
-def test_case(i):
-    with open("workers.log", "a") as log:
-        log.write(f"{__name__}{i} {os.environ['PYTEST_XDIST_WORKER']}\\n")
-"""
-
-
-def test_a_file_stays_on_one_worker_unless_its_tests_are_spread(tmp_path):
-    """tests/conftest.py's scheduling under run_tests.sh's `--dist loadfile`: a file's
-    tests share one worker (and so its module fixtures), while those of a file in
-    SPREAD_FILES (test_numerics.py) go to both workers."""
-    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
-    (tmp_path / "tests" / "attention").mkdir(parents=True)
-    (tmp_path / "tests" / "test_whole.py").write_text(CASES)
-    (tmp_path / "tests" / "attention" / "test_numerics.py").write_text(CASES)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    argv += ["-n", "2", "--dist", "loadfile", "-c", str(ROOT / "pytest.ini")]
-    argv += ["--rootdir", str(tmp_path), "tests"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    ran = dict(line.split() for line in (tmp_path / "workers.log").read_text().splitlines())
-    assert len(ran) == 8, ran
-    assert len({ran[f"test_whole{i}"] for i in range(4)}) == 1, ran
-    assert len({ran[f"test_numerics{i}"] for i in range(4)}) == 2, ran
