@@ -99,25 +99,60 @@ def expand_architecture(architecture: str, num_layers: int) -> str:
     return architecture if preset is None else preset(num_layers)
 
 
+def _block_name(token: str) -> str:
+    """One block token ('A', 'dense', 'norm', ...) as its candidate name; unknown raises."""
+    name = ARCHITECTURE_LETTERS.get(token.upper(), token) if len(token) == 1 else token
+    if name not in BUILTIN_CANDIDATES and name not in attention_names():
+        raise ValueError(
+            f"unknown architecture token {token!r}; use A, D, I or an attention name: "
+            f"{', '.join(attention_names())}."
+        )
+    return name
+
+
+def parse_block_candidates(architecture: str) -> tuple[tuple[str, ...], ...]:
+    """'A|I D|I norm' -> (('attention', 'identity'), ('dense', 'identity'), ('norm',)).
+
+    A block token is one candidate (a fixed block) or several joined by '|' (a block that
+    searches among them, each with its own architecture logits). Tokens are those of
+    `parse_architecture`; blocks are separated by spaces or commas.
+    """
+    blocks = architecture.replace(",", " ").split()
+    if not blocks:
+        raise ValueError("architecture is empty; give block tokens such as 'A A D D D I'.")
+    parsed = []
+    for block in blocks:
+        names = tuple(_block_name(token) for token in block.split("|"))
+        if len(set(names)) != len(names) or "" in block.split("|"):
+            raise ValueError(
+                f"architecture block {block!r} names a candidate twice or none; write each "
+                "once, e.g. 'A|I'."
+            )
+        parsed.append(names)
+    return tuple(parsed)
+
+
 def parse_architecture(architecture: str) -> tuple[str, ...]:
     """'A A D I' (or 'A,A,D,I') -> ('attention', 'attention', 'dense', 'identity').
 
     Tokens: A (the configured attention), D (dense), I (identity), the full
-    names, or an attention registry name. Unknown tokens raise ValueError.
+    names, or an attention registry name. Unknown tokens, and searched blocks ('A|I':
+    see `parse_block_candidates`), raise ValueError.
     """
-    tokens = architecture.replace(",", " ").split()
-    if not tokens:
-        raise ValueError("architecture is empty; give block tokens such as 'A A D D D I'.")
-    names = []
-    for token in tokens:
-        name = ARCHITECTURE_LETTERS.get(token.upper(), token) if len(token) == 1 else token
-        if name not in BUILTIN_CANDIDATES and name not in attention_names():
-            raise ValueError(
-                f"unknown architecture token {token!r}; use A, D, I or an attention name: "
-                f"{', '.join(attention_names())}."
-            )
-        names.append(name)
-    return tuple(names)
+    blocks = parse_block_candidates(architecture)
+    searched = [i for i, names in enumerate(blocks) if len(names) > 1]
+    if searched:
+        raise ValueError(
+            f"architecture {architecture!r} searches block {searched[0]} (a '|' token); a "
+            "fixed architecture names one candidate per block."
+        )
+    return tuple(names[0] for names in blocks)
+
+
+def is_searched_architecture(architecture: str | None) -> bool:
+    """Whether an architecture string has a searched block ('A|I'), so that a model
+    with it is a search, not a fixed model."""
+    return architecture is not None and "|" in architecture
 
 
 def architecture_token(name: str) -> str:
@@ -177,7 +212,9 @@ class ModelConfig:
     )
     architecture: str | None = setting(
         None,
-        "fixed architecture such as 'A A D D D I' (no search), or a preset: plain (A D A D ...), "
+        "fixed architecture such as 'A A D D D I' (no search), searched blocks among "
+        "the candidates joined by '|' ('A|I D|I ...': each such block its own search), or a "
+        "preset: plain (A D A D ...), "
         "transnormer (diag then norm attention, dense between), primal_hybrid (softmax then "
         "one primal attention, dense between)",
     )
@@ -292,7 +329,7 @@ class ModelConfig:
                     f"or an attention name: {', '.join(attention_names())}."
                 )
         if self.architecture is not None:
-            blocks = parse_architecture(self.architecture)
+            blocks = parse_block_candidates(self.architecture)
             if len(blocks) != self.num_layers:
                 raise ValueError(
                     f"architecture {self.architecture!r} has {len(blocks)} blocks but "
@@ -328,6 +365,12 @@ class ModelConfig:
         """What the bidirectional Encoder (causal=False, objective mlm) cannot do."""
         if self.architecture is None:
             blocks, where = self.candidates, "candidates"
+        elif is_searched_architecture(self.architecture):
+            raise ValueError(
+                f"architecture {self.architecture!r} searches some blocks ('|'), which only the "
+                "causal model can do; an Encoder (causal=False, objective mlm) searches every "
+                "block over `candidates`: leave architecture unset."
+            )
         else:
             blocks, where = parse_architecture(self.architecture), "architecture"
         for name in self.attention_mechanisms:
@@ -440,14 +483,24 @@ class ModelConfig:
 
     @property
     def block_candidates(self) -> tuple[tuple[str, ...], ...]:
-        """Candidates of each block: the fixed architecture's single choice, or all."""
+        """Candidates of each block: the architecture's (one per fixed block, several
+        per searched 'A|I' block), or `candidates` in every block."""
         if self.architecture is not None:
-            return tuple((name,) for name in parse_architecture(self.architecture))
+            return parse_block_candidates(self.architecture)
         return tuple(self.candidates for _ in range(self.num_layers))
 
     @property
     def is_stochastic(self) -> bool:
-        return self.architecture is None and len(self.candidates) > 1
+        """Whether some block searches (has architecture logits)."""
+        return any(len(names) > 1 for names in self.block_candidates)
+
+    @property
+    def search_candidates(self) -> tuple[str, ...]:
+        """The names a search's pi has columns for: `candidates`, or with searched blocks
+        in `architecture` every name they use, in order of appearance."""
+        if self.architecture is None:
+            return self.candidates
+        return tuple(dict.fromkeys(n for names in self.block_candidates for n in names))
 
     # ------------------------------------------------------------- plain dict
     def to_dict(self) -> dict[str, Any]:

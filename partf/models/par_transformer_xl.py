@@ -49,7 +49,7 @@ from keras import ops
 
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.models.backbone import Backbone, BackboneOwner, States
-from partf.models.config import ModelConfig
+from partf.models.config import ModelConfig, is_searched_architecture
 from partf.models.cost import expected_flops
 from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.loss import (
@@ -507,10 +507,12 @@ class PARTransformerXL(LegacyLayoutLoading, SearchInterface, BackboneOwner, kera
 
     # ----------------------------------------------------------- architecture
     def _fixed_architecture(self) -> str | None:
+        if is_searched_architecture(self.config.architecture):
+            return None
         return self.config.architecture
 
     def _search_candidates(self) -> Sequence[str]:
-        return self.config.candidates
+        return self.config.search_candidates
 
     # ---------------------------------------------------------- serialization
     def get_config(self) -> dict[str, Any]:

@@ -97,9 +97,13 @@ class SearchInterface:
         if architecture is not None:
             chosen = [names.index(name) for name in parse_architecture(architecture)]
             return np.eye(len(names), dtype=np.float32)[chosen]
-        return np.stack(
-            [np.asarray(ops.convert_to_numpy(block.pi()), np.float32) for block in self.blocks]
-        )
+        # A block searching fewer candidates (an 'A|I' block) has zeros in the others'
+        # columns; a fixed block among searched ones has a one-hot row.
+        rows = np.zeros((len(self.blocks), len(names)), np.float32)
+        for row, block in zip(rows, self.blocks, strict=True):
+            columns = [names.index(name) for name in block.candidates]
+            row[columns] = np.asarray(ops.convert_to_numpy(block.pi()), np.float32)
+        return rows
 
     def architecture_string(self) -> str:
         """The most likely candidate per block, e.g. "A A D D D I" or "softmax D I

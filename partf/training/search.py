@@ -17,6 +17,10 @@ from typing import Any
 
 from partf.training.config import DERIVED_MODEL_FIELDS, ConfigError, TrainConfig
 
+#: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
+#: scratch unless its own command line gives --init_from (a fine-tune of the search).
+STARTING_FIELDS = ("init_from", "drop_attention")
+
 
 def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[str]) -> str:
     """The discrete architecture of a search: the most likely candidate per block,
@@ -39,7 +43,9 @@ def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[st
     from partf.models.config import architecture_token
 
     pi = np.asarray(pi, np.float64)
-    undecided = [b + 1 for b, row in enumerate(pi) if len(row) > 1 and np.ptp(row) == 0]
+    # A tie for the largest pi (a search whose block is still uniform over the candidates
+    # it has; a searched 'A|I' block has zeros in the other columns).
+    undecided = [b + 1 for b, row in enumerate(pi) if np.count_nonzero(row == row.max()) > 1]
     if undecided:
         raise ConfigError(
             f"the search has not decided block(s) {', '.join(map(str, undecided))}: pi is "
@@ -92,7 +98,10 @@ def read_search(folder: str | Path) -> FinishedSearch:
             f"--from_search {folder}: no finished search there (needs the results.json that a "
             "completed partf-train run writes in checkpoints/NAME)."
         ) from None
-    if found.model.get("architecture") is not None:
+    from partf.models.config import is_searched_architecture
+
+    architecture = found.model.get("architecture")
+    if architecture is not None and not is_searched_architecture(architecture):
         raise ConfigError(
             f"--from_search {folder}: that run trained the fixed architecture "
             f"{found.model['architecture']!r}, not a search; use --architecture instead."
@@ -129,8 +138,12 @@ def config_from_search(
     model.update(given.model)  # model flags given on the command line win
     values = {}
     for name, value in given.to_dict().items():
-        if name != "model":
-            values[name] = value if name in explicit else found.training.get(name, value)
+        if name == "model":
+            continue
+        if name in explicit or name in STARTING_FIELDS:
+            values[name] = value
+        else:
+            values[name] = found.training.get(name, value)
     if "model_name" not in explicit:
         values["model_name"] = f"{found.name}-fixed"
     if "overwrite" not in explicit:

@@ -174,3 +174,28 @@ def test_a_non_causal_config_records_no_memory_and_no_adaptive_softmax():
     assert ModelConfig(vocab_size=50, cutoffs=(20,)).causal
     with pytest.raises(ValueError, match="causal=False is the bidirectional Encoder's"):
         PARTransformerXL(config)
+
+
+# ------------------------------------------------------------ searched blocks ('A|I')
+def test_searched_blocks_are_parsed_per_block():
+    from partf.models.config import parse_architecture, parse_block_candidates
+
+    config = ModelConfig(vocab_size=300, num_layers=3, architecture="A|I D|I norm", cutoffs=())
+    assert config.block_candidates == (("attention", "identity"), ("dense", "identity"), ("norm",))
+    assert config.is_stochastic
+    assert config.search_candidates == ("attention", "identity", "dense", "norm")
+    assert parse_block_candidates("relative|norm|I D") == (
+        ("relative", "norm", "identity"),
+        ("dense",),
+    )
+    with pytest.raises(ValueError, match="fixed architecture names one candidate per block"):
+        parse_architecture("A|I D")
+    with pytest.raises(ValueError, match="names a candidate twice or none"):
+        parse_block_candidates("A|A D")
+    with pytest.raises(ValueError, match="unknown architecture token 'X'"):
+        parse_block_candidates("A|X D")
+    with pytest.raises(ValueError, match="only the causal model"):
+        ModelConfig(vocab_size=300, num_layers=2, architecture="A|I D", causal=False, cutoffs=())
+    # A fixed architecture is no search.
+    fixed = ModelConfig(vocab_size=300, num_layers=2, architecture="A D", cutoffs=())
+    assert not fixed.is_stochastic
