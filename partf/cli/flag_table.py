@@ -124,6 +124,25 @@ TRAIN_SETTINGS: tuple[Setting, ...] = (
         group="optimization",
         choices=("original", "par"),
     ),
+    Setting(
+        "init_from",
+        "str",
+        None,
+        "start from the weights of a finished run (its checkpoints/NAME folder) wherever the "
+        "block types match: a fine-tune, a conversion or a search begun from a trained model; "
+        "blocks align by index, or with the source's non-identity blocks when this model has "
+        "fewer; a resumed run reads its own checkpoint instead",
+        group="optimization",
+    ),
+    Setting(
+        "drop_attention",
+        "int",
+        0,
+        "with --init_from: replace by the identity the N attention blocks of the source whose "
+        "removal raises its validation loss least (scored without training), then train the "
+        "rest from its weights (0: off)",
+        group="optimization",
+    ),
     Setting("steps_per_execution", "int", 32, "train steps per compiled call", group="run"),
     Setting("jit_compile", "bool", True, "compile the train step with XLA", group="run"),
     Setting(
@@ -223,9 +242,10 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         "architecture",
         "str",
         None,
-        "fixed architecture such as 'A A D D D I' (no search), or a preset: plain (A D A D "
-        "...), transnormer (diag then norm attention, dense between), primal_hybrid (softmax "
-        "then one primal attention, dense between)",
+        "fixed architecture such as 'A A D D D I' (no search), searched blocks among the "
+        "candidates joined by '|' ('A|I D|I ...': each such block its own search), or a "
+        "preset: plain (A D A D ...), transnormer (diag then norm attention, dense between), "
+        "primal_hybrid (softmax then one primal attention, dense between)",
     ),
     Setting(
         "eval_mode", "str", "argmax", "block weights at evaluation: argmax, expected or sample"

@@ -76,6 +76,19 @@ def output_flops(model: CostedModel) -> float:
     return 2.0 * macs
 
 
+def training_flops_per_token(model: CostedModel, seq_len: int) -> float:
+    """Forward FLOPs per token of the model as it trains: a fixed model's own, a mixture
+    search's every candidate (each runs at every step), a sampled-path search's blocks
+    expected under its current pi (one candidate runs per step); plus the output layer.
+    Forward and backward together cost about three times this."""
+    costs = candidate_flops(model, seq_len)
+    if model.config.is_stochastic and model.config.search_estimator == "sampled":
+        blocks = float(ops.convert_to_numpy(expected_flops(model, seq_len)))
+    else:
+        blocks = float(sum(sum(c) for c in costs))
+    return blocks + output_flops(model)
+
+
 def model_flops(model: CostedModel, seq_len: int) -> dict[str, float]:
     """Forward FLOPs per token of the discrete architecture: {"blocks", "output", "total"}."""
     blocks = architecture_flops(model, seq_len)

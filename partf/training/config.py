@@ -68,6 +68,9 @@ RESUMABLE_CHANGES = (
     "steps_per_execution",
     "jit_compile",
     "overwrite",
+    # Read only when a run starts (a resume reads its checkpoint); a moved source folder
+    # is the same source.
+    "init_from",
 )
 
 
@@ -161,6 +164,22 @@ class TrainConfig:
         group=OPTIMIZATION,
         choices=tuple(SEARCH_PRESETS),
     )
+    # Starting from a trained model (partf.training.init_from, partf.training.drop_selection)
+    init_from: str | None = setting(
+        None,
+        "start from the weights of a finished run (its checkpoints/NAME folder) wherever the "
+        "block types match: a fine-tune, a conversion or a search begun from a trained "
+        "model; blocks align by index, or with the source's non-identity blocks when this "
+        "model has fewer; a resumed run reads its own checkpoint instead",
+        group=OPTIMIZATION,
+    )
+    drop_attention: int = setting(
+        0,
+        "with --init_from: replace by the identity the N attention blocks of the source "
+        "whose removal raises its validation loss least (scored without training), then "
+        "train the rest from its weights (0: off)",
+        group=OPTIMIZATION,
+    )
     # Execution
     steps_per_execution: int = setting(32, "train steps per compiled call", group=RUN)
     jit_compile: bool = setting(True, "compile the train step with XLA", group=RUN)
@@ -242,6 +261,12 @@ class TrainConfig:
             raise ConfigError(
                 f"--spike_factor must be > 0 and --spike_warmup >= 0, got {self.spike_factor} "
                 f"and {self.spike_warmup}."
+            )
+        if self.drop_attention < 0:
+            raise ConfigError(f"--drop_attention must be >= 0, got {self.drop_attention}.")
+        if self.drop_attention and not self.init_from:
+            raise ConfigError(
+                "--drop_attention drops blocks of a trained model; give it with --init_from=RUN."
             )
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max_steps must be >= 1, got {self.max_steps}.")

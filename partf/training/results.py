@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from partf.models.cost import expected_flops, model_flops
+from partf.models.cost import expected_flops, model_flops, training_flops_per_token
 from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
@@ -139,6 +139,10 @@ def finish(
         # Forward FLOPs per token at this run's segment length: the discrete architecture
         # (blocks, output layer, total) and, for a search, the blocks expected under pi.
         "flops_per_token": None if data.masking else model_flops(model, data.train.seq_len),
+        # This run's training compute: 3 x the forward FLOPs per token as it trained (a
+        # search's every candidate) x the tokens of its steps. A run started with
+        # --init_from adds its source's (partf-study's report sums the chain).
+        "train_flops": None if data.masking else train_flops(model, data, step),
         # The batch shape, and the milliseconds per batch of the final passes (a pass's
         # first call compiles its program on JAX, so small splits read high there).
         "data": {
@@ -160,6 +164,14 @@ def finish(
         paths.results,
     )
     return results
+
+
+def train_flops(model: keras.Model, data: RunData, steps: int) -> dict[str, float]:
+    """{"per_token": forward FLOPs per token as trained, "tokens": tokens trained on,
+    "total": 3 x their product} (`partf.models.cost.training_flops_per_token`)."""
+    per_token = training_flops_per_token(model, data.train.seq_len)
+    tokens = float(steps * data.tokens_per_batch)
+    return {"per_token": per_token, "tokens": tokens, "total": 3.0 * per_token * tokens}
 
 
 def search_summary(config: TrainConfig, built: Built, data: RunData) -> dict[str, Any] | None:

@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -61,10 +62,12 @@ import keras
 from partf.training.block_weights import expected_evaluator
 from partf.training.callbacks import RunProgress, StopReason
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
-from partf.training.config import TrainConfig
+from partf.training.config import ConfigError, TrainConfig
 from partf.training.console import ConsoleProgress
 from partf.training.distribution import build_strategy, make_evaluator
+from partf.training.drop_selection import Selection, read_selection, select_dropped, write_selection
 from partf.training.fitting import make_callbacks, plan_segments, run_fit
+from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
 from partf.training.results import Trained, finish
 from partf.training.saved_defaults import keep_saved_defaults
@@ -238,14 +241,25 @@ class Trainer:
 
         # Everything that can reject the inputs runs before anything is written.
         self.data = data = load_data(config)
+        selection = None
+        if config.drop_attention:
+            selection = drop_selection(config, data, paths.checkpoints)
+            architecture = {"architecture": selection.architecture}
+            self.config = config = dataclasses.replace(
+                config, model={**config.model, **architecture}
+            )
         self.built = built = build_model(config, data, strategy)
         resumed = Resumed()
         if not config.overwrite:
             resumed = restore(
                 paths.checkpoints, config.keep_checkpoints, built, data.batches_per_epoch
             )
+        if config.init_from and resumed.checkpoint is None:
+            init_weights(built.model, config.init_from)
 
         prepare_output(paths, config)
+        if selection is not None:
+            write_selection(paths.checkpoints, selection)
         clock = Clock(started, before=resumed.elapsed_seconds)
         manager = CheckpointManager(paths.checkpoints, keep=config.keep_checkpoints)
         save = CheckpointWriter(manager, built, clock)
@@ -296,6 +310,27 @@ class Trainer:
             return finish(
                 config, paths, built, data, evaluator, trained, own.writers.valid, clock, expected
             )
+
+
+def drop_selection(config: TrainConfig, data: RunData, checkpoints: Path) -> Selection:
+    """The blocks --drop_attention removes: those this run chose before (a resume), or
+    chosen now by scoring the --init_from run on the validation split."""
+    if config.model.get("architecture") is not None:
+        raise ConfigError(
+            "--drop_attention chooses the architecture (the source's, with the dropped "
+            "blocks as identity); leave out --architecture."
+        )
+    if not config.overwrite:
+        earlier = read_selection(checkpoints)
+        if earlier is not None:
+            logger.info("--drop_attention: %s as chosen before", earlier.architecture)
+            return earlier
+    if data.valid is None:
+        raise ConfigError(
+            "--drop_attention scores the source run on the validation split; give "
+            "--valid_directory."
+        )
+    return select_dropped(config.init_from, config.drop_attention, data.valid, config.jit_compile)
 
 
 def train(config: TrainConfig, callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:

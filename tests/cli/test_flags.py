@@ -111,6 +111,9 @@ RECORDED_FLAGS = {
 ADDED_FLAGS = {
     # A floor under --ckpt_every for plans shared by CPUs and GPUs (issue 35).
     "--ckpt_min_seconds": ("ckpt_min_seconds", "float", 0.0),
+    # Starting from a trained model: conversions (issue 47).
+    "--init_from": ("init_from", "str", None),
+    "--drop_attention": ("drop_attention", "int", 0),
     "--search_estimator": ("search_estimator", "str", None, ("mixture", "sampled")),
     "--search_cost_weight": ("search_cost_weight", "float", None),
     "--arch_freeze_fraction": ("arch_freeze_fraction", "float", None),
@@ -182,7 +185,13 @@ ADDED_FLAGS = {
 }
 
 #: TrainConfig settings added since, at their defaults (the recorded behaviour).
-ADDED_DEFAULTS = {"arch_freeze_fraction": None, "search": "original", "objective": "causal"}
+ADDED_DEFAULTS = {
+    "arch_freeze_fraction": None,
+    "search": "original",
+    "objective": "causal",
+    "init_from": None,
+    "drop_attention": 0,
+}
 
 RECORDED_DEFAULTS = {
     "train_directory": f"{_RECORDS}_train",

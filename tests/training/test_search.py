@@ -79,3 +79,31 @@ def test_read_search(tmp_path):
     found = read_search(_write_search(tmp_path / "s", _SEARCHED_MODEL))
     assert found.name == "search" and found.candidates == ["attention", "dense", "identity"]
     assert found.model["d_model"] == 8 and found.training["epochs"] == 3
+
+
+def test_a_searched_block_architecture_derives_its_kept_blocks(tmp_path):
+    """A search over 'A|I D|I A|I': pi has zeros where a block has no such candidate, a
+    block's tie among its own candidates is undecided, the rest derive as usual."""
+    from partf.training.search import searched_architecture
+
+    names = ["attention", "identity", "dense"]
+    pi = [[0.9, 0.1, 0.0], [0.0, 0.7, 0.3], [0.2, 0.8, 0.0]]
+    assert searched_architecture(pi, names) == "A"
+    with pytest.raises(ConfigError, match="has not decided block"):
+        searched_architecture([[0.5, 0.5, 0.0], [0.0, 0.3, 0.7]], names)
+    model = {**_SEARCHED_MODEL, "architecture": "A|I D|I A|I"}
+    folder = _write_search(
+        tmp_path / "s", model, pi=[[0.9, 0.1, 0.0], [0.0, 0.3, 0.7], [0.6, 0.4, 0.0]]
+    )
+    results = json.loads((folder / "results.json").read_text())
+    results["candidates"] = names
+    (folder / "results.json").write_text(json.dumps(results))
+    config = config_from_search(folder, TrainConfig(), explicit=set())
+    assert config.model["architecture"] == "A D A"
+
+
+def test_a_stage_2_does_not_inherit_how_its_search_started(tmp_path):
+    folder = _write_search(tmp_path / "s", _SEARCHED_MODEL, {"init_from": "/runs/txl"})
+    assert config_from_search(folder, TrainConfig(), explicit=set()).init_from is None
+    given = TrainConfig(init_from=str(folder))
+    assert config_from_search(folder, given, explicit={"init_from"}).init_from == str(folder)

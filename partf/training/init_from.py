@@ -1,0 +1,263 @@
+"""Starting a run from a finished run's weights: `partf-train --init_from=RUN`.
+
+A conversion starts from a trained model and removes or replaces its attention (a short
+search over {its own block, identity}, linear attention in place of softmax attention, or
+blocks dropped by a rule), then fine-tunes. `init_weights` copies the finished run's
+weights into a freshly built model wherever the block types match:
+
+- the token embedding, the output layer (adaptive softmax) and a learned position
+  table, when their shapes match;
+- block by block: each candidate of a target block takes the weights of the source
+  block's candidate of the same kind (dense from dense, relative attention from relative
+  attention) with its LayerNorm. An attention of another mechanism (TransNormer's
+  `norm` in place of `relative`) takes the source attention's weights of the same name
+  and shape (the query, key, value and output projections) and its LayerNorm; the rest
+  of it starts fresh. The identity has no weights.
+
+Blocks are aligned by index when both models have as many; a target with fewer blocks
+(a search's derived architecture, identity blocks dropped) is aligned with the source's
+blocks that did not choose the identity. Architecture logits, the temperature, the step
+counter, the XL memory and the optimizer start fresh: the run is a new run that happens
+to begin from trained weights. The log says, block by block, what was copied and what
+starts fresh.
+
+Example:
+    >>> report = init_weights(model, "runs/txl-s0/checkpoints/txl-s0")
+    >>> print(report.describe())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partf.training.config import ConfigError
+
+logger = logging.getLogger("partf.training")
+
+
+@dataclasses.dataclass(frozen=True)
+class InitReport:
+    """What `init_weights` copied.
+
+    Attributes:
+        source: the source run's `.keras` file.
+        shared: the layers outside the blocks that were copied (embedding, output layer,
+            position table).
+        blocks: one line per target block: its source block and, per candidate, what
+            it took ("fresh" where nothing matched).
+        fresh_blocks: indices of the target blocks none of whose weights were copied
+            (the identity, which has none, excepted).
+    """
+
+    source: str
+    shared: tuple[str, ...]
+    blocks: tuple[str, ...]
+    fresh_blocks: tuple[int, ...]
+
+    def describe(self) -> str:
+        """The report as log lines."""
+        lines = [f"--init_from {self.source}: {', '.join(self.shared) or 'no shared layer'}"]
+        lines += [f"  {line}" for line in self.blocks]
+        if self.fresh_blocks:
+            lines.append(f"  blocks starting fresh: {', '.join(map(str, self.fresh_blocks))}")
+        return "\n".join(lines)
+
+
+def source_model_path(folder: str | Path) -> Path:
+    """The `.keras` file of the finished run whose checkpoints are in `folder`.
+
+    Raises:
+        ConfigError: no finished run there (no results.json or no .keras file).
+    """
+    folder = Path(folder)
+    try:
+        results = json.loads((folder / "results.json").read_text())
+        name = results.get("model_name") or folder.name
+    except (OSError, ValueError, AttributeError):
+        raise ConfigError(
+            f"--init_from {folder}: no finished run there (needs the results.json and "
+            "<name>.keras that a completed partf-train run writes in checkpoints/NAME)."
+        ) from None
+    path = folder / f"{name}.keras"
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(
+            f"--init_from {folder}: {path.name} is missing or unreadable; let the run finish "
+            "(partf-train writes it last) or give another run."
+        )
+    return path
+
+
+def load_source(folder: str | Path) -> Any:
+    """The finished run's model (a `PARTransformerXL`), loaded from its `.keras` file."""
+    import keras
+
+    import partf.models  # noqa: F401  (registers the classes the file names)
+
+    path = source_model_path(folder)
+    model = keras.saving.load_model(path, compile=False)
+    if not hasattr(model, "blocks") or not getattr(model.config, "causal", False):
+        raise ConfigError(
+            f"--init_from {folder}: {path.name} holds a {type(model).__name__}; only a causal "
+            "language model (PARTransformerXL) can start another run."
+        )
+    return model
+
+
+def chosen_candidates(model: Any) -> list[str]:
+    """Per block, the candidate it runs: the only one of a fixed block, the most likely
+    of a searched one."""
+    chosen = []
+    for block in model.blocks:
+        pi = np.asarray(block.pi())
+        chosen.append(block.candidates[int(np.argmax(pi))])
+    return chosen
+
+
+def block_alignment(source: Any, target: Any) -> list[int]:
+    """Per target block, the source block it starts from.
+
+    Raises:
+        ConfigError: the block counts cannot be aligned (see the module docstring).
+    """
+    n_source, n_target = len(source.blocks), len(target.blocks)
+    if n_source == n_target:
+        return list(range(n_target))
+    kept = [i for i, name in enumerate(chosen_candidates(source)) if name != "identity"]
+    if len(kept) == n_target:
+        return kept
+    raise ConfigError(
+        f"--init_from: the source run has {n_source} blocks ({len(kept)} not the identity) "
+        f"and this model {n_target}; give this run as many blocks as the source has, or as "
+        "many as it kept (its derived architecture)."
+    )
+
+
+def _suffix(variable: Any, block: Any, layer: Any) -> str:
+    """A variable's path inside its layer ("query/kernel", "gamma")."""
+    return variable.path.split(f"{block.name}/{layer.name}/", 1)[-1]
+
+
+def _copy_layer(source_block: Any, source: Any, target_block: Any, target: Any) -> list[str]:
+    """Copies `source`'s trainable weights into `target`'s of the same name and shape;
+    returns the names copied."""
+    found = {_suffix(v, source_block, source): v for v in source.trainable_weights}
+    copied = []
+    for variable in target.trainable_weights:
+        name = _suffix(variable, target_block, target)
+        match = found.get(name)
+        if match is not None and tuple(match.shape) == tuple(variable.shape):
+            variable.assign(match.value)
+            copied.append(name)
+    return copied
+
+
+def _copy_block(source_block: Any, target_block: Any) -> tuple[str, bool]:
+    """Copies each target candidate's weights from the source block; returns the log
+    line's candidates part and whether anything was copied."""
+    parts, any_copied = [], False
+    for index, (kind, mechanism) in enumerate(target_block.kinds):
+        label = mechanism or kind
+        if kind == "identity":
+            parts.append("identity")
+            continue
+        same = [
+            i for i, k in enumerate(source_block.kinds) if k == (kind, mechanism)
+        ] or [  # another attention mechanism: its projections
+            i for i, (k, _) in enumerate(source_block.kinds) if k == kind == "attention"
+        ]
+        if not same:
+            parts.append(f"{label} fresh")
+            continue
+        j = same[0]
+        copied = _copy_layer(
+            source_block, source_block.sublayers[j], target_block, target_block.sublayers[index]
+        )
+        norm = _copy_layer(
+            source_block, source_block.norms[j], target_block, target_block.norms[index]
+        )
+        source_label = source_block.kinds[j][1] or source_block.kinds[j][0]
+        if not copied and not norm:
+            parts.append(f"{label} fresh")
+            continue
+        any_copied = True
+        if source_block.kinds[j] == target_block.kinds[index]:
+            parts.append(f"{label} from {source_label}")
+        else:
+            own = {
+                _suffix(v, target_block, target_block.sublayers[index])
+                for v in target_block.sublayers[index].trainable_weights
+            }
+            fresh = sorted(own - set(copied))
+            note = f" ({', '.join(copied)} copied" + (
+                f"; {', '.join(fresh)} fresh)" if fresh else ")"
+            )
+            parts.append(f"{label} from {source_label}{note}")
+    return ", ".join(parts), any_copied
+
+
+def _outside_blocks(model: Any) -> dict[str, Any]:
+    """The trainable weights outside the blocks, by path below the model's root: the
+    embedding, the output layer and a learned position table."""
+    outside = {}
+    for variable in model.trainable_weights:
+        path = variable.path
+        if "/block_" in f"/{path}" or "arch_logits" in path or "temperature" in path:
+            continue
+        outside[path.split("/", 1)[-1]] = variable
+    return outside
+
+
+def init_weights(model: Any, folder: str | Path) -> InitReport:
+    """Copies the weights of the finished run in `folder` into `model` (built), where
+    the block types match (see the module docstring).
+
+    Args:
+        model: the run's freshly built `PARTransformerXL`.
+        folder: the finished run's checkpoint folder (checkpoints/NAME).
+
+    Returns:
+        What was copied, block by block.
+
+    Raises:
+        ConfigError: no finished causal run in `folder`, another vocabulary or width, or
+            block counts that cannot be aligned.
+    """
+    source = load_source(folder)
+    for field in ("vocab_size", "d_model"):
+        have, want = getattr(source.config, field), getattr(model.config, field)
+        if have != want:
+            raise ConfigError(
+                f"--init_from {folder}: the source's {field} is {have} but this run's {want}; "
+                "start from a run of the same data and width."
+            )
+    alignment = block_alignment(source, model)
+    shared = []
+    sources = _outside_blocks(source)
+    for name, variable in _outside_blocks(model).items():
+        match = sources.get(name)
+        if match is not None and tuple(match.shape) == tuple(variable.shape):
+            variable.assign(match.value)
+            shared.append(name)
+    layers = sorted({name.rsplit("/", 1)[0] for name in shared})
+    lines, fresh = [], []
+    for t, s in enumerate(alignment):
+        source_block, target_block = source.blocks[s], model.blocks[t]
+        line, copied = _copy_block(source_block, target_block)
+        lines.append(f"block {t} <- block {s}: {line}")
+        if not copied and any(kind != "identity" for kind, _ in target_block.kinds):
+            fresh.append(t)
+    report = InitReport(
+        source=str(source_model_path(folder)),
+        shared=tuple(layers),
+        blocks=tuple(lines),
+        fresh_blocks=tuple(fresh),
+    )
+    logger.info("%s", report.describe())
+    return report
