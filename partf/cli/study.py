@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NoReturn
 from partf.cli import exits, train
 
 if TYPE_CHECKING:
-    from partf.study.plan import Plan
+    from partf.study.plan import Plan, Run
 
 PROG = "partf-study"
 
@@ -81,15 +81,30 @@ def check_flags(plan: Plan) -> None:
 
     parser = train.build_parser(train.attention_options())
     for run in plan.runs():
+        start = ["--init_from=x"] if run.init_from is not None else []
         if run.after is not None:
-            argv = ["--from_search=x", *run.flags]
+            argv = ["--from_search=x", *start, *run.flags]
         else:
-            argv = ["--train_directory=x", *run.flags, f"--seed={run.seed}"]
+            argv = ["--train_directory=x", *start, *run.flags, f"--seed={run.seed}"]
         try:
             parser.parse_args(argv)
         except train.UsageExit as e:
             arm = run.arm.removesuffix("-stage2")
             raise PlanError(f"plan {plan.path}: arm {arm}: {e}") from None
+
+
+def with_needed(selected: list[Run], every: list[Run]) -> list[Run]:
+    """`selected` and the runs they start from or derive from (a conversion's trained
+    source, a stage 2's search), recursively, in the plan's order."""
+    by_name = {run.name: run for run in every}
+    wanted = {run.name for run in selected}
+    pending = list(wanted)
+    while pending:
+        for name in by_name[pending.pop()].needs:
+            if name not in wanted:
+                wanted.add(name)
+                pending.append(name)
+    return [run for run in every if run.name in wanted]
 
 
 def _say(message: str) -> None:
@@ -131,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs = [r for r in runs if r.arm.removesuffix("-stage2") in args.arms]
         if args.seeds:
             runs = [r for r in runs if r.seed in args.seeds]
+        runs = with_needed(runs, plan.runs())
         if args.report:
             if not (paths.out / "runs").is_dir():
                 raise UsageError(

@@ -51,9 +51,16 @@ except ModuleNotFoundError:  # Python 3.10
 TOP_KEYS = ("description", "seeds", "reference", "flags", "data", "arms")
 RECORD_KEYS = ("train", "valid", "test", "sp_model_prefix")
 TEXT_KEYS = ("text", "sp_model_prefix", "vocab_size", "batch_size", "seq_len")
-ARM_KEYS = ("flags", "stage2", "stage2_flags")
+ARM_KEYS = ("flags", "stage2", "stage2_flags", "init_from", "stage2_init", "control")
 #: Flags the study sets itself for every run.
-OWN_FLAGS = ("--output_dir", "--model_name", "--seed", "--from_search", "--overwrite")
+OWN_FLAGS = (
+    "--output_dir",
+    "--model_name",
+    "--seed",
+    "--from_search",
+    "--overwrite",
+    "--init_from",
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)(?::-([^}]*))?\}")
 
@@ -72,12 +79,21 @@ class Arm:
         stage2: whether each of its runs (a search) is followed by its derived
             architecture trained from scratch.
         stage2_flags: extra flags of those stage-2 runs.
+        init_from: an arm whose run of the same seed each run of this one starts from
+            (`--init_from`, a conversion of that trained model), or None (from scratch).
+        stage2_init: whether each stage 2 starts from its search's weights (a fine-tune
+            of the derived architecture) instead of from scratch.
+        control: a hand-made model (a smaller Transformer-XL, a fixed rule): the report
+            draws the front of these and compares the other arms with it.
     """
 
     name: str
     flags: tuple[str, ...]
     stage2: bool = False
     stage2_flags: tuple[str, ...] = ()
+    init_from: str | None = None
+    stage2_init: bool = False
+    control: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +106,7 @@ class Run:
         seed: its seed.
         flags: its flags, but the output folder and its name.
         after: the search run it derives from (stage 2), else None.
+        init_from: the run whose weights it starts from, else None.
     """
 
     name: str
@@ -97,6 +114,12 @@ class Run:
     seed: int
     flags: tuple[str, ...]
     after: str | None = None
+    init_from: str | None = None
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The runs that must finish before this one starts."""
+        return tuple(dict.fromkeys(n for n in (self.after, self.init_from) if n is not None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +170,13 @@ class Plan:
         """Every run of the study: first stage, then stage 2; seed by seed, so that a
         study cut short has every arm at its first seeds."""
         first = [
-            Run(f"{arm.name}-s{seed}", arm.name, seed, self.flags + arm.flags)
+            Run(
+                f"{arm.name}-s{seed}",
+                arm.name,
+                seed,
+                self.flags + arm.flags,
+                init_from=f"{arm.init_from}-s{seed}" if arm.init_from else None,
+            )
             for seed in self.seeds
             for arm in self.arms
         ]
@@ -158,12 +187,17 @@ class Plan:
                 seed,
                 arm.stage2_flags,
                 after=f"{arm.name}-s{seed}",
+                init_from=f"{arm.name}-s{seed}" if arm.stage2_init else None,
             )
             for seed in self.seeds
             for arm in self.arms
             if arm.stage2
         ]
         return first + second
+
+    def control_arms(self) -> list[str]:
+        """The hand-made arms (`control = true`), whose front the report draws."""
+        return [arm.name for arm in self.arms if arm.control]
 
     def arm_names(self) -> list[str]:
         """The report's rows: each arm, and `<arm>-stage2` after a search arm."""
@@ -277,13 +311,24 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
     if isinstance(value, dict):
         _unknown(path, f"[arms.{name}]", value, ARM_KEYS)
         stage2 = value.get("stage2", False)
-        if not isinstance(stage2, bool):
-            raise _fail(path, f"arms.{name}.stage2 must be true or false.")
+        stage2_init = value.get("stage2_init", False)
+        control = value.get("control", False)
+        for key, flag in (("stage2", stage2), ("stage2_init", stage2_init), ("control", control)):
+            if not isinstance(flag, bool):
+                raise _fail(path, f"arms.{name}.{key} must be true or false.")
+        if stage2_init and not stage2:
+            raise _fail(path, f"arms.{name}.stage2_init needs stage2 = true.")
+        init_from = value.get("init_from")
+        if init_from is not None and not isinstance(init_from, str):
+            raise _fail(path, f"arms.{name}.init_from must name an arm of the plan.")
         return Arm(
             name,
             _flags(path, f"arms.{name}.flags", value.get("flags", "")),
             stage2,
             _flags(path, f"arms.{name}.stage2_flags", value.get("stage2_flags", "")),
+            init_from,
+            stage2_init,
+            control,
         )
     return Arm(name, _flags(path, f"arms.{name}", value))
 
@@ -324,6 +369,21 @@ def load_plan(path: str | Path) -> Plan:
         or len(set(seeds)) != len(seeds)
     ):
         raise _fail(path, f"seeds must be a list of distinct non-negative integers, not {seeds!r}.")
+    by_name = {arm.name: arm for arm in arms}
+    for arm in arms:
+        source = by_name.get(arm.init_from) if arm.init_from else None
+        if arm.init_from is not None and (source is None or source is arm):
+            raise _fail(
+                path,
+                f"arms.{arm.name}.init_from {arm.init_from!r} is not another arm; name the "
+                f"arm whose trained runs it starts from, one of {list(by_name)}.",
+            )
+        if source is not None and source.init_from is not None:
+            raise _fail(
+                path,
+                f"arms.{arm.name}.init_from names {source.name}, which itself starts from "
+                f"{source.init_from}; start from an arm trained from scratch.",
+            )
     reference = table.get("reference")
     if reference is not None and reference not in arms_table:
         raise _fail(

@@ -6,8 +6,10 @@ per arm: the seeds finished of those planned, validation and test perplexity (ex
 token-weighted) as mean and min-max over the finished seeds, each against the
 reference arm's mean, the architectures the runs ended with and the step from which
 each search had decided, forward FLOPs per token (blocks, and all with the output
-layer), training steps per second (median of the logged intervals; compilation
-excluded) and the test pass's milliseconds per batch.
+layer), its position against the hand-made front (the best control arm, `control = true`, at
+or below its FLOPs), its training compute (3 x forward FLOPs as trained x tokens, the
+runs it started from included), training steps per second (median of the logged
+intervals; compilation excluded) and the test pass's milliseconds per batch.
 
 `pareto.png`: validation perplexity against FLOPs per token, a dot per run, each arm's
 mean with its min-max, the reference arm's mean as a line and 2% above it dotted.
@@ -44,10 +46,21 @@ class RunRecord:
     status: str  # finished, failed ..., at step N, not started
     decided_step: int | None = None
     steps_per_second: float | None = None
+    source: RunRecord | None = None  # the run it started from (--init_from)
 
     @property
     def finished(self) -> bool:
         return self.results is not None
+
+    @property
+    def train_flops(self) -> float | None:
+        """Training FLOPs of this run and of every run it started from; None when one of
+        them has not finished (or predates the count)."""
+        own = self.value("train_flops", "total")
+        if own is None or self.source is None:
+            return own
+        before = self.source.train_flops
+        return None if before is None else own + before
 
     def value(self, *keys: str) -> float | None:
         """A number of results.json by its path of keys, or None."""
@@ -125,8 +138,9 @@ def _where(record: dict[str, Any]) -> str:
 
 def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
     """A `RunRecord` for every run of the plan, finished or not."""
-    records = []
-    for run in plan.runs():
+    records: list[RunRecord] = []
+    runs = plan.runs()
+    for run in runs:
         study: dict[str, Any] = {}
         with contextlib.suppress(OSError, ValueError):
             study = json.loads(paths.record(run.name).read_text())
@@ -152,6 +166,10 @@ def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
                 per_step = shape["batch_size"] * shape["seq_len"]
                 record.steps_per_second = statistics.median(tokens) / per_step
         records.append(record)
+    by_name = {record.name: record for record in records}
+    for run, record in zip(runs, records, strict=True):
+        if run.init_from is not None:
+            record.source = by_name.get(run.init_from)
     return records
 
 
@@ -200,15 +218,42 @@ def _architectures(row: ArmRow) -> str:
     return "; ".join(parts) or "-"
 
 
-def table(rows: list[ArmRow], reference: str | None) -> list[str]:
+def front_points(rows: list[ArmRow], controls: Sequence[str]) -> list[tuple[float, float]]:
+    """The hand-made front: (mean forward FLOPs per token, mean validation perplexity) of
+    the control arms that no other control beats on both, by FLOPs."""
+    points = []
+    for row in rows:
+        flops, valid = row.values("flops_per_token", "total"), row.values("valid", "perplexity")
+        if row.arm in controls and flops and valid:
+            points.append((statistics.fmean(flops), statistics.fmean(valid)))
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(points):
+        if not front or y < front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+def front_at(front: list[tuple[float, float]], flops: float | None) -> float | None:
+    """The hand-made front's perplexity at `flops`: the best control at or below that
+    cost (a step, as a practitioner picks among models they have); None below the
+    cheapest."""
+    if flops is None:
+        return None
+    below = [y for x, y in front if x <= flops * (1 + 1e-9)]
+    return min(below) if below else None
+
+
+def table(rows: list[ArmRow], reference: str | None, controls: Sequence[str] = ()) -> list[str]:
     """The markdown lines of one table."""
     ref = next((r for r in rows if r.arm == reference), None)
+    front = front_points(rows, controls)
     ref_valid = _mean(ref.values("valid", "perplexity")) if ref else None
     ref_flops = _mean(ref.values("flops_per_token", "total")) if ref else None
     lines = [
         "| arm | seeds | valid ppl | vs ref | test ppl | vs ref | architectures (decided at) "
-        "| MFLOPs/token blocks | total | vs ref | train steps/s | test ms/batch |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| MFLOPs/token blocks | total | vs ref | vs hand-made front | train TFLOPs "
+        "| train steps/s | test ms/batch |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ref_test = _mean(ref.values("test", "perplexity")) if ref else None
     for row in rows:
@@ -219,21 +264,32 @@ def table(rows: list[ArmRow], reference: str | None) -> list[str]:
         total = [v / 1e6 for v in flops]
         speeds = [r.steps_per_second for r in row.runs if r.steps_per_second is not None]
         latency = row.values("eval_ms_per_batch", "test")
+        compute = [r.train_flops / 1e12 for r in row.runs if r.train_flops is not None]
         name = f"**{row.arm}** (reference)" if row.arm == reference else row.arm
+        if row.arm in controls:
+            name += " (hand-made)"
+        at_front = None if row.arm in controls else front_at(front, _mean(flops))
         lines.append(
             f"| {name} | {len(row.runs)}/{row.planned} | {spread(valid)} "
             f"| {_against(_mean(valid), ref_valid)} | {spread(test)} "
             f"| {_against(_mean(test), ref_test)} | {_architectures(row)} "
             f"| {spread(blocks, 3)} | {spread(total, 3)} "
-            f"| {_against(_mean(flops), ref_flops)} "
-            f"| {spread(speeds, 1)} | {spread(latency, 1)} |"
+            f"| {_against(_mean(flops), ref_flops)} | {_against(_mean(valid), at_front)} "
+            f"| {spread(compute, 1)} | {spread(speeds, 1)} | {spread(latency, 1)} |"
         )
     return lines
 
 
 # ------------------------------------------------------------------ writing
-def pareto_plot(rows: list[ArmRow], reference: str | None, path: Path, title: str) -> bool:
-    """Writes the Pareto plot of one table; False when no run has finished."""
+def pareto_plot(
+    rows: list[ArmRow],
+    reference: str | None,
+    path: Path,
+    title: str,
+    controls: Sequence[str] = (),
+) -> bool:
+    """Writes the Pareto plot of one table, the hand-made front (the `controls`' means
+    that no other control beats) as a grey step line; False when no run has finished."""
     points = [
         (row.arm, r.value("flops_per_token", "total"), r.value("valid", "perplexity"))
         for row in rows
@@ -270,6 +326,19 @@ def pareto_plot(rows: list[ArmRow], reference: str | None, path: Path, title: st
         if row.arm == reference:
             axes.axhline(my, color=color, linestyle="--", linewidth=1)
             axes.axhline(my * 1.02, color=color, linestyle=":", linewidth=1)
+    front = front_points(rows, controls)
+    if front:
+        xs = [x / 1e6 for x, _ in front]
+        ys = [y for _, y in front]
+        right = max(x for _, x, _ in points)
+        axes.step(
+            [*xs, max(right, xs[-1])],
+            [*ys, ys[-1]],
+            where="post",
+            color="grey",
+            linewidth=1.2,
+            label="hand-made front",
+        )
     axes.set_xlabel("forward MFLOPs per token (blocks and output layer)")
     axes.set_ylabel("validation perplexity (exact)")
     axes.set_title(title, fontsize=9)
@@ -310,8 +379,10 @@ def write_report(plan: Plan, paths: StudyPaths) -> Path:
         ]
         rows = [row for row in rows if row.runs]
         plot = "pareto.png" if index == 0 else f"pareto-{index + 1}.png"
-        lines += ["", f"## {where}", "", *table(rows, plan.reference)]
-        if pareto_plot(rows, plan.reference, paths.out / plot, f"{plan.path.name}: {where}"):
+        controls = plan.control_arms()
+        lines += ["", f"## {where}", "", *table(rows, plan.reference, controls)]
+        title = f"{plan.path.name}: {where}"
+        if pareto_plot(rows, plan.reference, paths.out / plot, title, controls):
             lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
     searches = [r for r in records if r.finished and r.results.get("search")]
     if searches:

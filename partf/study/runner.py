@@ -148,6 +148,8 @@ def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> N
 def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
     """partf-train's arguments for `run` (without the program)."""
     own = [f"--model_name={run.name}", f"--output_dir={paths.run_dir(run.name)}"]
+    if run.init_from is not None:  # a conversion or fine-tune of a finished run
+        own.append(f"--init_from={paths.checkpoints(run.init_from)}")
     if run.after is not None:  # stage 2: the search's data, settings and seed
         return [f"--from_search={paths.checkpoints(run.after)}", *own, *run.flags]
     records = records_of(plan, paths)
@@ -162,8 +164,9 @@ def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
 
 
 def ready(run: Run, paths: StudyPaths) -> bool:
-    """Whether `run` can start: always, or for a stage 2 once its search finished."""
-    return run.after is None or paths.finished(run.after)
+    """Whether `run` can start: once the runs it needs (a stage 2's search, the run it
+    starts from) have finished."""
+    return all(paths.finished(name) for name in run.needs)
 
 
 # ------------------------------------------------------------------ environment
@@ -405,12 +408,13 @@ def run_study(
                 if outcome.signum is not None:
                     break
                 held = set(outcome.elsewhere)
-                if any(r.name in held or r.after in held for r in waiting):
+                if any(r.name in held or held & set(r.needs) for r in waiting):
                     time.sleep(2.0)  # another process trains what the rest waits on
                     continue
-                # What is left waits on searches that failed.
+                # What is left waits on runs that failed or were not selected.
                 for run in waiting:
-                    say(f"{run.name}: not started (its search {run.after} did not finish)")
+                    unfinished = [n for n in run.needs if not paths.finished(n)]
+                    say(f"{run.name}: not started ({', '.join(unfinished)} did not finish)")
                 break
             time.sleep(0.5)
             if outcome.signum is not None:
@@ -436,7 +440,7 @@ def run_study(
                     note_status(paths, name, f"failed (status {status})")
                     log = paths.run_dir(name) / "console.log"
                     say(f"{name}: failed with status {status} after {minutes:.1f} min; see {log}")
-                    waiting = [r for r in waiting if r.after != name]
+                    waiting = [r for r in waiting if name not in r.needs]
                 on_end()
             if outcome.signum is not None and not running:
                 break

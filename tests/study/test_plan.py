@@ -138,3 +138,55 @@ def test_a_mistyped_flag_fails_before_any_run(tmp_path):
 def test_a_missing_plan_file(tmp_path):
     with pytest.raises(PlanError, match="does not exist"):
         load_plan(tmp_path / "none.toml")
+
+
+CONVERSIONS = """
+seeds = [0, 1]
+reference = "txl"
+[data]
+train = "records/train"
+[arms]
+txl = "--architecture='A D'"
+[arms.conv]
+init_from = "txl"
+flags = "--architecture='A|I D|I' --search=par"
+stage2 = true
+stage2_init = true
+[arms.small]
+flags = "--architecture='A'"
+control = true
+"""
+
+
+def test_a_conversion_starts_from_the_same_seed_of_its_source(tmp_path):
+    from partf.cli.study import with_needed
+
+    plan = load_plan(write(tmp_path, CONVERSIONS))
+    runs = {run.name: run for run in plan.runs()}
+    assert runs["conv-s1"].init_from == "txl-s1" and runs["conv-s1"].needs == ("txl-s1",)
+    stage2 = runs["conv-stage2-s1"]
+    assert stage2.after == "conv-s1" and stage2.init_from == "conv-s1"
+    assert plan.control_arms() == ["small"]
+    paths = StudyPaths(tmp_path / "out")
+    args = train_args(plan, paths, stage2)
+    assert f"--init_from={paths.checkpoints('conv-s1')}" in args
+    assert args[0] == f"--from_search={paths.checkpoints('conv-s1')}"
+    assert f"--init_from={paths.checkpoints('txl-s0')}" in train_args(plan, paths, runs["conv-s0"])
+    # Asking for the conversion alone brings in the run it starts from.
+    picked = with_needed([runs["conv-stage2-s0"]], plan.runs())
+    assert [run.name for run in picked] == ["txl-s0", "conv-s0", "conv-stage2-s0"]
+
+
+@pytest.mark.parametrize(
+    ("arm", "message"),
+    [
+        ('init_from = "nope"', "init_from 'nope' is not another arm"),
+        ('init_from = "x"', "init_from 'x' is not another arm"),
+        ("stage2_init = true", "stage2_init needs stage2 = true"),
+        ('control = "yes"', "control must be true or false"),
+        ('init_from = "conv"', "which itself starts from txl"),
+    ],
+)
+def test_bad_conversion_keys_are_refused(tmp_path, arm, message):
+    with pytest.raises(PlanError, match=message):
+        load_plan(write(tmp_path, CONVERSIONS + f"[arms.x]\nflags = ''\n{arm}\n"))

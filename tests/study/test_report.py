@@ -110,3 +110,47 @@ def test_the_report_separates_backends_and_compares_with_the_reference(tmp_path)
     assert "par-stage2" not in jax.split("## mixed")[0]
     assert "- par-s1: not started" in report
     assert (paths.out / "pareto.png").is_file() and (paths.out / "pareto-2.png").is_file()
+
+
+CONVERSION_PLAN = """
+seeds = [0]
+reference = "txl"
+[data]
+train = "records/train"
+[arms]
+txl = "--architecture='A D A D'"
+small = { flags = "--architecture='A D'", control = true }
+tiny = { flags = "--architecture='D'", control = true }
+conv = { init_from = "txl", flags = "--drop_attention=1" }
+"""
+
+
+def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path):
+    """The front is the best control at or below an arm's FLOPs; a conversion's training
+    compute includes the run it started from."""
+    from partf.study.report import front_at
+
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(CONVERSION_PLAN)
+    plan = load_plan(plan_file)
+    paths = StudyPaths(tmp_path / "out")
+    for name, valid, flops, trained in (
+        ("txl-s0", 40.0, 3e6, 5e12),
+        ("small-s0", 44.0, 2e6, 3e12),
+        ("tiny-s0", 60.0, 1e6, 1e12),
+        ("conv-s0", 42.0, 2.5e6, 1e12),
+    ):
+        fake_run(paths, name, valid, flops, ["jax"])
+        path = paths.checkpoints(name) / "results.json"
+        results = json.loads(path.read_text())
+        results["train_flops"] = {"total": trained}
+        path.write_text(json.dumps(results))
+    report = write_report(plan, paths).read_text()
+    rows = {line.split("|")[1].strip(): line for line in report.splitlines() if "|" in line}
+    conv = [cell.strip() for cell in rows["conv"].split("|")]
+    # 42.0 against the best control at or below 2.5 MFLOPs (small, 44.0): -4.5%.
+    assert conv[11] == "-4.5%"
+    assert conv[12] == "6.0"  # 1 + 5 TFLOPs: the txl it started from counted
+    assert [c.strip() for c in rows["small (hand-made)"].split("|")][11] == "-"
+    assert front_at([(1e6, 60.0), (2e6, 44.0)], 0.5e6) is None
+    assert front_at([(1e6, 60.0), (2e6, 44.0)], 1.5e6) == 60.0

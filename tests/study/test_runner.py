@@ -21,7 +21,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "studies" / "tiny.toml"
-RUNS = ["txl-s0", "par-s0", "txl-s1", "par-s1", "par-stage2-s0", "par-stage2-s1"]
+RUNS = [
+    *(f"{arm}-s{seed}" for seed in (0, 1) for arm in ("txl", "par", "conv")),
+    *(f"{arm}-stage2-s{seed}" for seed in (0, 1) for arm in ("par", "conv")),
+]
 
 
 def study(out: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
@@ -96,7 +99,7 @@ def derived(search: dict) -> str:
     return searched_architecture(search["pi"], search["candidates"])
 
 
-@pytest.mark.slow  # the module fixture runs the six-run plan: about 2 minutes
+@pytest.mark.slow  # the module fixture runs the ten-run plan: about 4 minutes
 def test_the_plan_runs_to_the_end_with_two_workers(whole):
     out, status, output, *_ = whole
     assert status == 0, output
@@ -108,6 +111,16 @@ def test_the_plan_runs_to_the_end_with_two_workers(whole):
         assert fixed["architecture"] == derived(search)
         assert fixed["config"]["training"]["seed"] == seed
         assert fixed["search"] is None and search["search"] is not None
+        # The conversion starts from its seed's txl; its fine-tune from the conversion.
+        conv, tuned = results(out, f"conv-s{seed}"), results(out, f"conv-stage2-s{seed}")
+        source = out / "runs" / f"txl-s{seed}" / "checkpoints" / f"txl-s{seed}"
+        assert conv["config"]["training"]["init_from"] == str(source)
+        assert tuned["config"]["training"]["init_from"] == str(
+            out / "runs" / f"conv-s{seed}" / "checkpoints" / f"conv-s{seed}"
+        )
+        assert tuned["architecture"] == derived(conv)
+        log = (out / "runs" / f"conv-s{seed}" / "console.log").read_text()
+        assert "block 0 <- block 0: relative from relative, identity" in log
     # Two at once: some run started before another had finished.
     starts = [line for line in output.splitlines() if ": starting (2 running" in line]
     assert starts, output
@@ -118,7 +131,7 @@ def test_the_plan_runs_to_the_end_with_two_workers(whole):
 def test_a_second_invocation_trains_nothing(whole):
     out, _, _, again_status, again, seconds = whole
     assert again_status == 0, again
-    assert "6 of 6 runs finished before; 0 to go" in again
+    assert "10 of 10 runs finished before; 0 to go" in again
     assert "starting" not in again and "resuming" not in again
     assert seconds < 60
 
@@ -132,7 +145,7 @@ def test_the_report_means_are_the_runs_own(whole):
         for line in report.splitlines()
         if line.startswith("| ") and not line.startswith("| arm")
     }
-    assert set(rows) == {"txl", "par", "par-stage2"}
+    assert set(rows) == {"txl", "par", "par-stage2", "conv", "conv-stage2"}
     for arm, names in {
         "txl": ["txl-s0", "txl-s1"],
         "par": ["par-s0", "par-s1"],
@@ -146,6 +159,21 @@ def test_the_report_means_are_the_runs_own(whole):
         assert cells[3] == f"{statistics.fmean(valid):.2f} ({min(valid):.2f}-{max(valid):.2f})"
         assert cells[5] == f"{statistics.fmean(test):.2f} ({min(test):.2f}-{max(test):.2f})"
         assert cells[9].startswith(f"{statistics.fmean(flops):.3f}")
+    # A conversion's training compute counts the txl it started from.
+    for seed in (0, 1):
+        conv = results(out, f"conv-s{seed}")["train_flops"]["total"]
+        txl = results(out, f"txl-s{seed}")["train_flops"]["total"]
+        assert conv > 0 and txl > 0
+    conv_cells = [c.strip() for c in rows["conv"].split("|")]
+    sums = [
+        (
+            results(out, f"conv-s{s}")["train_flops"]["total"]
+            + results(out, f"txl-s{s}")["train_flops"]["total"]
+        )
+        / 1e12
+        for s in (0, 1)
+    ]
+    assert conv_cells[12] == f"{statistics.fmean(sums):.1f} ({min(sums):.1f}-{max(sums):.1f})"
     # Every run was measured on this backend and machine, in one table.
     assert report.count("\n## tensorflow on ") == 1
 
