@@ -171,9 +171,10 @@ class StochasticBlock(keras.layers.Layer):
                     )
         # One entry per candidate in both lists: its sublayer (an attention or the
         # feed-forward network) and its LayerNorm, None for the identity. The names
-        # `sublayers` and `norms` are where `.keras` files store these weights, and
-        # appending each sublayer before its norm, candidate by candidate, keeps the
-        # order of `variables` that checkpoints are restored by: change neither.
+        # `sublayers` and `norms` are where `.keras` files store these weights (a rename
+        # is a new `partf.serialization.FORMAT_VERSION`); the sublayers are made candidate
+        # by candidate, as their unseeded initializers draw their seeds when made, so a
+        # model of a given seed keeps its starting weights.
         self.sublayers: list[keras.layers.Layer | None] = []
         self.norms: list[keras.layers.LayerNormalization | None] = []
         for index, (kind, mechanism) in enumerate(self.kinds):

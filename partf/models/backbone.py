@@ -17,8 +17,7 @@ heads, temperature and step counter on top:
 
 `Backbone.from_model_config` builds the backbone a `ModelConfig` describes, and
 `BackboneOwner` gives a task model its backbone's layers as its own attributes. The backbone
-has no variables of its own. Task models that moved onto it load weights files of their
-earlier layout through `partf.models.legacy_layout`.
+has no variables of its own.
 """
 
 from __future__ import annotations
@@ -396,8 +395,7 @@ def _traced(value: Any) -> bool:
 
 class BackboneOwner:
     """Mixin for a task model that keeps its stack in `self.backbone`: reads the
-    backbone's layers as the model's own attributes, as code written before the
-    backbone (and the models' users) expect them."""
+    backbone's layers as the model's own attributes (`model.blocks`, `model.embedding`)."""
 
     backbone: Backbone
 

@@ -26,10 +26,6 @@ Token id 0 is padding unless a mask is given. Positions count the real tokens be
 each token (the convention of the causal model), so padding inside a sequence does not
 shift the positions of the tokens after it.
 
-`.keras` files written before the backbone (the layers on the model itself, fixed blocks
-as `sublayers` and `norms`) load through `legacy_view` (partf.models.legacy_layout);
-training checkpoints through partf.training.checkpoint's `PATH_ALIASES`.
-
 References:
     Devlin et al., "BERT", NAACL 2019 (the MLM head).
     Tay et al., "Long Range Arena", ICLR 2021 (the classification setting).
@@ -45,14 +41,9 @@ from keras import ops
 
 from partf.attention import attention_names
 from partf.layers.candidates import candidate_kind
-from partf.models.attention_defaults import (
-    FIELDS_OF_OLD_DICTS,
-    UNVERSIONED_IN_DICTS,
-    pin_previous_defaults,
-)
+from partf.models.attention_defaults import pin_previous_defaults
 from partf.models.backbone import Backbone, BackboneOwner
 from partf.models.config import ModelConfig, parse_architecture
-from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.search_interface import SearchInterface
 from partf.serialization import register
 
@@ -123,7 +114,7 @@ def _config_field(name: str, doc: str | None = None) -> property:
 
 
 @register
-class Encoder(LegacyLayoutLoading, SearchInterface, BackboneOwner, keras.Model):
+class Encoder(SearchInterface, BackboneOwner, keras.Model):
     """A bidirectional Transformer encoder with optional classification and MLM heads.
 
     Args:
@@ -353,36 +344,6 @@ class Encoder(LegacyLayoutLoading, SearchInterface, BackboneOwner, keras.Model):
             tau = self.tau() if "sample" in modes else None
         return self.backbone.encode(tokens, mask, tau=tau, training=training, mode=mode)
 
-    def legacy_view(self) -> LegacyView:
-        """The attribute tree of the Encoder before the backbone (issue 38), whose layout
-        `.keras` files of earlier releases have: `embedding`, `position_embedding` and
-        `input_dropout` on the model, a fixed encoder's blocks as `sublayers` (attention
-        or feed-forward, None for the identity) and `norms`, a search's as `blocks`."""
-        backbone = self.backbone
-        fixed = [] if self.is_search else backbone.blocks
-        sublayers = [block.sublayers[0] for block in fixed]
-        norms = [block.norms[0] for block in fixed]
-        layers = [backbone.embedding, backbone.position_embedding, backbone.input_dropout]
-        for layer, norm in zip(sublayers, norms, strict=True):
-            layers += [layer, norm]
-        layers += [*(backbone.blocks if self.is_search else []), self.temperature]
-        layers += [self.classifier_hidden, self.classifier, self.mlm_transform, self.mlm_norm]
-        attrs = [
-            ("blocks", backbone.blocks if self.is_search else []),
-            ("classifier", self.classifier),
-            ("classifier_hidden", self.classifier_hidden),
-            ("embedding", backbone.embedding),
-            ("input_dropout", backbone.input_dropout),
-            ("layers", [layer for layer in layers if layer is not None]),
-            ("mlm_norm", self.mlm_norm),
-            ("mlm_transform", self.mlm_transform),
-            ("norms", norms),
-            ("position_embedding", backbone.position_embedding),
-            ("sublayers", sublayers),
-            ("temperature", self.temperature),
-        ]
-        return LegacyView(attrs, own_variables(self))
-
     def pool(self, hidden: Any, mask: Any) -> Any:
         """[B, D]: the mean over the real tokens, or the first token."""
         if self.pooling == "first":
@@ -474,12 +435,11 @@ class Encoder(LegacyLayoutLoading, SearchInterface, BackboneOwner, keras.Model):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Encoder:
         """Builds the encoder a config describes. A config of an earlier generation of
-        attention defaults (`partf.models.attention_defaults`; none named: saved before
-        the authors' defaults, partf_v1) gets that generation's values written into its
-        options, so it is built as it was trained."""
+        attention defaults (`partf.models.attention_defaults`, --attention_defaults) gets
+        that generation's values written into its options, so it is built as it was
+        trained."""
         config = dict(config)
-        generation = config.pop("attention_defaults", FIELDS_OF_OLD_DICTS["attention_defaults"])
-        generation = UNVERSIONED_IN_DICTS.get(generation, generation)
+        generation = config.pop("attention_defaults")
         used = {config.get("attention", "softmax"), *str(config.get("architecture")).split()}
         used |= set(config.get("candidates") or ())
         config["attention_options"] = pin_previous_defaults(

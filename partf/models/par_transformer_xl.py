@@ -10,10 +10,7 @@ The embedding, positions and blocks are a `Backbone` (partf.models.backbone, bui
 with `causal=True`), whose `forward` is the stack's pure form; the model owns it and
 keeps on top its temperature, step counter, XL memory variables, adaptive softmax and
 the sampled-path search's loss baseline. `blocks`, `embedding`, `position_embedding`
-and `input_dropout` read the backbone's (`BackboneOwner`). `.keras` files written
-before the backbone (those layers on the model itself) load through `legacy_view`
-(partf.models.legacy_layout), training checkpoints through
-partf.training.checkpoint's `PATH_ALIASES`.
+and `input_dropout` read the backbone's (`BackboneOwner`).
 
 The XL memory of every block lives in non-trainable variables sized for the
 fixed context batch, like a stateful RNN: each `model(x, training=...)` call
@@ -51,7 +48,6 @@ from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.models.backbone import Backbone, BackboneOwner, States
 from partf.models.config import ModelConfig, is_searched_architecture
 from partf.models.cost import expected_flops
-from partf.models.legacy_layout import LegacyLayoutLoading, LegacyView, own_variables
 from partf.models.loss import (
     add_layer_losses,
     attention_loss_logs,
@@ -71,7 +67,7 @@ _CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfi
 
 
 @register
-class PARTransformerXL(LegacyLayoutLoading, SearchInterface, BackboneOwner, keras.Model):
+class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
     """PAR Transformer-XL language model.
 
     Args:
@@ -137,9 +133,7 @@ class PARTransformerXL(LegacyLayoutLoading, SearchInterface, BackboneOwner, kera
         # The XL memory (below): every block's state, per set.
         self._add_block_states()
         # The sampled-path search's loss baseline, a running mean [sum, weight] (divided
-        # out, so the first steps are not biased toward zero). Made last and only for that
-        # search: training checkpoints restore by path, but a .keras file stores the
-        # model's own variables by position, so every other model keeps its order.
+        # out, so the first steps are not biased toward zero); only that search has one.
         self.search_baseline = None
         if config.is_stochastic and config.search_estimator == "sampled":
             self.search_baseline = self.add_weight(
@@ -151,8 +145,6 @@ class PARTransformerXL(LegacyLayoutLoading, SearchInterface, BackboneOwner, kera
                 aggregation="only_first_replica",
             )
         # Absolute positions: the stream position reached, one count per row and set.
-        # Made last, and only when chosen, so every other model keeps its variables and
-        # their order (.keras files store them by position).
         self._add_position_states()
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
@@ -163,62 +155,6 @@ class PARTransformerXL(LegacyLayoutLoading, SearchInterface, BackboneOwner, kera
             return
         self.backbone.build(input_shape)
         self.output_layer.build((*input_shape, self.config.d_model))
-
-    def _legacy_layers(self) -> list[keras.layers.Layer]:
-        """The sublayers in the order the model tracked them before the backbone."""
-        backbone = self.backbone
-        layers = [backbone.embedding, backbone.input_dropout, self.temperature]
-        layers += [*backbone.blocks, self.output_layer, backbone.position_embedding]
-        return [layer for layer in layers if layer is not None]
-
-    def _in_legacy_order(self, kind: str) -> list[Any]:
-        """`weights` or `variables` (kind) in the order they had before the backbone:
-        the model's own, then its sublayers' in `_legacy_layers` order."""
-        found, seen = [], set()
-        own = self._trainable_variables + self._non_trainable_variables
-        if kind == "variables":
-            own = own + [generator.state for generator in self._seed_generators]
-        layers = [*self._legacy_layers(), *self._layers]
-        for variable in own + [v for layer in layers for v in getattr(layer, kind)]:
-            if id(variable) not in seen:
-                seen.add(id(variable))
-                found.append(variable)
-        return found
-
-    # Keras lists a model's variables by its sublayers' order, and the backbone holds
-    # what used to be the model's own sublayers, with the temperature and the adaptive
-    # softmax outside it. These keep the earlier order (embedding, temperature, blocks,
-    # adaptive softmax, position table): a .keras file stores the optimizer's slots by
-    # position in `trainable_variables`, and the checkpoints' seed generators, whose
-    # keys collide, are matched in `variables` order.
-    @property
-    def weights(self) -> list[Any]:
-        if getattr(self, "backbone", None) is None:
-            return super().weights
-        return self._in_legacy_order("weights")
-
-    @property
-    def variables(self) -> list[Any]:
-        if getattr(self, "backbone", None) is None:
-            return super().variables
-        return self._in_legacy_order("variables")
-
-    def legacy_view(self) -> LegacyView:
-        """The attribute tree of the model before the backbone (issue 38), whose layout
-        `.keras` files of earlier releases have: `embedding`, `input_dropout`, `blocks`
-        and `position_embedding` on the model, with `temperature` and `output_layer`
-        (the adaptive softmax), and `layers` listing them in tracking order."""
-        backbone = self.backbone
-        attrs = [
-            ("blocks", backbone.blocks),
-            ("embedding", backbone.embedding),
-            ("input_dropout", backbone.input_dropout),
-            ("layers", self._legacy_layers()),
-            ("output_layer", self.output_layer),
-            ("position_embedding", backbone.position_embedding),
-            ("temperature", self.temperature),
-        ]
-        return LegacyView(attrs, own_variables(self))
 
     # -------------------------------------------------------------- positions
     @property

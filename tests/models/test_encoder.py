@@ -236,17 +236,14 @@ def test_built_on_construction_so_xla_fit_creates_no_variable():
     model.fit(tokens_with_padding(), np.array([0, 1]), epochs=1, verbose=0)
 
 
-def test_a_config_saved_before_the_authors_defaults_builds_the_earlier_attention():
-    """An encoder config without `attention_defaults` (saved before TransNormer's defaults
-    became the authors') is built with partf's earlier `diag` (softmax); one with it, or
-    an options dict that sets the option itself, as written."""
+def test_a_config_of_an_earlier_generation_builds_its_attention():
+    """An encoder config names its generation of attention defaults (--attention_defaults):
+    partf_v1's builds partf's earlier `diag` (softmax), unless its options set the option
+    themselves; today's builds the options as written."""
     config = small(attention="diag", attention_options={"block_size": 4}).get_config()
     assert config["attention_defaults"] == ATTENTION_GENERATIONS[-1]  # by its name
     assert Encoder.from_config(config).attention_options == {"block_size": 4}
-    # Written before the generations had names: "authors", the authors' first defaults.
-    unnamed = Encoder.from_config({**config, "attention_defaults": "authors"})
-    assert unnamed.attention_options == {"block_size": 4}  # (diag's are unchanged since)
-    old = {k: v for k, v in config.items() if k != "attention_defaults"}
+    old = {**config, "attention_defaults": "partf_v1"}
     pinned = Encoder.from_config(old).attention_options
     assert pinned["diag_diag_activation"] == "softmax"
     assert pinned["block_size"] == 4
