@@ -228,8 +228,7 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
         "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
         "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
-        "chunk_mask partf); a saved configuration keeps its own (authors saved before the "
-        "versions: authors_v1; none: partf_v1), a resumed run its checkpoint's unless given",
+        "chunk_mask partf); a saved model keeps its own, and a run resumes only with its own",
         choices=("authors", "authors_v2", "authors_v1", "partf_v1"),
     ),
     Setting(

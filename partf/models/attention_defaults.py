@@ -31,14 +31,6 @@ ATTENTION_GENERATIONS = ("partf_v1", "authors_v1", "authors_v2")
 #: generation comes) or a generation by name.
 ATTENTION_DEFAULTS = ("authors", *reversed(ATTENTION_GENERATIONS))
 
-#: The value a saved ModelConfig dict without the field stands for: it was written
-#: before the field existed, so with the defaults of then.
-FIELDS_OF_OLD_DICTS = {"attention_defaults": "partf_v1"}
-
-#: What a saved dict's unversioned `attention_defaults` stood for: dicts written before
-#: the generations had names held "authors" for the authors' first generation.
-UNVERSIONED_IN_DICTS = {"authors": "authors_v1"}
-
 
 def generation_defaults(cls: type, generation: str) -> dict[str, Any]:
     """What leaving each option of attention class `cls` unset meant in `generation`
@@ -63,8 +55,9 @@ def pin_previous_defaults(
     """Attention options with each mechanism's defaults of `generation` written out.
 
     An option left unset whose default has changed since `generation` gets its value of
-    then as `<mechanism>_<option>`, so a model saved before the change is built as it
-    was trained; options set (shared or for the mechanism alone) are kept.
+    then as `<mechanism>_<option>`, so a model of that generation
+    (--attention_defaults) is built as partf built it then; options set (shared or for
+    the mechanism alone) are kept.
 
     Example:
         >>> pin_previous_defaults({"window_size": 8}, ["diag"])["diag_diag_activation"]

@@ -23,8 +23,6 @@ from partf.layers.temperature import validate_temperature
 from partf.models.attention_defaults import (
     ATTENTION_DEFAULTS,
     ATTENTION_GENERATIONS,
-    FIELDS_OF_OLD_DICTS,
-    UNVERSIONED_IN_DICTS,
     pin_previous_defaults,
 )
 from partf.settings import setting
@@ -203,8 +201,7 @@ class ModelConfig:
         "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
         "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
         "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
-        "chunk_mask partf); a saved configuration keeps its own (authors saved before the "
-        "versions: authors_v1; none: partf_v1), a resumed run its checkpoint's unless given",
+        "chunk_mask partf); a saved model keeps its own, and a run resumes only with its own",
         choices=ATTENTION_DEFAULTS,
     )
     candidates: tuple[str, ...] = setting(
@@ -517,24 +514,13 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        """Inverse of `to_dict`; unknown keys raise ValueError.
-
-        A field in `FIELDS_OF_OLD_DICTS` that `values` lacks takes the value given there,
-        not its default: such a dict was saved before the field existed (a checkpoint or
-        `.keras` file), and keeps the meaning it had. A dict without
-        `attention_defaults` thus builds the attentions with partf's first defaults
-        (partf_v1), and one with the unversioned "authors" (written before the
-        generations had names) with the authors' first generation (authors_v1).
-        """
+        """Inverse of `to_dict`; unknown keys raise ValueError."""
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"unknown ModelConfig fields {unknown}; valid fields: {', '.join(sorted(known))}."
             )
-        values = {**FIELDS_OF_OLD_DICTS, **values}
-        defaults = values["attention_defaults"]
-        values["attention_defaults"] = UNVERSIONED_IN_DICTS.get(defaults, defaults)
         return cls(**values)
 
     def replace(self, **changes: Any) -> ModelConfig:

@@ -19,23 +19,6 @@ in any order. Every live variable must find one saved array and every array a va
 else `CheckpointError` says which, in one line. Keys that collide are matched in order
 among themselves (see `restore_variables`).
 
-Renamed variables: a version that moves or renames variables (say, blocks under a new
-`backbone` layer) declares how the keys of older files map to its own, per group, in
-`PATH_ALIASES`: a dict {old key: new key}, a function of the old key, e.g.
-
-    PATH_ALIASES["model"] = lambda key: re.sub(r"^block_", "backbone/block_", key)
-
-or `Renames`, rules that also read the live model's keys: a saved key the live model
-does not have becomes the one live key its rule's pattern matches. So a rename may apply
-to one kind of model only (the encoder's fixed blocks, once attention_i/dense_i/norm_i,
-became one-candidate blocks), and leave a part of the new key open (the attention's name
-in "backbone/block_0/<mechanism>_0/...", which the old "attention_0/..." did not say).
-
-An optimizer key embeds its model variable's path with "_" for "/"
-("block_0_norm_0_gamma_momentum"), so a rename of model paths declares the optimizer's
-too. tests/training/test_legacy_files.py checks that files of earlier releases still
-load; a rename must keep it passing.
-
 Example:
     >>> manager = CheckpointManager("checkpoints/base", keep=5)
     >>> manager.save(step, {"model": model.variables}, meta={"epoch": 0})
@@ -52,8 +35,7 @@ import os
 import re
 import time
 import zipfile
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,17 +194,6 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint {path} is unreadable ({e}).") from None
         return groups, meta
 
-    def latest_meta(self) -> dict[str, Any] | None:
-        """The meta record of the newest checkpoint that has a readable one (its arrays
-        are not read), or None if there is none."""
-        for _, path in reversed(self.checkpoints()):
-            try:
-                with np.load(path, allow_pickle=False) as data:
-                    return json.loads(bytes(data["meta"]).decode("utf-8"))
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-                continue
-        return None
-
     def load_latest(self) -> tuple[dict[str, list[np.ndarray]], dict[str, Any], Path] | None:
         """The newest checkpoint that reads back completely, or None if there is none.
 
@@ -247,69 +218,6 @@ _NUMBERED = re.compile(r"\b(seed_generator)_\d+\b")
 _ANOTHER_CONFIGURATION = (
     "it was written with another configuration: pass the run's flags, or start a new --output_dir"
 )
-
-
-class Renames:
-    """Renames of saved keys that read the live keys.
-
-    Args:
-        rules: (old, new) regular expressions. A saved key that is not a live key and
-            fully matches `old` is renamed to the one live key that fully matches `new`
-            with `old`'s groups filled in (`\\1`, as in `re.sub`); the first rule that
-            finds exactly one such key applies. Keys no rule renames stay as they are.
-    """
-
-    def __init__(self, rules: Sequence[tuple[str, str]]) -> None:
-        self.rules = [(re.compile(old), new) for old, new in rules]
-
-    def rename(self, key: str, live: Collection[str]) -> str:
-        if key in live:
-            return key
-        for old, new in self.rules:
-            match = old.fullmatch(key)
-            if match is None:
-                continue
-            pattern = re.compile(match.expand(new))
-            found = [name for name in live if pattern.fullmatch(name)]
-            if len(found) == 1:
-                return found[0]
-        return key
-
-
-#: A rename of saved keys: {old key: new key}, a function of the old key, or `Renames`.
-Aliases = Mapping[str, str] | Callable[[str], str] | Renames
-
-
-def _backbone_renames(sep: str) -> Renames:
-    """Issue 38: the models' embedding, position table and blocks moved under their
-    `backbone` ("embedding/x" -> "backbone/embedding/x", "block_0/x" ->
-    "backbone/block_0/x": the causal model's blocks and an encoder search's), and each of
-    the Encoder's fixed blocks became a one-candidate `StochasticBlock` ("attention_0/x"
-    -> "backbone/block_0/<mechanism>_0/x", "dense_1/x" -> "backbone/block_1/dense_0/x",
-    "norm_1/x" -> "backbone/block_1/norm_0/x"). Keys that did not move (the causal
-    model's memory, adaptive softmax and architecture logits) are live and stay. `sep`
-    joins the parts: "/" in model keys, "_" in the optimizer's, which embed their
-    variable's path."""
-    rules = [
-        (r"(embedding|position_embedding)/(.+)", r"backbone/\1/\2"),
-        (r"block_(\d+)/(.+)", r"backbone/block_\1/\2"),
-        (r"dense_(\d+)/(.+)", r"backbone/block_\1/dense_0/\2"),
-        (r"norm_(\d+)/(.+)", r"backbone/block_\1/norm_0/\2"),
-        # The attention's name is its mechanism's (any but the block's LayerNorm).
-        (
-            r"attention_(\d+)/(.+)",
-            r"backbone/block_\1/(?!norm_0/(gamma|beta)([^a-z0-9]|$))[a-z0-9]+_0/\2",
-        ),
-    ]
-    return Renames([(old.replace("/", sep), new.replace("/", sep)) for old, new in rules])
-
-
-#: Renames later versions declare for the keys of files written before them, by group
-#: ("model", "optimizer", ...); see the module docstring.
-PATH_ALIASES: dict[str, Aliases] = {
-    "model": _backbone_renames("/"),
-    "optimizer": _backbone_renames("_"),
-}
 
 
 def variable_key(path: str, group: str, root: str | None) -> str:
@@ -343,32 +251,14 @@ def variable_key(path: str, group: str, root: str | None) -> str:
 
 
 def saved_root(meta: Mapping[str, Any]) -> str | None:
-    """The saved model's name: as the meta record has it ("model_name"), or for a file
-    written before it did, the first part that most of its model paths share (partf-train
-    names its models itself); None if no first part is shared by more than half."""
-    if meta.get("model_name"):
-        return str(meta["model_name"])
-    paths = saved_paths(meta, "model")
-    firsts = Counter(path.split("/")[0] for path in paths if "/" in path)
-    if not firsts:
-        return None
-    name, count = firsts.most_common(1)[0]
-    return name if count > len(paths) / 2 else None
+    """The saved model's name, as the meta record has it ("model_name"), or None."""
+    name = meta.get("model_name")
+    return None if name is None else str(name)
 
 
 def saved_paths(meta: Mapping[str, Any], group: str) -> list[str]:
     """The paths of a group's saved variables, in saved order (none for a missing group)."""
     return [str(path) for path, *_ in meta["layout"].get(group, [])]
-
-
-def _rename(key: str, aliases: Aliases | None, live: Collection[str]) -> str:
-    if aliases is None:
-        return key
-    if isinstance(aliases, Renames):
-        return aliases.rename(key, live)
-    if callable(aliases):
-        return aliases(key)
-    return aliases.get(key, key)
 
 
 def _by_key(keys: Sequence[str]) -> dict[str, list[int]]:
@@ -391,7 +281,6 @@ def matched_arrays(
     *,
     root: str | None = None,
     saved_model_root: str | None = None,
-    aliases: Aliases | None = None,
 ) -> None:
     """Pairs each variable with its saved array (see `restore_variables`), checking shapes.
 
@@ -409,7 +298,6 @@ def matched_arrays(
             None matches by position (arrays without paths).
         root: the live model's name (`model.name`), dropped from keys.
         saved_model_root: the saved model's name (`saved_root`); default `root`.
-        aliases: renames of saved keys to today's; default `PATH_ALIASES[what]`.
 
     Returns:
         (variable, array) pairs, in the variables' order.
@@ -429,12 +317,9 @@ def matched_arrays(
     else:
         if len(saved_paths) != len(arrays):
             raise CheckpointError(f"the checkpoint's {what} layout does not match its arrays.")
-        aliases = PATH_ALIASES.get(what) if aliases is None else aliases
         saved_model_root = root if saved_model_root is None else saved_model_root
         live = _by_key([variable_key(v.path, what, root) for v in variables])
-        saved = _by_key(
-            [_rename(variable_key(p, what, saved_model_root), aliases, live) for p in saved_paths]
-        )
+        saved = _by_key([variable_key(p, what, saved_model_root) for p in saved_paths])
         missing = [k for k in live if len(saved.get(k, ())) < len(live[k])]
         extra = [k for k in saved if len(live.get(k, ())) < len(saved[k])]
         if missing or extra:
@@ -472,7 +357,7 @@ def restore_variables(
 ) -> None:
     """Assigns saved arrays to the variables of the same path, checking shapes first.
 
-    Arguments as `matched_arrays` (`keys`: its `root`, `saved_model_root`, `aliases`);
+    Arguments as `matched_arrays` (`keys`: its `root` and `saved_model_root`);
     nothing is assigned unless every variable finds its array.
 
     Raises:

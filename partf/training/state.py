@@ -36,7 +36,6 @@ from partf.training.checkpoint import (
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
 from partf.training.progress import attach_fit_state
-from partf.training.saved_defaults import defaults_hint
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
 
@@ -266,25 +265,11 @@ def _defaults(config_class: type) -> dict[str, Any]:
     return defaults
 
 
-def _as_built(model: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's model settings as its model was built: a configuration of an
-    earlier generation of attention defaults has that generation's values written into
-    its options (`ModelConfig.from_dict`), so a run whose attentions' defaults changed
-    since is not resumed with the new ones unnoticed. Unreadable (older) settings stay as
-    they are, to be compared key by key."""
-    from partf.models.config import ModelConfig
-
-    try:
-        return ModelConfig.from_dict(model).to_dict()
-    except (TypeError, ValueError):
-        return model
-
-
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The settings that differ between a checkpoint's configuration and this run's.
 
     A setting added to `ModelConfig` or `TrainConfig` after the checkpoint was written
-    counts as its default, so checkpoints of older versions still resume.
+    counts as its default, so checkpoints of earlier versions of the same format resume.
 
     Args:
         saved: the checkpoint's full configuration.
@@ -297,15 +282,16 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
     differences = []
     defaults = _defaults(ModelConfig)
-    # Saved before `causal` existed: the objective said it.
-    causal = saved["training"].get("objective") != "mlm"
-    saved_model = _as_built({"causal": causal, **saved["model"]})
+    saved_model = saved["model"]
     for key in sorted(set(saved_model) | set(current["model"])):
-        if key == "attention_defaults":
-            continue  # compared through the attention options it resolves to
         before = saved_model.get(key, defaults.get(key))
         if before != current["model"].get(key):
             differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
+    if not any(line.startswith("attention_options:") for line in differences):
+        # The generation of attention defaults counts through the options it resolves to
+        # (one that changed no option of the run's mechanisms resumes), and is named
+        # beside them when they differ: the flag to pass.
+        differences = [line for line in differences if not line.startswith("attention_defaults:")]
     defaults = _defaults(TrainConfig)
     for key in sorted(set(saved["training"]) | set(current["training"])):
         if key in RESUMABLE_CHANGES or key == "model":
@@ -347,7 +333,7 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
         raise ConfigError(
             f"{folder} holds a run with another configuration "
             f"({'; '.join(differences[:3])}); pass --overwrite to start again or choose "
-            "another --model_name" + defaults_hint(meta["config"]["model"], differences)
+            "another --model_name."
         )
     live = built.state_groups()
     # Each variable takes the saved array of its own path (checkpoint.variable_key).

@@ -70,7 +70,6 @@ from partf.training.fitting import make_callbacks, plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
 from partf.training.results import Trained, finish
-from partf.training.saved_defaults import keep_saved_defaults
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
 from partf.training.state import Built, CheckpointWriter, Clock, Resumed, build_model, restore
 
@@ -236,8 +235,6 @@ class Trainer:
         # Multi-worker and TPU strategies must exist before TensorFlow starts its runtime.
         self.strategy = strategy = build_strategy(config.distribution_strategy)
         self.paths = paths = run_paths(config, strategy)
-        if not config.overwrite:  # a resumed run keeps its checkpoint's attention defaults
-            self.config = config = keep_saved_defaults(config, paths.checkpoints)
 
         # Everything that can reject the inputs runs before anything is written.
         self.data = data = load_data(config)

@@ -175,12 +175,11 @@ def test_a_config_saved_before_conv_form_keeps_partfs_convolution():
     np.testing.assert_allclose(to_np(restored(x, mask=mask)[0]), to_np(layer(x, mask=mask)[0]))
 
 
-def test_an_old_model_config_keeps_partfs_convolution():
-    """A ModelConfig dict saved before `attention_defaults` existed builds Fastformer's
+def test_a_model_config_of_partfs_first_defaults_keeps_partfs_convolution():
+    """A ModelConfig dict of --attention_defaults=partf_v1 builds Fastformer's
     convolution in partf's form; a new one in the seed's."""
     new = ModelConfig(vocab_size=50, cutoffs=(), attention="fastformer")
-    saved = new.to_dict()
-    saved.pop("attention_defaults")
+    saved = {**new.to_dict(), "attention_defaults": "partf_v1"}
     saved["attention_options"] = {"convolve": True}
     old = ModelConfig.from_dict(saved)
     assert old.attention_options == {"convolve": True, "fastformer_conv_form": "partf"}

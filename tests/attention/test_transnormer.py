@@ -219,11 +219,10 @@ def test_a_config_saved_before_rms_form_keeps_partfs_norm(name):
     check_attend(restored, getattr(references, name), config, q, k, v, state, mask, rtol=2e-4)
 
 
-def test_model_config_saved_before_the_authors_defaults_keeps_partfs():
-    """A ModelConfig dict as checkpoints and .keras files held it before
-    `attention_defaults` existed builds the attentions it was trained with (diag:
-    softmax and partf's RMS norm; norm: partf's RMS norm), keeping options it set; a
-    new one builds transnormer_t1."""
+def test_model_config_of_partfs_first_defaults_keeps_partfs():
+    """A ModelConfig of --attention_defaults=partf_v1, saved and read back, builds
+    partf's first attentions (diag: softmax and partf's RMS norm; norm: partf's RMS
+    norm), keeping options it set; a new one builds transnormer_t1."""
     new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=4, architecture="transnormer")
     assert new.architecture == "diag D norm D"
     assert ModelConfig.from_dict(new.to_dict()) == new
@@ -239,8 +238,7 @@ def test_model_config_saved_before_the_authors_defaults_keeps_partfs():
     )
     assert (norm.feature_map, norm.norm_type, norm.rms_form) == ("elu", "simple_rms", "authors")
 
-    saved = new.to_dict()
-    saved.pop("attention_defaults")
+    saved = {**new.to_dict(), "attention_defaults": "partf_v1"}
     old = ModelConfig.from_dict(saved)
     assert old.attention_defaults == "partf_v1"
     assert ModelConfig.from_dict(old.to_dict()) == old

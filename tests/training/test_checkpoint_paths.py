@@ -1,5 +1,5 @@
-"""Checkpoints restore by variable path: any creation order, renames through aliases,
-colliding paths in order, one-line refusals."""
+"""Checkpoints restore by variable path: any creation order, another model name, colliding
+paths in order, one-line refusals."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from partf.models import ModelConfig, PARTransformerXL
-from partf.training import checkpoint as checkpoint_module
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -19,8 +18,8 @@ from partf.training.checkpoint import (
 )
 
 
-def _saved(tmp_path, groups):
-    CheckpointManager(tmp_path).save(1, groups, meta={})
+def _saved(tmp_path, groups, **meta):
+    CheckpointManager(tmp_path).save(1, groups, meta=meta)
     arrays, meta, _ = CheckpointManager(tmp_path).load_latest()
     return arrays, meta
 
@@ -77,7 +76,7 @@ def test_a_shuffled_model_and_optimizer_restore_with_other_numbered_names(tmp_pa
     x = np.random.default_rng(0).integers(1, 30, size=(2, 9)).astype("int32")
     model.fit(x[:, :-1], x[:, 1:], batch_size=2, epochs=1, verbose=0)
     groups = {"model": model.variables, "optimizer": model.optimizer.variables}
-    arrays, meta = _saved(tmp_path, groups)
+    arrays, meta = _saved(tmp_path, groups, model_name=model.name)
 
     other = _tiny()
     other.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
@@ -149,76 +148,3 @@ def test_missing_and_extra_variables_are_refused_in_one_line_with_the_fix(tmp_pa
     assert message.endswith("pass the run's flags, or start a new --output_dir.")
     for got, want in zip(live.variables, before, strict=True):
         np.testing.assert_array_equal(got.numpy(), want)  # nothing half restored
-
-
-def test_a_renamed_variable_restores_through_an_alias(tmp_path, monkeypatch):
-    saved_model = _Two(("first", "second"), name="m")
-    _randomize(saved_model.variables)
-    arrays, meta = _saved(tmp_path, {"model": saved_model.variables})
-    live = _Two(("first", "renamed"), name="m")
-    paths = saved_paths(meta, "model")
-    with pytest.raises(CheckpointError):
-        restore_variables(live.variables, arrays["model"], "model", paths, root="m")
-    # A table {old key: new key} passed in, or a function declared in PATH_ALIASES.
-    table = {"second/kernel": "renamed/kernel", "second/bias": "renamed/bias"}
-    restore_variables(live.variables, arrays["model"], "model", paths, root="m", aliases=table)
-    np.testing.assert_array_equal(live.renamed.kernel.numpy(), saved_model.second.kernel.numpy())
-    live.renamed.kernel.assign(np.zeros((2, 3), "float32"))
-    monkeypatch.setitem(
-        checkpoint_module.PATH_ALIASES, "model", lambda key: key.replace("second/", "renamed/")
-    )
-    restore_variables(live.variables, arrays["model"], "model", paths, root="m")
-    np.testing.assert_array_equal(live.renamed.kernel.numpy(), saved_model.second.kernel.numpy())
-
-
-def test_renames_read_the_live_keys():
-    """`Renames` rename a saved key only where the live model lacks it, to the one live
-    key the rule's pattern matches (the layers moved under the backbone, issue 38)."""
-    renames = checkpoint_module.PATH_ALIASES["model"]
-    encoder = [
-        "backbone/embedding/embeddings",
-        "backbone/block_0/softmax_0/query/kernel",
-        "backbone/block_0/norm_0/gamma",
-        "backbone/block_1/dense_0/inner/kernel",
-        "backbone/block_1/norm_0/gamma",
-        "backbone/block_2/norm_0/query/kernel",  # the "norm" mechanism's attention
-        "backbone/block_2/norm_0/gamma",
-    ]
-    legacy = {
-        "embedding/embeddings": encoder[0],
-        "attention_0/query/kernel": encoder[1],
-        "norm_0/gamma": encoder[2],
-        "dense_1/inner/kernel": encoder[3],
-        "norm_1/gamma": encoder[4],
-        "attention_2/query/kernel": encoder[5],
-        "norm_2/gamma": encoder[6],
-    }
-    for old, new in legacy.items():
-        assert renames.rename(old, set(encoder)) == new
-    # The causal model's embedding, position table and blocks moved too; its memory,
-    # adaptive softmax and architecture logits (made outside any layer's scope) did not.
-    causal = {
-        "embedding/embeddings": "backbone/embedding/embeddings",
-        "position_embedding/embeddings": "backbone/position_embedding/embeddings",
-        "block_0/relative_0/query/kernel": "backbone/block_0/relative_0/query/kernel",
-        "block_0/dense_1/inner/kernel": "backbone/block_0/dense_1/inner/kernel",
-        "block_0/norm_1/gamma": "backbone/block_0/norm_1/gamma",
-        "block_0/relative_0/seed_generator/seed_generator_state": (
-            "backbone/block_0/relative_0/seed_generator/seed_generator_state"
-        ),
-        "block_0/arch_logits": "block_0/arch_logits",
-        "train_state_0_0_memory": "train_state_0_0_memory",
-        "adaptive_softmax/head/kernel": "adaptive_softmax/head/kernel",
-    }
-    for old, new in causal.items():
-        assert renames.rename(old, set(causal.values())) == new
-    slots = checkpoint_module.PATH_ALIASES["optimizer"]
-    live = {
-        "backbone_block_0_softmax_0_query_kernel_momentum",
-        "backbone_block_0_norm_0_gamma_momentum",
-    }
-    assert (
-        slots.rename("attention_0_query_kernel_momentum", live)
-        == "backbone_block_0_softmax_0_query_kernel_momentum"
-    )
-    assert slots.rename("norm_0_gamma_momentum", live) == "backbone_block_0_norm_0_gamma_momentum"

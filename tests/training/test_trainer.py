@@ -337,32 +337,6 @@ def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
     assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
 
 
-def test_a_checkpoint_from_before_attention_defaults_resumes_only_as_it_was_built():
-    """A run saved before `attention_defaults` existed was built with partf's earlier
-    attention defaults: a `diag` run resumes only with them, a relative one with either."""
-    from partf.models.config import ModelConfig
-    from partf.training.state import config_differences
-
-    training = TrainConfig().to_dict()
-    for architecture, affected in (("diag D", True), ("A D", False)):
-        fields = {**TINY, "architecture": architecture}
-        now = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **fields).to_dict()
-        old = {k: v for k, v in now.items() if k != "attention_defaults"}
-        saved = {"model": old, "training": training}
-        differences = config_differences(saved, {"model": now, "training": training})
-        assert bool(differences) == affected, differences
-        if affected:
-            assert differences[0].startswith("attention_options:")
-            pinned = ModelConfig(
-                vocab_size=VOCAB,
-                batch_size=8,
-                tau_steps=24,
-                attention_defaults="partf_v1",
-                **fields,
-            ).to_dict()
-            assert config_differences(saved, {"model": pinned, "training": training}) == []
-
-
 EVA_FIELDS = {
     **TINY,
     "architecture": "eva D",
@@ -370,78 +344,29 @@ EVA_FIELDS = {
 }
 
 
-def _as_written_before_generations(model: dict) -> dict:
-    """A ModelConfig dict as partf wrote it before the generations of attention defaults
-    had names (ce75619): attention_defaults "authors", meaning EVA's chunk_mask partf."""
-    return {**model, "attention_defaults": "authors"}
-
-
-def test_a_checkpoint_of_the_unversioned_authors_defaults_resumes_as_it_was_built(tmp_path):
-    """A checkpoint written with "authors" before EVA's mask became the authors' was
-    trained with partf's mask: the newest defaults do not resume it, authors_v1 does, and
-    a resume that leaves --attention_defaults out takes that from the checkpoint."""
-    from partf.training.saved_defaults import defaults_hint, keep_saved_defaults
+def test_a_run_of_an_earlier_attention_generation_resumes_only_with_it():
+    """--attention_defaults is a setting of the run: a checkpoint trained with authors_v1
+    (EVA's chunk_mask partf) resumes with it, and without it is refused, naming the
+    generation beside the options it changes; a run whose mechanisms no generation
+    changed (relative attention) resumes with either."""
     from partf.training.state import config_differences
 
     training = TrainConfig().to_dict()
 
-    def model(**fields):
-        return TrainConfig(model={**EVA_FIELDS, **fields}).model_config(VOCAB, 8, 24)
+    def model(fields, **more):
+        return TrainConfig(model={**fields, **more}).model_config(VOCAB, 8, 24).to_dict()
 
-    now = model().to_dict()
-    saved = {"model": _as_written_before_generations(now), "training": training}
-    differences = config_differences(saved, {"model": now, "training": training})
-    assert differences == [
-        "attention_options: {'window_size': 8, 'chunk_size': 2, 'mem_chunks': 4, "
-        "'eva_chunk_mask': 'partf'} -> {'window_size': 8, 'chunk_size': 2, 'mem_chunks': 4}"
-    ]
-    assert "--attention_defaults=authors_v1" in defaults_hint(saved["model"], differences)
-    v1 = model(attention_defaults="authors_v1").to_dict()
+    v1 = model(EVA_FIELDS, attention_defaults="authors_v1")
+    saved = {"model": v1, "training": training}
     assert config_differences(saved, {"model": v1, "training": training}) == []
-
-    CheckpointManager(tmp_path).save(3, {}, {"config": saved})
-    left_out = TrainConfig(model=dict(EVA_FIELDS))
-    kept = keep_saved_defaults(left_out, tmp_path)
-    assert kept.model == {**EVA_FIELDS, "attention_defaults": "authors_v1"}
-    built = kept.model_config(VOCAB, 8, 24)
-    assert built.attention_options["eva_chunk_mask"] == "partf"
-    assert config_differences(saved, {"model": built.to_dict(), "training": training}) == []
-    # Given on the command line, --attention_defaults wins (and restore compares).
-    given = TrainConfig(model={**EVA_FIELDS, "attention_defaults": "authors"})
-    assert keep_saved_defaults(given, tmp_path) == given
-    # A checkpoint of the newest defaults, or none, changes nothing.
-    CheckpointManager(tmp_path).save(4, {}, {"config": {"model": now, "training": training}})
-    assert keep_saved_defaults(left_out, tmp_path) == left_out
-    assert keep_saved_defaults(left_out, tmp_path / "empty") == left_out
-
-
-def test_a_run_saved_with_the_unversioned_authors_defaults_resumes_with_partfs_eva_mask(
-    records, tmp_path
-):
-    """partf-train's resume of an EVA run whose checkpoints say "authors" as partf wrote
-    them before the generations: it goes on with authors_v1 (EVA's chunk_mask partf),
-    the mask it was trained with, and says so in the files of the resumed run."""
-    config = _config(records, tmp_path, train_directory=str(records[0] / "train6"),
-                     valid_directory="", jit_compile=False, steps_per_execution=2,
-                     ckpt_every=0, eval_every=0, log_every=3, model=dict(EVA_FIELDS))  # fmt: skip
-    with pytest.raises(TrainingInterrupted):
-        train(config, callbacks=[_SigintAt(batch=1)])
-    checkpoints = RunPaths(tmp_path, "tiny").checkpoints
-    ((_, path),) = CheckpointManager(checkpoints).checkpoints()
-    with np.load(path) as data:
-        arrays = {name: data[name] for name in data.files}
-    meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
-    assert meta["config"]["model"]["attention_defaults"] == "authors_v2"
-    meta["config"]["model"] = _as_written_before_generations(meta["config"]["model"])
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    np.savez(path, **arrays)
-    train(config)  # the same command again
-    written = json.loads((checkpoints / "config.json").read_text())["model"]
-    assert written["attention_defaults"] == "authors_v1"
-    assert written["attention_options"]["eva_chunk_mask"] == "partf"
-    _, meta, _ = CheckpointManager(checkpoints).load_latest()
-    assert meta["step"] == 12
-    assert meta["config"]["model"]["attention_options"]["eva_chunk_mask"] == "partf"
+    assert config_differences(saved, {"model": model(EVA_FIELDS), "training": training}) == [
+        "attention_defaults: 'authors_v1' -> 'authors_v2'",
+        "attention_options: {'window_size': 8, 'chunk_size': 2, 'mem_chunks': 4, "
+        "'eva_chunk_mask': 'partf'} -> {'window_size': 8, 'chunk_size': 2, 'mem_chunks': 4}",
+    ]
+    relative = {**TINY, "architecture": "A D"}
+    saved = {"model": model(relative, attention_defaults="partf_v1"), "training": training}
+    assert config_differences(saved, {"model": model(relative), "training": training}) == []
 
 
 def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
