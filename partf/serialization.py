@@ -1,14 +1,71 @@
-"""One decorator that registers every partf layer and model with Keras."""
+"""Keras registration of every partf layer and model, and the format of partf's files.
+
+Every file partf writes for later reading says which format it is in (`FORMAT_KEY`): a
+`.keras` model's config, each checkpoint's record and results.json. `check_format`
+refuses a file of another format in one line.
+"""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-import keras
+from partf.errors import DataError
 
 T = TypeVar("T")
 
 PACKAGE = "partf"
+
+#: The format of the files partf writes. A change that a file of the format before could
+#: not be read by as it stands (a variable that moves or is renamed, a config field that
+#: changes meaning or goes) makes the next format; files of another one are refused.
+FORMAT_VERSION = 1
+
+#: The key that holds the format in a saved record.
+FORMAT_KEY = "format"
+
+
+class FormatError(DataError):
+    """A saved file of another partf format (the command line exits with status 1)."""
+
+
+def format_problem(record: Any, what: str) -> str | None:
+    """Why `record` (a saved file's config or record) cannot be read, in one line, or None
+    when it is of `FORMAT_VERSION`.
+
+    Args:
+        record: the file's record, as read (a dict holding `FORMAT_KEY`).
+        what: the file, for the message ("checkpoint ckpt-00000012.npz").
+
+    Example:
+        >>> format_problem({"format": 1}, "run.keras") is None
+        True
+        >>> format_problem({}, "run.keras")[:62]
+        'run.keras was written by an earlier partf (format none; this p'
+    """
+    found = record.get(FORMAT_KEY) if isinstance(record, Mapping) else None
+    if found == FORMAT_VERSION and not isinstance(found, bool):
+        return None
+    reads = f"this partf reads format {FORMAT_VERSION}"
+    if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
+        return f"{what} was written by a newer partf (format {found}; {reads}): update partf"
+    shown = "none" if found is None else repr(found)
+    return (
+        f"{what} was written by an earlier partf (format {shown}; {reads}): retrain it, or "
+        'load it with the partf version that wrote it (docs/training.md, "Files from '
+        f'before format {FORMAT_VERSION}")'
+    )
+
+
+def check_format(record: Any, what: str) -> None:
+    """Refuses a saved record of another format.
+
+    Raises:
+        FormatError: `format_problem`'s line.
+    """
+    problem = format_problem(record, what)
+    if problem is not None:
+        raise FormatError(problem)
 
 
 def register(cls: T) -> T:
@@ -17,4 +74,6 @@ def register(cls: T) -> T:
     Every layer and model in partf uses this, so a saved `.keras` file names
     its classes as `partf>ClassName` and loads without `custom_objects`.
     """
+    import keras
+
     return keras.saving.register_keras_serializable(package=PACKAGE)(cls)

@@ -57,6 +57,7 @@ def _load_keras(path: Path) -> Any:
 
     import partf.models  # noqa: F401  (registers the classes the file names)
     from partf.models import PARTransformerXL
+    from partf.serialization import FormatError
 
     if not zipfile.is_zipfile(path):
         # Keras answers "File not found" for a damaged archive; say what is wrong instead.
@@ -66,6 +67,8 @@ def _load_keras(path: Path) -> Any:
         )
     try:
         model = keras.saving.load_model(path, compile=False)
+    except FormatError as e:  # another partf format: which, and what to do
+        raise RuntimeExit(f"cannot load {path}: {e}") from e
     except Exception as e:  # a damaged member, another Keras version, a foreign file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RuntimeExit(
@@ -99,7 +102,10 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
         saved_root,
     )
 
-    found = CheckpointManager(run_dir).load_latest()
+    try:
+        found = CheckpointManager(run_dir).load_latest()
+    except CheckpointError as e:  # another format
+        raise RuntimeExit(str(e)) from e
     if found is None:
         raise UsageExit(_NO_MODEL.format(run_dir=run_dir))
     groups, meta, path = found

@@ -45,7 +45,7 @@ from partf.models.attention_defaults import pin_previous_defaults
 from partf.models.backbone import Backbone, BackboneOwner
 from partf.models.config import ModelConfig, parse_architecture
 from partf.models.search_interface import SearchInterface
-from partf.serialization import register
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION, check_format, register
 
 #: Absolute position encodings of the encoder ("rotary" rotates inside the attentions).
 ENCODER_POSITIONS = ("none", "sinusoidal", "learned", "rotary")
@@ -430,6 +430,7 @@ class Encoder(SearchInterface, BackboneOwner, keras.Model):
             # the options an earlier generation pinned are in attention_options.
             attention_defaults=model.attention_defaults,
         )
+        config[FORMAT_KEY] = FORMAT_VERSION
         return config
 
     @classmethod
@@ -437,8 +438,14 @@ class Encoder(SearchInterface, BackboneOwner, keras.Model):
         """Builds the encoder a config describes. A config of an earlier generation of
         attention defaults (`partf.models.attention_defaults`, --attention_defaults) gets
         that generation's values written into its options, so it is built as it was
-        trained."""
+        trained.
+
+        Raises:
+            FormatError: the config is of another partf format (`partf.serialization`).
+        """
+        check_format(config, f"the saved {cls.__name__}")
         config = dict(config)
+        config.pop(FORMAT_KEY)
         generation = config.pop("attention_defaults")
         used = {config.get("attention", "softmax"), *str(config.get("architecture")).split()}
         used |= set(config.get("candidates") or ())

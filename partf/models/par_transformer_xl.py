@@ -56,7 +56,7 @@ from partf.models.loss import (
     split_outputs,
 )
 from partf.models.search_interface import SearchInterface
-from partf.serialization import register
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION, check_format, register
 
 __all__ = ["STATE_SETS", "PARTransformerXL", "States"]
 
@@ -457,11 +457,19 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
             "trainable": self.trainable,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             "config": self.config.to_dict(),
+            FORMAT_KEY: FORMAT_VERSION,
         }
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PARTransformerXL:
+        """Builds the model a saved config describes.
+
+        Raises:
+            FormatError: the config is of another partf format (`partf.serialization`).
+        """
+        check_format(config, f"the saved {cls.__name__}")
         config = dict(config)
+        config.pop(FORMAT_KEY)
         model_config = ModelConfig.from_dict(config.pop("config"))
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])

@@ -19,6 +19,11 @@ in any order. Every live variable must find one saved array and every array a va
 else `CheckpointError` says which, in one line. Keys that collide are matched in order
 among themselves (see `restore_variables`).
 
+Format: the meta record holds the format it was written in
+(`partf.serialization.FORMAT_VERSION`); a checkpoint of another format is refused
+(`CheckpointFormatError`), not skipped. A version that moves or renames variables
+writes the next format.
+
 Example:
     >>> manager = CheckpointManager("checkpoints/base", keep=5)
     >>> manager.save(step, {"model": model.variables}, meta={"epoch": 0})
@@ -40,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION, FormatError, format_problem
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +111,10 @@ class CheckpointError(ValueError):
     """A checkpoint cannot be used (unreadable, or from another configuration)."""
 
 
+class CheckpointFormatError(CheckpointError, FormatError):
+    """A checkpoint of another partf format: readable, but not by this partf."""
+
+
 class CheckpointManager:
     """Saves, lists, prunes and loads the checkpoints of one run folder.
 
@@ -155,7 +166,7 @@ class CheckpointManager:
                 value = np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
                 arrays[f"{group}/{i}"] = value
                 layout[group].append([getattr(variable, "path", str(i)), list(value.shape)])
-        record = dict(meta, step=int(step), layout=layout)
+        record = dict(meta, step=int(step), layout=layout, **{FORMAT_KEY: FORMAT_VERSION})
         arrays["meta"] = np.frombuffer(json.dumps(record).encode("utf-8"), dtype=np.uint8)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
@@ -183,13 +194,19 @@ class CheckpointManager:
 
         Raises:
             CheckpointError: the file is truncated, corrupt or not a partf checkpoint.
+            CheckpointFormatError: it is of another format (one line: which, and what to do).
         """
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+                problem = format_problem(meta, f"checkpoint {path}")
+                if problem is not None:
+                    raise CheckpointFormatError(problem)
                 groups: dict[str, list[np.ndarray]] = {}
                 for group, entries in meta["layout"].items():
                     groups[group] = [data[f"{group}/{i}"] for i in range(len(entries))]
+        except CheckpointFormatError:
+            raise
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             raise CheckpointError(f"checkpoint {path} is unreadable ({e}).") from None
         return groups, meta
@@ -198,10 +215,15 @@ class CheckpointManager:
         """The newest checkpoint that reads back completely, or None if there is none.
 
         A damaged newer file is skipped with a warning, so the one before it is used.
+
+        Raises:
+            CheckpointFormatError: the newest readable checkpoint is of another format.
         """
         for _, path in reversed(self.checkpoints()):
             try:
                 groups, meta = self.load(path)
+            except CheckpointFormatError:
+                raise
             except CheckpointError as e:
                 logger.warning("%s Trying the previous checkpoint.", e)
                 continue

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from partf.serialization import FormatError, check_format
 from partf.training.config import ConfigError
 
 logger = logging.getLogger("partf.training")
@@ -75,6 +76,7 @@ def source_model_path(folder: str | Path) -> Path:
 
     Raises:
         ConfigError: no finished run there (no results.json or no .keras file).
+        FormatError: its results.json is of another partf format.
     """
     folder = Path(folder)
     try:
@@ -85,6 +87,7 @@ def source_model_path(folder: str | Path) -> Path:
             f"--init_from {folder}: no finished run there (needs the results.json and "
             "<name>.keras that a completed partf-train run writes in checkpoints/NAME)."
         ) from None
+    check_format(results, f"--init_from {folder}: its results.json")
     path = folder / f"{name}.keras"
     if not zipfile.is_zipfile(path):
         raise ConfigError(
@@ -101,7 +104,10 @@ def load_source(folder: str | Path) -> Any:
     import partf.models  # noqa: F401  (registers the classes the file names)
 
     path = source_model_path(folder)
-    model = keras.saving.load_model(path, compile=False)
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except FormatError as e:
+        raise FormatError(f"--init_from {folder}: {e}") from None
     if not hasattr(model, "blocks") or not getattr(model.config, "causal", False):
         raise ConfigError(
             f"--init_from {folder}: {path.name} holds a {type(model).__name__}; only a causal "

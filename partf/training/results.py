@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from partf.models.cost import expected_flops, model_flops, training_flops_per_token
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION
 from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
@@ -114,6 +115,7 @@ def finish(
         valid_writer.flush()
     train_loss = trained.train_loss
     results = {
+        FORMAT_KEY: FORMAT_VERSION,  # partf.serialization: readers refuse other formats
         "model_name": config.model_name,
         "steps": step,
         # "epochs" is the --epochs asked for; a run cut short by --max_steps (or resumed

@@ -82,10 +82,18 @@ def read_search(folder: str | Path) -> FinishedSearch:
     Raises:
         ConfigError: `folder` holds no finished search (no readable results.json with pi,
             candidates and the configuration), or that run trained a fixed architecture.
+        FormatError: its results.json is of another partf format.
     """
+    from partf.serialization import check_format
+
     folder = Path(folder)
     try:
         results = json.loads((folder / "results.json").read_text())
+    except (OSError, ValueError):
+        results = None
+    if isinstance(results, dict):
+        check_format(results, f"--from_search {folder}: its results.json")
+    try:
         found = FinishedSearch(
             name=results.get("model_name", folder.name),
             pi=results["pi"],

@@ -10,6 +10,7 @@ from partf.attention import get_attention_class
 from partf.layers.candidates import noncausal_attention_names
 from partf.models import Encoder, ModelConfig
 from partf.models.attention_defaults import ATTENTION_GENERATIONS
+from partf.serialization import FORMAT_VERSION, FormatError
 from tests.attention.helpers import to_np
 
 VOCAB = 13
@@ -234,6 +235,14 @@ def test_built_on_construction_so_xla_fit_creates_no_variable():
         jit_compile=True,
     )
     model.fit(tokens_with_padding(), np.array([0, 1]), epochs=1, verbose=0)
+
+
+def test_a_config_of_another_format_is_refused():
+    config = small().get_config()
+    assert config["format"] == FORMAT_VERSION
+    for found in (None, FORMAT_VERSION + 1):
+        with pytest.raises(FormatError, match=r"^the saved Encoder was written by .* \(format"):
+            Encoder.from_config({**config, "format": found})
 
 
 def test_a_config_of_an_earlier_generation_builds_its_attention():

@@ -1,6 +1,7 @@
 """PARTransformerXL: causality, memory, state variables, architecture, training, saving."""
 
 import io
+import json
 import re
 import zipfile
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 from keras import ops
 
 from partf.models import ModelConfig, PARTransformerXL
+from partf.serialization import FORMAT_VERSION, FormatError
 from tests.layer_checks import assert_close, assert_config_round_trip
 
 V, B = 60, 2
@@ -315,6 +317,41 @@ def test_variable_paths_and_the_keras_file_layout_are_format_1(tmp_path):
         *(f"vars/{i}" for i in range(5)),
     ]
     assert stored == layout
+
+
+@pytest.mark.parametrize(
+    ("found", "said"),
+    [(None, "an earlier partf (format none;"), (2, "a newer partf (format 2;")],
+    ids=["none", "newer"],
+)
+def test_a_keras_file_of_another_format_is_refused_in_one_line(tmp_path, found, said):
+    """A .keras file's config holds the format; one of another is refused, by Keras's
+    loader and by partf-generate's and partf-evaluate's, saying which and what to do."""
+    from partf.cli.loading import RuntimeExit, load_model
+
+    net = PARTransformerXL(
+        vocab_size=30, d_model=8, num_heads=2, d_ffn=16, num_layers=1, mem_len=2,
+        cutoffs=(), batch_size=1,
+    )  # fmt: skip
+    net.save(tmp_path / "new.keras")
+    with zipfile.ZipFile(tmp_path / "new.keras") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    assert config["config"]["format"] == FORMAT_VERSION
+    config["config"]["format"] = found
+    members["config.json"] = json.dumps(config).encode("utf-8")
+    path = tmp_path / "other.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises(FormatError) as caught:
+        keras.saving.load_model(path)
+    assert "\n" not in str(caught.value)
+    assert str(caught.value).startswith(f"the saved PARTransformerXL was written by {said}")
+    with pytest.raises(RuntimeExit) as caught:
+        load_model(path)
+    assert str(caught.value).startswith(f"cannot load {path}: the saved PARTransformerXL was")
+    assert "\n" not in str(caught.value)
 
 
 def test_config_round_trip_non_default():

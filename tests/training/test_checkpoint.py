@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import keras
 import numpy as np
 import pytest
 
+from partf.errors import DataError
+from partf.serialization import FORMAT_VERSION
 from partf.training import checkpoint as checkpoint_module
 from partf.training.checkpoint import (
     CheckpointError,
+    CheckpointFormatError,
     CheckpointManager,
     atomic_write_text,
     restore_variables,
@@ -74,6 +78,42 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path):
         manager.load(newest)
     _, meta, path = manager.load_latest()
     assert meta["n"] == 1
+
+
+def _rewrite_format(path, found):
+    """Rewrites checkpoint `path`'s record as another format would have it (None: none)."""
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
+    meta.pop("format")
+    if found is not None:
+        meta["format"] = found
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("found", "said"),
+    [(None, "an earlier partf (format none;"), (2, "a newer partf (format 2;")],
+    ids=["none", "newer"],
+)
+def test_a_checkpoint_of_another_format_is_refused_in_one_line_not_skipped(tmp_path, found, said):
+    """Each record holds the format; one of another format is not damage (no fall back to
+    an older checkpoint): it is refused, saying which format and what to do."""
+    manager = CheckpointManager(tmp_path, keep=5)
+    manager.save(1, {"model": _variables()}, meta={"n": 1})
+    newest = manager.save(2, {"model": _variables()}, meta={"n": 2})
+    assert manager.load(newest)[1]["format"] == FORMAT_VERSION
+    _rewrite_format(newest, found)
+    with pytest.raises(CheckpointFormatError) as caught:
+        manager.load_latest()
+    message = str(caught.value)
+    assert isinstance(caught.value, DataError)  # the commands' one-line failure, status 1
+    assert "\n" not in message
+    assert message.startswith(f"checkpoint {newest} was written by {said}")
+    assert f"this partf reads format {FORMAT_VERSION}" in message
+    if found is None:
+        assert "retrain it, or load it with the partf version that wrote it" in message
 
 
 def test_restore_refuses_another_configuration(tmp_path):

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from partf.models.config import ModelConfig
 from partf.models.par_transformer_xl import PARTransformerXL
+from partf.serialization import FORMAT_VERSION
 from partf.training.config import ConfigError
 from partf.training.drop_selection import select_dropped
 from partf.training.init_from import block_alignment, init_weights, load_source
@@ -43,7 +44,7 @@ def build(architecture: str, seed: int = 0, **changes) -> PARTransformerXL:
 def finished_run(folder, model, name: str = "source"):
     """`folder` as a finished partf-train run leaves it: results.json and <name>.keras."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps({"model_name": name}))
+    (folder / "results.json").write_text(json.dumps({"format": FORMAT_VERSION, "model_name": name}))
     model.save(folder / f"{name}.keras")
     return folder
 

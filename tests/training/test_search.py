@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from partf.serialization import FORMAT_VERSION, FormatError
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.search import config_from_search, read_search
 
@@ -17,6 +18,7 @@ def _write_search(folder, model, training_changes=None, pi=None):
     training.pop("model")
     folder.mkdir(parents=True, exist_ok=True)
     results = {
+        "format": FORMAT_VERSION,
         "model_name": "search",
         "pi": pi or [[0.8, 0.1, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]],
         "candidates": ["attention", "dense", "identity"],
@@ -64,9 +66,22 @@ def test_explicit_name_and_overwrite_win(tmp_path):
 def test_no_finished_search(tmp_path):
     with pytest.raises(ConfigError, match="no finished search there"):
         read_search(tmp_path)
-    (tmp_path / "results.json").write_text(json.dumps({"pi": [[1.0]]}))
+    (tmp_path / "results.json").write_text(json.dumps({"format": FORMAT_VERSION, "pi": [[1.0]]}))
     with pytest.raises(ConfigError, match="no finished search there"):
         read_search(tmp_path)
+
+
+def test_a_search_of_another_format_is_refused_in_one_line(tmp_path):
+    folder = _write_search(tmp_path / "s", _SEARCHED_MODEL)
+    results = json.loads((folder / "results.json").read_text())
+    for found, said in ((None, "an earlier partf (format none;"), (2, "a newer partf (format 2;")):
+        results["format"] = found
+        (folder / "results.json").write_text(json.dumps(results))
+        with pytest.raises(FormatError) as caught:
+            read_search(folder)
+        assert "\n" not in str(caught.value)
+        assert str(caught.value).startswith(f"--from_search {folder}: its results.json")
+        assert said in str(caught.value)
 
 
 def test_a_fixed_architecture_run_is_no_search(tmp_path):
