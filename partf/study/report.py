@@ -9,7 +9,9 @@ each search had decided, forward FLOPs per token (blocks, and all with the outpu
 layer), its position against the hand-made front (the best control arm, `control = true`, at
 or below its FLOPs), its training compute (3 x forward FLOPs as trained x tokens, the
 runs it started from included), training steps per second (median of the logged
-intervals; compilation excluded) and the test pass's milliseconds per batch.
+intervals; compilation excluded) and the test pass's milliseconds per batch; and, where
+benchmarks/study_speed.py has measured the final models side by side (`speed.json`),
+their training tokens/s, evaluation ms per batch and generation ms per token.
 
 `pareto.png`: validation perplexity against FLOPs per token, a dot per run, each arm's
 mean with its min-max, the reference arm's mean as a line and 2% above it dotted.
@@ -29,6 +31,9 @@ from typing import Any
 from partf.study.plan import Plan
 from partf.study.runner import StudyPaths, newest_step
 
+#: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
+SPEED_FILE = "speed.json"
+
 #: A search has decided from the first logged step at which every block's largest pi is
 #: at least this, each block's argmax staying what it ends as from then on.
 DECIDED = 0.9
@@ -47,6 +52,7 @@ class RunRecord:
     decided_step: int | None = None
     steps_per_second: float | None = None
     source: RunRecord | None = None  # the run it started from (--init_from)
+    speed: dict[str, float] | None = None  # benchmarks/study_speed.py's figures
 
     @property
     def finished(self) -> bool:
@@ -140,6 +146,9 @@ def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
     """A `RunRecord` for every run of the plan, finished or not."""
     records: list[RunRecord] = []
     runs = plan.runs()
+    measured: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        measured = json.loads((paths.out / SPEED_FILE).read_text())
     for run in runs:
         study: dict[str, Any] = {}
         with contextlib.suppress(OSError, ValueError):
@@ -156,6 +165,7 @@ def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
         else:
             status = "not started"
         record = RunRecord(run.name, run.arm, run.seed, _where(study), results, status)
+        record.speed = (measured.get("runs") or {}).get(run.name)
         if results is not None:
             scalars = event_scalars(paths.run_dir(run.name) / "logs" / run.name / "train")
             if (results.get("search") or None) is not None:
@@ -255,6 +265,10 @@ def table(rows: list[ArmRow], reference: str | None, controls: Sequence[str] = (
         "| train steps/s | test ms/batch |",
         "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    side_by_side = any(r.speed for row in rows for r in row.runs)
+    if side_by_side:
+        lines[0] += " train tokens/s, side by side | eval ms/batch | generate ms/token |"
+        lines[1] += "---:|---:|---:|"
     ref_test = _mean(ref.values("test", "perplexity")) if ref else None
     for row in rows:
         valid = row.values("valid", "perplexity")
@@ -277,6 +291,15 @@ def table(rows: list[ArmRow], reference: str | None, controls: Sequence[str] = (
             f"| {_against(_mean(flops), ref_flops)} | {_against(_mean(valid), at_front)} "
             f"| {spread(compute, 1)} | {spread(speeds, 1)} | {spread(latency, 1)} |"
         )
+        if side_by_side:
+            lines[-1] += " " + " ".join(
+                f"{spread([r.speed[key] for r in row.runs if r.speed and key in r.speed], d)} |"
+                for key, d in (
+                    ("train_tokens_per_second", 0),
+                    ("eval_ms_per_batch", 1),
+                    ("generate_ms_per_token", 1),
+                )
+            )
     return lines
 
 

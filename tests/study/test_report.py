@@ -145,9 +145,18 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
         results = json.loads(path.read_text())
         results["train_flops"] = {"total": trained}
         path.write_text(json.dumps(results))
+    speed = {
+        "train_tokens_per_second": 1500.0,
+        "eval_ms_per_batch": 4.25,
+        "generate_ms_per_token": 2.0,
+    }
+    (paths.out / "speed.json").write_text(json.dumps({"runs": {"conv-s0": speed}}))
     report = write_report(plan, paths).read_text()
     rows = {line.split("|")[1].strip(): line for line in report.splitlines() if "|" in line}
     conv = [cell.strip() for cell in rows["conv"].split("|")]
+    # benchmarks/study_speed.py's side-by-side figures, where measured.
+    assert conv[15:18] == ["1500", "4.2", "2.0"]
+    assert [c.strip() for c in rows["**txl** (reference)"].split("|")][15] == "-"
     # 42.0 against the best control at or below 2.5 MFLOPs (small, 44.0): -4.5%.
     assert conv[11] == "-4.5%"
     assert conv[12] == "6.0"  # 1 + 5 TFLOPs: the txl it started from counted
