@@ -64,9 +64,12 @@ def workspace(tmp_path_factory) -> dict:
         "training": {"sp_model_prefix": "data/tokenizer/tiny", "output_dir": "runs"},
     }
     (run_dir / "config.json").write_text(json.dumps(config))
-    # A run interrupted before its .keras was written: only config.json and ckpt-*.npz.
+    # A run interrupted before its .keras was written: only config.json and ckpt-*.npz
+    # (the model named "tiny" in it, as partf-train records; partf-generate names it
+    # "unfinished", after the folder).
     ckpt_dir = root / "runs" / "checkpoints" / "unfinished"
-    CheckpointManager(ckpt_dir).save(7, {"model": model.variables}, meta={"config": config})
+    meta = {"config": config, "model_name": model.name}
+    CheckpointManager(ckpt_dir).save(7, {"model": model.variables}, meta=meta)
     (ckpt_dir / "config.json").write_text(json.dumps(config))
     return {"root": root, "sp_model": sp_model, "run_dir": run_dir, "ckpt_dir": ckpt_dir}
 
