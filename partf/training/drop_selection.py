@@ -113,7 +113,7 @@ def dropped_variant(source: Any, folder: str | Path, architecture: str) -> Any:
     config = source.config.replace(architecture=architecture, num_layers=len(source.blocks))
     model = PARTransformerXL(config, name="par_transformer_xl")
     model.build((config.batch_size, None))
-    init_weights(model, folder)
+    init_weights(model, folder, source)
     return model
 
 

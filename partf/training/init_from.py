@@ -220,13 +220,14 @@ def _outside_blocks(model: Any) -> dict[str, Any]:
     return outside
 
 
-def init_weights(model: Any, folder: str | Path) -> InitReport:
+def init_weights(model: Any, folder: str | Path, source: Any | None = None) -> InitReport:
     """Copies the weights of the finished run in `folder` into `model` (built), where
     the block types match (see the module docstring).
 
     Args:
         model: the run's freshly built `PARTransformerXL`.
         folder: the finished run's checkpoint folder (checkpoints/NAME).
+        source: its model, when the caller has loaded it already (`load_source`).
 
     Returns:
         What was copied, block by block.
@@ -235,7 +236,8 @@ def init_weights(model: Any, folder: str | Path) -> InitReport:
         ConfigError: no finished causal run in `folder`, another vocabulary or width, or
             block counts that cannot be aligned.
     """
-    source = load_source(folder)
+    if source is None:
+        source = load_source(folder)
     for field in ("vocab_size", "d_model"):
         have, want = getattr(source.config, field), getattr(model.config, field)
         if have != want:
