@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -346,3 +352,59 @@ def test_learned_positions_past_their_table_are_refused_before_decoding():
     assert generator.generate([[2, 5, 7]], 9, seed=0).tokens.shape == (1, 9)  # 12 tokens
     with pytest.raises(ValueError, match="learned positions number 12 tokens"):
         generator.generate([[2, 5, 7]], 10, seed=0)
+
+
+JAX_GENERATION_SCRIPT = """
+import json, sys
+import keras, numpy as np
+from partf.generation.generator import Generator
+from partf.generation.sampling import Sampling
+from partf.models.par_transformer_xl import PARTransformerXL
+
+keras.utils.set_random_seed(0)
+model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32, num_layers=2,
+                         mem_len=64, cutoffs=(20,), batch_size=1)
+prompt = [[2, 17, 42, 5]]
+result = {"backend": keras.backend.backend()}
+for name, sampling in [("greedy", Sampling(temperature=0.0)), ("top_k", Sampling(top_k=20))]:
+    compiled = Generator(model, compiled=True).generate(prompt, 12, sampling, seed=3).tokens
+    eager = Generator(model, compiled=False).generate(prompt, 12, sampling, seed=3).tokens
+    again = Generator(model, compiled=True).generate(prompt, 12, sampling, seed=3).tokens
+    other = Generator(model, compiled=True).generate(prompt, 12, sampling, seed=4).tokens
+    result[name] = [compiled.tolist(), eager.tolist(), again.tolist(), other.tolist()]
+generator = Generator(model, compiled=True)
+before = generator.generate(prompt, 12, Sampling(temperature=0.0), seed=0).tokens
+kernel = model.trainable_variables[0]
+kernel.assign(kernel.value * 3.0)
+after = generator.generate(prompt, 12, Sampling(temperature=0.0), seed=0).tokens
+fresh = Generator(model, compiled=False).generate(prompt, 12, Sampling(temperature=0.0), seed=0)
+result["weights"] = [before.tolist(), after.tolist(), fresh.tokens.tolist()]
+json.dump(result, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_jax_decoding_compiles_to_the_eager_tokens(tmp_path):
+    """On JAX the decoding loop runs under jax.jit with per-token keys: it draws the tokens
+    the eager loop draws for the same seed, a seed repeats its text and another changes it,
+    and a compiled loop reads the weights of each call, not those it was traced with."""
+    script = tmp_path / "generate_jax.py"
+    script.write_text(JAX_GENERATION_SCRIPT)
+    out = tmp_path / "out.json"
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["backend"] == "jax"
+    for name in ("greedy", "top_k"):
+        compiled, eager, again, _ = result[name]
+        assert compiled == eager == again, name
+    assert result["top_k"][0] != result["top_k"][3]  # another seed, other draws
+    before, after, fresh = result["weights"]
+    assert after == fresh and after != before

@@ -24,9 +24,11 @@ seed at the start of each `generate`, so a seed always gives the same text.
 The padding id 0 is never sampled: fed back, it would be read as padding.
 
 Decoding (sample, then feed the token) runs as one compiled loop over all
-the new tokens on the TensorFlow backend: a graph by default, XLA with
-`jit_compile=True` (see `benchmarks/generate.py`), so no Python runs
-between tokens. Other backends run it eagerly. In carried mode each step
+the new tokens: on TensorFlow a graph by default, XLA with `jit_compile=True`
+(see `benchmarks/generate.py`); on JAX `jax.jit` with the weights passed in,
+and the draws keyed by one key per token, drawn from the seed generator
+before the loop (a traced loop cannot advance a generator). So no Python runs
+between tokens. In carried mode each step
 also skips the work that cannot change its result:
 
 * with `eval_mode="argmax"` a block's output is its chosen candidate's, so
@@ -72,14 +74,30 @@ from partf.models.par_transformer_xl import PARTransformerXL
 MODES = ("carried", "recompute")
 
 
-def _compile(fn: Callable, compiled: bool, jit_compile: bool) -> Callable:
-    """One compiled function on TensorFlow (graph, or XLA when jit_compile); eager
-    when not `compiled` or on other backends."""
-    if not compiled or keras.backend.backend() != "tensorflow":
+def _compile(fn: Callable, compiled: bool, jit_compile: bool, model: Any = None) -> Callable:
+    """One compiled function: on TensorFlow a graph (XLA when jit_compile); on JAX
+    `jax.jit` with `model`'s variables passed in as arguments (read through a
+    `keras.StatelessScope`, so a compiled loop sees the weights of each call rather
+    than those it was traced with); eager when not `compiled` or on other backends."""
+    if not compiled:
         return fn
-    import tensorflow as tf
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
 
-    return tf.function(fn, jit_compile=jit_compile, reduce_retracing=True)
+        return tf.function(fn, jit_compile=jit_compile, reduce_retracing=True)
+    if backend != "jax" or model is None:
+        return fn
+    import jax
+
+    variables = list(model.variables)
+
+    def stateless(values: list[Any], *args: Any) -> Any:
+        with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+            return fn(*args)
+
+    jitted = jax.jit(stateless)
+    return lambda *args: jitted([variable.value for variable in variables], *args)
 
 
 @dataclasses.dataclass
@@ -255,16 +273,28 @@ class Generator:
             or None).
         """
         key = (sampling, self._choices, int(max_tokens), bool(return_log_probs))
+        # JAX traces the loop's body once, and a traced body cannot advance the seed
+        # generator (an assignment): there each token's draw gets its own key, all drawn
+        # here, eagerly, from the generator. TensorFlow's graph advances it as it goes.
+        keys = None
+        if keras.backend.backend() == "jax":
+            keys = keras.random.randint(
+                (max_tokens, 2), 0, 2**31 - 1, seed=self.seed_generator, dtype="int32"
+            )
         if key not in self._loops:
 
-            def loop(log_probs: Any, state: Any) -> tuple[Any, Any]:
+            def loop(log_probs: Any, state: Any, keys: Any) -> tuple[Any, Any]:
                 batch, vocab = ops.shape(log_probs)[0], ops.shape(log_probs)[1]
                 tokens = ops.zeros((batch, max_tokens), "int32")
                 history = ops.zeros((batch, max_tokens if return_log_probs else 0, vocab))
 
+                def draw(log_probs: Any, n: Any) -> Any:
+                    seed = None if keys is None else ops.cast(keys[n], "uint32")
+                    return self._draw(log_probs, sampling, seed)
+
                 def body(n, carry):
                     log_probs, state, tokens, history = carry
-                    token = self._draw(log_probs, sampling)
+                    token = draw(log_probs, n)
                     tokens = ops.slice_update(tokens, [0, n], token[:, None])
                     if return_log_probs:
                         update = ops.cast(log_probs, "float32")[:, None, :]
@@ -273,32 +303,27 @@ class Generator:
                     return log_probs, state, tokens, history
 
                 carry = (log_probs, state, tokens, history)
-                if max_tokens > 1 and keras.backend.backend() == "tensorflow":
+                if max_tokens > 1:
                     carry = ops.fori_loop(0, max_tokens - 1, body, carry)
-                else:
-                    # JAX traces a fori_loop's body once, and the seed generator's state
-                    # (a variable each draw advances) cannot change inside a trace: so
-                    # there, one token at a time, each step's ops dispatched eagerly.
-                    for n in range(max_tokens - 1):
-                        carry = body(n, carry)
                 # The last token is drawn but not fed: nothing would read the result.
                 log_probs, _, tokens, history = carry
-                last = self._draw(log_probs, sampling)
+                last = draw(log_probs, max_tokens - 1)
                 tokens = ops.slice_update(tokens, [0, max_tokens - 1], last[:, None])
                 if return_log_probs:
                     update = ops.cast(log_probs, "float32")[:, None, :]
                     history = ops.slice_update(history, [0, max_tokens - 1, 0], update)
                 return tokens, history
 
-            self._loops[key] = _compile(loop, self.compiled, self.jit_compile)
-        tokens, history = self._loops[key](log_probs, state)
+            self._loops[key] = _compile(loop, self.compiled, self.jit_compile, self.model)
+        tokens, history = self._loops[key](log_probs, state, keys)
         return tokens, (history if return_log_probs else None)
 
-    def _draw(self, log_probs: Any, sampling: Sampling) -> Any:
+    def _draw(self, log_probs: Any, sampling: Sampling, seed: Any = None) -> Any:
+        """A token per row; `seed`: a JAX key for this draw, else the seed generator."""
         # Padding can never be a real next token: fed back it would be masked out.
         allowed = ops.not_equal(ops.arange(ops.shape(log_probs)[-1]), PAD_ID)
         log_probs = ops.where(allowed[None, :], log_probs, -np.inf)
-        return sample_tokens(log_probs, sampling, self.seed_generator)
+        return sample_tokens(log_probs, sampling, self.seed_generator if seed is None else seed)
 
     # -------------------------------------------------------------- generate
     def generate(

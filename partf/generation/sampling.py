@@ -112,7 +112,8 @@ def sample_tokens(log_probs: Any, sampling: Sampling, seed: Any = None) -> Any:
     Args:
         log_probs: float [B, V] model log-probabilities.
         sampling: the settings.
-        seed: an int or `keras.random.SeedGenerator` (ignored when greedy).
+        seed: an int, a `keras.random.SeedGenerator`, or on JAX a uint32 [2] key
+            (ignored when greedy).
 
     Returns:
         int32 [B] token ids.
