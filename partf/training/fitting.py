@@ -136,7 +136,7 @@ def make_callbacks(
         resumed: the restored running-loss sums and checkpoint.
         save: writes a checkpoint.
         while_frozen: a search's evaluator for validations while pi is frozen
-            (`partf.training.block_weights.expected_evaluator`), or None.
+            (`partf.training.evaluation.block_weights.expected_evaluator`), or None.
 
     Returns:
         The `RunCallbacks`.

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from partf.models.cost import candidate_flops
-from partf.training.perplexity import Evaluator, score
+from partf.training.evaluation.perplexity import Evaluator, score
 from partf.training.plots import save_pi_heatmap
 from partf.training.progress import (
     EveryNSteps,
@@ -282,7 +282,7 @@ class ValidationCallback(EveryNSteps):
         text_counts: keyword arguments of `perplexity_report` (word and character counts).
         frozen_until: a search's last step with pi not yet moved (`--arch_freeze_steps`).
         while_frozen: scores validations up to `frozen_until` instead of `evaluator`
-            (`partf.training.block_weights.expected_evaluator`: the argmax of an unmoved
+            (`partf.training.evaluation.block_weights.expected_evaluator`: the argmax of an unmoved
             pi is each block's first candidate, a stack the mixture never trains alone).
         num_batches: batches in `dataset`, for the progress lines' share and ETA.
 
