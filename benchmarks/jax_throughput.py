@@ -162,7 +162,7 @@ def measure(
         "repeat_seconds": seconds,
     }
     if args.evaluate and precision == "float32" and spe == max(args.spe):
-        from partf.training.jax_evaluator import JaxEvaluator
+        from partf.training.evaluation.jax_evaluator import JaxEvaluator
 
         evaluator = JaxEvaluator(model)
         pairs = list(zip(inputs, targets, strict=True))

@@ -6,7 +6,7 @@ FLOPs are not time. For each finished run of a `partf-study` folder (its final
 - training tokens/s: the loaded model compiled as partf-train compiles it (Adam, XLA,
   --spe steps per execution) and trained with `fit` on batches of the run's own shape
   (batch x sequence length from its results.json), after a call that compiles;
-- evaluation ms per batch: `partf.training.perplexity.Evaluator` (XLA, memory carried)
+- evaluation ms per batch: `partf.training.evaluation.perplexity.Evaluator` (XLA, memory carried)
   over --eval_batches batches of that shape, after a pass that compiles;
 - generation ms per token at --context tokens of context: `partf.generation.Generator`
   (carried state: each token fed alone with the model's own XL memory or running sums,
@@ -59,7 +59,7 @@ class Measured:
         import partf.models  # noqa: F401  (registers partf's classes)
         from partf.generation import Generator, Sampling
         from partf.training.config import TrainConfig
-        from partf.training.perplexity import Evaluator
+        from partf.training.evaluation.perplexity import Evaluator
 
         results = json.loads((path.parent / "results.json").read_text())
         shape = results["data"]

@@ -1,8 +1,9 @@
 """Progress on the console for work that takes a while: lines that start "partf: " on
 stderr, with a count, a rate and an ETA.
 
-Every partf command shows progress the same way. Training (`partf.training.console`)
-writes the step; an evaluation pass, tokenizing a text and writing records use `Meter`:
+Every partf command shows progress the same way. Training
+(`partf.training.callbacks.console_progress`) writes the step; an evaluation pass,
+tokenizing a text and writing records use `Meter`:
 
     partf: scoring valid (argmax weights): 304 batches
     partf: scoring valid (argmax weights): 128/304 (42.1%), 7.61 batches/s

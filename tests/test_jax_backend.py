@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import keras
     import tensorflow as tf
     from partf.models.par_transformer_xl import PARTransformerXL
-    from partf.training.distribution import make_evaluator
+    from partf.training.evaluation.evaluators import make_evaluator
 
     B, L, V, STEPS = {B}, {L}, {V}, {STEPS}
 
@@ -81,7 +81,7 @@ SCRIPT = textwrap.dedent(
             pairs_nll = make_evaluator(model, None, B).evaluate(pairs).total_nll
             # In chunks of 2 batches (the last padded), the states carried from scan to
             # scan, reporting progress between them: the one-pass sums exactly.
-            import partf.training.perplexity as perplexity
+            import partf.training.evaluation.perplexity as perplexity
             perplexity.CHUNK, done = 2, []
             chunked = make_evaluator(model, None, B).evaluate(dataset, progress=done.append)
             perplexity.CHUNK = 32

@@ -21,7 +21,7 @@ WITHOUT_TENSORFLOW = textwrap.dedent(
     sys.modules["tensorflow"] = None  # any import of it now fails
     import partf.errors, partf.models, partf.training
     from partf.training import ArchSettings, TrainConfig, build_optimizer, build_schedule
-    from partf.training.jax_evaluator import JaxEvaluator
+    from partf.training.evaluation.jax_evaluator import JaxEvaluator
     from partf.models import PARTransformerXL
     model = PARTransformerXL(vocab_size=50, d_model=8, num_heads=2, d_ffn=16, num_layers=1,
                              mem_len=4, cutoffs=(20,), batch_size=2)

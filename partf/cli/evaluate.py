@@ -210,8 +210,8 @@ def _check_positions(model: Any, tokens_per_stream: int) -> None:
 # ---------------------------------------------------------------------- main
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Loads the model, scores the split and returns the report (with what was scored)."""
-    from partf.training.distribution import make_evaluator
-    from partf.training.perplexity import score
+    from partf.training.evaluation.evaluators import make_evaluator
+    from partf.training.evaluation.perplexity import score
 
     model, run_dir = load_model(args.model)
     # The block weights go to the evaluator's calls; the model keeps its own eval_mode.

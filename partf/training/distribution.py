@@ -14,7 +14,8 @@ holds replicas [w*R, (w+1)*R) and reads only rows [w*R*b, (w+1)*R*b) of each bat
 The loss is token-weighted over the whole global batch: each replica divides its NLL
 sum by the token count summed over all replicas (`PARTransformerXL.compute_loss`), so
 the summed gradients and the logged loss equal those of one device with batch B.
-`ReplicaEvaluator` scores a split the same way (NLL and token sums over replicas).
+`ReplicaEvaluator` (partf.training.evaluation.replica_evaluator) scores a split the same
+way (NLL and token sums over replicas).
 
 Strategies (`TrainConfig.distribution_strategy`, `partf-train --distribution_strategy`):
 
@@ -40,10 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.layers.candidates import check_eval_mode
 from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
-from partf.training.jax_evaluator import JaxEvaluator
-from partf.training.perplexity import Progress, SplitStats, batch_nll_sums, chunk_size
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -152,88 +150,6 @@ def distribute_rows(
     return strategy.distribute_datasets_from_function(dataset_fn, options)
 
 
-class ReplicaEvaluator:
-    """`Evaluator` for a model built under a strategy: each replica scores its rows.
-
-    Same contract as `partf.training.perplexity.Evaluator`: `evaluate(dataset)` makes one
-    pass with the evaluation memory starting empty and returns exact `SplitStats`
-    (NLL and token sums over every replica; the original's per-batch figure from the
-    batch's global sums).
-
-    Args:
-        model: a partf model built under `strategy.scope()`.
-        strategy: the strategy.
-        global_batch: B, rows per batch of the datasets to score.
-        jit_compile: compile the per-replica function with XLA.
-        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
-            model's own `eval_mode` (as `Evaluator`).
-    """
-
-    def __init__(
-        self,
-        model: Any,
-        strategy: tf.distribute.Strategy,
-        global_batch: int,
-        jit_compile: bool = True,
-        mode: str | None = None,
-    ) -> None:
-        import tensorflow as tf
-
-        if mode is not None:
-            check_eval_mode(mode)
-        self.model = model
-        self.strategy = strategy
-        self.global_batch = global_batch
-        self.mode = mode
-
-        def batch_sums(inputs, targets):
-            return batch_nll_sums(model, inputs, targets, mode)  # this replica's rows
-
-        replica_step = tf.function(batch_sums, jit_compile=jit_compile, reduce_retracing=True)
-
-        def run(iterator, num_batches):
-            total = tf.constant(0.0, tf.float64)
-            count = tf.constant(0.0, tf.float64)
-            exp_sum = tf.constant(0.0, tf.float64)
-            for _ in tf.range(num_batches):
-                t, c = strategy.run(replica_step, args=next(iterator))
-                t = tf.cast(strategy.reduce("SUM", t, axis=None), tf.float64)
-                c = tf.cast(strategy.reduce("SUM", c, axis=None), tf.float64)
-                total += t
-                count += c
-                exp_sum += tf.exp(t / tf.maximum(c, 1.0))
-            return total, count, exp_sum
-
-        self._run = tf.function(run)
-
-    def evaluate(self, dataset: tf.data.Dataset, progress: Progress | None = None) -> SplitStats:
-        """One pass over `dataset` ((inputs, targets) int32 [B, T]), memory starting empty;
-        `progress` is called with the batches done after each chunk of the pass."""
-        import tensorflow as tf
-
-        num_batches = int(dataset.cardinality())
-        if num_batches < 0:
-            num_batches = int(dataset.reduce(0, lambda n, _: n + 1))
-        self.model.reset_state("eval")
-        iterator = iter(distribute_rows(self.strategy, dataset, self.global_batch))
-        # Chunks of the pass through the same loop: the iterator and the memory carry.
-        sums, done, size = [0.0, 0.0, 0.0], 0, chunk_size(num_batches)
-        while done < num_batches:
-            n = min(size, num_batches - done)
-            chunk = self._run(iterator, tf.constant(n))  # (NLL, tokens, sum of exp) sums
-            sums = [a + float(b) for a, b in zip(sums, chunk, strict=True)]
-            done += n
-            if progress:
-                progress(done)
-        self.model.reset_state("eval")
-        return SplitStats(
-            total_nll=sums[0],
-            num_tokens=int(round(sums[1])),
-            num_batches=num_batches,
-            sum_exp_batch_loss=sums[2],
-        )
-
-
 class ReplicaRows:
     """A per-replica memory variable seen as one array: its local replicas' rows in order.
 
@@ -310,22 +226,3 @@ def adapt_model(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
             return {name: tf.reshape(value, (-1,)) for name, value in results.items()}
 
         model.compute_metrics = as_vectors
-
-
-def make_evaluator(
-    model: Any,
-    strategy: tf.distribute.Strategy | None,
-    global_batch: int,
-    jit_compile: bool = True,
-    mode: str | None = None,
-) -> Any:
-    """The evaluator for this backend and strategy: `Evaluator` (TensorFlow, one device),
-    `ReplicaEvaluator` (a strategy) or `JaxEvaluator` (JAX), scoring a search with
-    `mode` block weights ("argmax", "expected" or "sample"; None: its own `eval_mode`)."""
-    from partf.training.perplexity import Evaluator
-
-    if strategy is not None:
-        return ReplicaEvaluator(model, strategy, global_batch, jit_compile, mode)
-    if keras.backend.backend() == "jax":
-        return JaxEvaluator(model, jit_compile, mode)
-    return Evaluator(model, jit_compile=jit_compile, mode=mode)

@@ -95,8 +95,8 @@ def attention_blocks(source: Any) -> list[int]:
 def validation_loss(model: Any, split: Any, jit_compile: bool) -> float:
     """Mean validation loss per token (nats) of `model` on `split`, memory starting
     empty, with the console progress of any scored split."""
-    from partf.training.distribution import make_evaluator
-    from partf.training.perplexity import score
+    from partf.training.evaluation.evaluators import make_evaluator
+    from partf.training.evaluation.perplexity import score
 
     evaluator = make_evaluator(model, None, split.batch_size, jit_compile)
     tokens = split.batch_size * split.seq_len

@@ -1,8 +1,6 @@
-"""The training itself: `fit` over the rest of the run, with partf's callbacks.
+"""The training itself: `fit` over the rest of the run, with partf's callbacks
+(`partf.training.callbacks.run_callbacks.make_callbacks`).
 
-- `make_callbacks(...) -> RunCallbacks`: the callbacks of `partf.training.callbacks`,
-  built for one run and kept by role, so the trainer can ask the ones it needs
-  afterwards (the checkpointer, the validation) and collect why the run stopped.
 - `plan_segments(start, B, total) -> [Segment]`: the `fit` calls, whole epochs where
   possible; a resumed run first finishes its epoch, skipping the batches consumed.
 - `run_fit(...) -> history`: one `fit` per segment, until the end or a stop.
@@ -18,172 +16,18 @@ same batches in the same order (no `tf.data`, no TensorFlow).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.callbacks import (
-    Checkpointer,
-    MemoryReset,
-    MetricsLogger,
-    PiPlotter,
-    ProgressTracker,
-    RunProgress,
-    Segment,
-    SignalWatch,
-    SpikeMonitor,
-    StopReason,
-    ValidationCallback,
-    first_stop,
-)
-from partf.training.config import TrainConfig
+from partf.training.callbacks.progress import RunProgress, Segment
 from partf.training.distribution import distribute_rows
-from partf.training.paths import RunPaths
 from partf.training.splits import RunData
-from partf.training.state import Built, CheckpointWriter, Resumed
-from partf.training.summaries import open_writer
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-
-@dataclasses.dataclass(frozen=True)
-class Writers:
-    """The run's TensorBoard writers: logs/<model_name>/train and .../valid
-    (`partf.training.summaries.open_writer`: `tf.summary`'s on TensorFlow)."""
-
-    train: Any
-    valid: Any
-
-    @classmethod
-    def open(cls, logs: Path) -> Writers:
-        """Creates both writers under `logs`."""
-        return cls(open_writer(logs / "train"), open_writer(logs / "valid"))
-
-    def flush(self) -> None:
-        self.train.flush()
-        self.valid.flush()
-
-
-@dataclasses.dataclass(frozen=True)
-class RunCallbacks:
-    """partf's callbacks for one run, by role, with the TensorBoard writers they write to
-    and the signal watch the Checkpointer asks.
-
-    `fit` gets `as_list()`, in the order `partf.training.callbacks` explains; once it has
-    returned, `stop_reason` says why the run stopped early, if it did.
-    """
-
-    tracker: ProgressTracker
-    spike: SpikeMonitor | None
-    memory: MemoryReset
-    metrics: MetricsLogger
-    plotter: PiPlotter
-    validation: ValidationCallback | None
-    checkpointer: Checkpointer
-    writers: Writers
-    signals: SignalWatch
-
-    def as_list(self) -> list[keras.callbacks.Callback]:
-        """The callbacks, in the order `fit` must run them."""
-        ordered = (
-            self.tracker,
-            self.spike,
-            self.memory,
-            self.metrics,
-            self.plotter,
-            self.validation,
-            self.checkpointer,
-        )
-        return [c for c in ordered if c is not None]
-
-    def stop_reason(self, step: int) -> StopReason | None:
-        """Why the run stopped early, asked of the callbacks then of the signal watch.
-
-        Args:
-            step: where the run is (a signal's reason is placed there).
-
-        Returns:
-            A spike, then a NaN loss, then a signal; None when the run went to its end.
-        """
-        return first_stop(self.as_list()) or self.signals.stop_reason(step)
-
-
-def make_callbacks(
-    config: TrainConfig,
-    paths: RunPaths,
-    built: Built,
-    data: RunData,
-    progress: RunProgress,
-    evaluator: Any,
-    resumed: Resumed,
-    save: CheckpointWriter,
-    while_frozen: Any = None,
-) -> RunCallbacks:
-    """partf's callbacks for a run (see `partf.training.callbacks`), and their writers.
-
-    Args:
-        config: the run's settings (the every-N-steps intervals).
-        paths: where the TensorBoard logs and the pi heatmaps go.
-        built: the model's schedule and spike guard.
-        data: the validation split, if any.
-        progress: the run's position, shared by the callbacks.
-        evaluator: scores the validation split.
-        resumed: the restored running-loss sums and checkpoint.
-        save: writes a checkpoint.
-        while_frozen: a search's evaluator for validations while pi is frozen
-            (`partf.training.block_weights.expected_evaluator`), or None.
-
-    Returns:
-        The `RunCallbacks`.
-    """
-    writers = Writers.open(paths.logs)
-    signals = SignalWatch()
-    validation = None
-    if data.valid is not None:
-        validation = ValidationCallback(
-            progress,
-            writers.valid,
-            evaluator,
-            data.valid.dataset,
-            config.eval_every,
-            data.valid.text_counts,
-            frozen_until=config.arch_settings(data.total_steps).freeze_steps if while_frozen else 0,
-            while_frozen=while_frozen,
-            num_batches=data.valid.num_batches,
-        )
-    spike = None
-    if built.guard is not None:
-        spike = SpikeMonitor(progress, writers.train, built.guard, config.log_every)
-    return RunCallbacks(
-        tracker=ProgressTracker(progress, resumed.metrics),
-        spike=spike,
-        memory=MemoryReset(progress),
-        metrics=MetricsLogger(
-            progress,
-            writers.train,
-            built.schedule.value_at,
-            config.log_every,
-            # The search's expected cost (none for the encoder of --objective=mlm).
-            seq_len=None if data.masking is not None else data.train.seq_len,
-        ),
-        plotter=PiPlotter(progress, writers.train, paths.plots, config.plot_every),
-        validation=validation,
-        checkpointer=Checkpointer(
-            progress,
-            save,
-            config.ckpt_every,
-            signals,
-            resumed.checkpoint,
-            min_seconds=config.ckpt_min_seconds,
-        ),
-        writers=writers,
-        signals=signals,
-    )
 
 
 def plan_segments(start_step: int, batches_per_epoch: int, total_steps: int) -> list[Segment]:

@@ -22,12 +22,12 @@ import numpy as np
 
 from partf.models.cost import expected_flops, model_flops, training_flops_per_token
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
+from partf.training.callbacks.progress import read_tau
 from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
+from partf.training.evaluation.perplexity import score
 from partf.training.paths import RunPaths
-from partf.training.perplexity import score
 from partf.training.plots import make_gif, save_pi_heatmap
-from partf.training.progress import read_tau
 from partf.training.splits import RunData
 from partf.training.state import Built, Clock
 from partf.training.summaries import write_scalars
@@ -76,7 +76,7 @@ def finish(
         valid_writer: the TensorBoard writer of logs/<model_name>/valid.
         clock: the run's wall time.
         expected: a search's evaluator with expected block weights
-            (`partf.training.block_weights.expected_evaluator`): the splits are scored
+            (`partf.training.evaluation.block_weights.expected_evaluator`): the splits are scored
             with it too, as results.json's "expected_weights"; None: not.
 
     Returns:

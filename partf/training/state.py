@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.callbacks import SavedCheckpoint
+from partf.training.callbacks.checkpointer import SavedCheckpoint
+from partf.training.callbacks.progress import attach_fit_state
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -35,7 +36,6 @@ from partf.training.checkpoint import (
 )
 from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
-from partf.training.progress import attach_fit_state
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
 

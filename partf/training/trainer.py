@@ -59,14 +59,16 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.block_weights import expected_evaluator
-from partf.training.callbacks import RunProgress, StopReason
+from partf.training.callbacks.console_progress import ConsoleProgress
+from partf.training.callbacks.progress import RunProgress, StopReason
+from partf.training.callbacks.run_callbacks import make_callbacks
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
 from partf.training.config import ConfigError, TrainConfig
-from partf.training.console import ConsoleProgress
-from partf.training.distribution import build_strategy, make_evaluator
+from partf.training.distribution import build_strategy
 from partf.training.drop_selection import Selection, read_selection, select_dropped, write_selection
-from partf.training.fitting import make_callbacks, plan_segments, run_fit
+from partf.training.evaluation.block_weights import expected_evaluator
+from partf.training.evaluation.evaluators import make_evaluator
+from partf.training.fitting import plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
 from partf.training.results import Trained, finish

@@ -97,7 +97,7 @@ def test_the_raw_text_gives_the_same_figures_as_its_records(trained, capsys):
 
 def test_eval_mode_changes_the_block_weights(trained, capsys, monkeypatch):
     # Chunks of 4 batches, and a progress line after every one (not every 10 s).
-    monkeypatch.setattr("partf.training.perplexity.CHUNK", 4)
+    monkeypatch.setattr("partf.training.evaluation.perplexity.CHUNK", 4)
     monkeypatch.setattr("partf.console.EVERY_SECONDS", 0.0)
     base = ["--model", str(trained["run_dir"]), "--records", str(trained["records"]["test"])]
     assert run([*base, "--eval_mode", "argmax", "--nojit_compile"]) == 0

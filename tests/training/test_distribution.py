@@ -70,7 +70,7 @@ SCRIPT = textwrap.dedent(
         results = trainer.run()
         # The validation pass in chunks (the iterator and the memory carried between
         # them) gives the sums of one pass.
-        import partf.training.perplexity as perplexity
+        import partf.training.evaluation.perplexity as perplexity
         whole = trainer.evaluator.evaluate(trainer.data.valid.dataset)
         perplexity.CHUNK, done = 4, []
         chunked = trainer.evaluator.evaluate(trainer.data.valid.dataset, progress=done.append)

@@ -22,8 +22,8 @@ from partf.models.par_transformer_xl import PARTransformerXL
 from partf.serialization import FORMAT_VERSION
 from partf.training.config import ConfigError
 from partf.training.drop_selection import select_dropped
+from partf.training.evaluation.perplexity import Evaluator
 from partf.training.init_from import block_alignment, init_weights, load_source
-from partf.training.perplexity import Evaluator
 from partf.training.splits import Split
 
 VOCAB, BATCH, LENGTH = 64, 2, 6

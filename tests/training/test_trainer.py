@@ -19,11 +19,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from partf.training.callbacks import Segment
+from partf.training.callbacks.progress import Segment
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
+from partf.training.evaluation.perplexity import Evaluator
 from partf.training.lr_schedules import WarmupCosine
-from partf.training.perplexity import Evaluator
 from partf.training.trainer import RunPaths, TrainingInterrupted, plan_segments, train
 
 VOCAB = 200

@@ -1,6 +1,6 @@
 """`Evaluator` for the JAX backend; needs no TensorFlow.
 
-`partf.training.perplexity.Evaluator` runs the model inside `tf.function`. On JAX each
+`partf.training.evaluation.perplexity.Evaluator` runs the model inside `tf.function`. On JAX each
 batch is instead one `jax.jit`-compiled pure function of all the model's variables, run
 through `keras.StatelessScope`; the evaluation memory it writes is carried to the next
 batch by hand. A split is scored a chunk of up to `CHUNK` batches per call, each a
@@ -24,7 +24,7 @@ import numpy as np
 from keras import ops
 
 from partf.layers.candidates import check_eval_mode
-from partf.training.perplexity import (
+from partf.training.evaluation.perplexity import (
     Progress,
     SplitStats,
     batch_nll_sums,

@@ -37,7 +37,7 @@ def expected_evaluator(model: Any, make: Callable[[str], Any]) -> Any | None:
     Args:
         model: the run's model.
         make: mode -> a fresh evaluator of `model` scoring with those block weights
-            (e.g. `partf.training.distribution.make_evaluator(..., mode=mode)`).
+            (e.g. `partf.training.evaluation.evaluators.make_evaluator(..., mode=mode)`).
     """
     blocks = mixed_blocks(model)
     if not blocks or any(b.eval_mode != "argmax" for b in blocks):

@@ -173,7 +173,7 @@ def stacked_chunks(batches: Sequence[tuple[Any, Any]], size: int) -> Iterator[tu
 def weights_note(evaluator: Any) -> str:
     """ " (argmax weights)" (the block weights a search is scored with: the evaluator's
     `mode`, else its blocks' `eval_mode`); "" for a fixed architecture."""
-    from partf.training.block_weights import mixed_blocks
+    from partf.training.evaluation.block_weights import mixed_blocks
 
     blocks = mixed_blocks(getattr(evaluator, "model", None))
     if not blocks:

@@ -1,5 +1,5 @@
 """Scoring a search with other block weights (an evaluator's `mode`,
-`partf.training.block_weights`): the same figures as a copy of the model built with that
+`partf.training.evaluation.block_weights`): the same figures as a copy of the model built with that
 eval_mode, the model's own mode left as it was, compiled evaluators of different modes
 each keeping their own, and validation during a frozen pi scored by the expected mixture."""
 
@@ -14,10 +14,10 @@ import tensorflow as tf
 
 from partf.generation.model_helpers import reconfigure
 from partf.models import MaskedLanguageModel, PARTransformerXL
-from partf.training.block_weights import expected_evaluator
-from partf.training.monitoring import ValidationCallback
-from partf.training.perplexity import Evaluator, SplitStats
-from partf.training.progress import RunProgress
+from partf.training.callbacks.monitoring import ValidationCallback
+from partf.training.callbacks.progress import RunProgress
+from partf.training.evaluation.block_weights import expected_evaluator
+from partf.training.evaluation.perplexity import Evaluator, SplitStats
 
 VOCAB = 50
 

@@ -1,32 +1,7 @@
-"""Everything around the compiled train step, as Keras callbacks.
+"""Checkpoints during a run: `Checkpointer` saves every N steps, at epoch ends and on
+SIGINT/SIGTERM, which `SignalWatch` records; `SavedCheckpoint` is one on disk.
 
-The train step itself (forward, loss, gradients, update, XL memory, tau) runs inside
-`fit`'s compiled function, `steps_per_execution` steps per call. Callbacks run between
-calls, on the host, and read device values only when they have something to do (every
-`log_every` steps, at checkpoints, at epoch ends), so there is no host sync per step.
-
-The trainer installs them in this order (order matters: each reads the position the
-tracker has just updated, and the checkpoint comes after the figures of its step):
-
-    ProgressTracker   the run's position (`RunProgress`), counted on the host
-    SpikeMonitor      the loss-spike guard's skipped steps (with --spike_guard only)
-    MemoryReset       empties the training memory at each epoch start
-    MetricsLogger     loss, lr, tau, tokens/s, pi: TensorBoard and training.log
-    PiPlotter         pi heatmaps
-    ValidationCallback  the validation split (when there is one)
-    Checkpointer      checkpoints; saves and stops on SIGINT/SIGTERM
-
-How outcomes come back. A callback keeps what it found out: `Checkpointer.newest` (the
-newest checkpoint), `ValidationCallback.report`, `SpikeMonitor.skipped`. A callback that
-ends the run early (`RunStopper`: MetricsLogger and Checkpointer on a NaN or Inf loss,
-SpikeMonitor on a spike) records a typed `StopReason` in its own `outcome` and sets
-`model.stop_training`; after `fit` the trainer asks `first_stop(callbacks)` why the run
-stopped. A signal is an outside event, not a callback's finding: `SignalWatch` records it,
-the Checkpointer asks it at each execution end, and the trainer asks it afterwards. The
-only state the callbacks share is the position, `RunProgress`, written by one of them.
-
-"Every N steps" is `EveryNSteps` (partf.training.progress): the first execution end at or
-past each multiple of N.
+The callback only decides when: `save` (partf.training.state.CheckpointWriter) writes.
 """
 
 from __future__ import annotations
@@ -40,58 +15,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import keras
-
-from partf.training.monitoring import MetricsLogger, PiPlotter, SpikeMonitor, ValidationCallback
-from partf.training.progress import (
+from partf.training.callbacks.progress import (
     EveryNSteps,
-    ProgressTracker,
     RunProgress,
     RunStopper,
-    Segment,
     StopReason,
-    first_stop,
     read_loss,
 )
 
-__all__ = [
-    "Checkpointer",
-    "EveryNSteps",
-    "MemoryReset",
-    "MetricsLogger",
-    "PiPlotter",
-    "ProgressTracker",
-    "RunProgress",
-    "RunStopper",
-    "SavedCheckpoint",
-    "Segment",
-    "SignalWatch",
-    "SpikeMonitor",
-    "StopReason",
-    "ValidationCallback",
-    "first_stop",
-    "read_loss",
-]
-
 logger = logging.getLogger("partf.training")
-
-
-class MemoryReset(keras.callbacks.Callback):
-    """Empties the training memory when an epoch starts from its first batch.
-
-    A run resumed in the middle of an epoch keeps the memory restored from the checkpoint.
-
-    Args:
-        progress: the run's position.
-    """
-
-    def __init__(self, progress: RunProgress) -> None:
-        super().__init__()
-        self.progress = progress
-
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.progress.step_in_epoch == 0:
-            self.model.reset_state("train")
 
 
 class SignalWatch:

@@ -1,8 +1,8 @@
 """The callbacks that report on a run: figures, the spike guard's count, pi, validation.
 
-Each acts every N steps through `partf.training.progress.EveryNSteps`; those that can end
-the run (a NaN loss, a loss spike) keep why in their `outcome` (`RunStopper`). See
-`partf.training.callbacks` for the whole set and its order.
+Each acts every N steps through `partf.training.callbacks.progress.EveryNSteps`; those
+that can end the run (a NaN loss, a loss spike) keep why in their `outcome`
+(`RunStopper`). See `partf.training.callbacks` for the whole set and its order.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import keras
 import numpy as np
 
 from partf.models.cost import candidate_flops
-from partf.training.perplexity import Evaluator, score
-from partf.training.plots import save_pi_heatmap
-from partf.training.progress import (
+from partf.training.callbacks.progress import (
     EveryNSteps,
     RunProgress,
     RunStopper,
@@ -29,6 +27,8 @@ from partf.training.progress import (
     read_loss,
     read_tau,
 )
+from partf.training.evaluation.perplexity import Evaluator, score
+from partf.training.plots import save_pi_heatmap
 from partf.training.summaries import write_image, write_scalars
 
 logger = logging.getLogger("partf.training")
@@ -282,7 +282,7 @@ class ValidationCallback(EveryNSteps):
         text_counts: keyword arguments of `perplexity_report` (word and character counts).
         frozen_until: a search's last step with pi not yet moved (`--arch_freeze_steps`).
         while_frozen: scores validations up to `frozen_until` instead of `evaluator`
-            (`partf.training.block_weights.expected_evaluator`: the argmax of an unmoved
+            (`partf.training.evaluation.block_weights.expected_evaluator`: the argmax of an unmoved
             pi is each block's first candidate, a stack the mixture never trains alone).
         num_batches: batches in `dataset`, for the progress lines' share and ETA.
 

@@ -30,10 +30,8 @@ from typing import Any, TextIO
 
 import keras
 
-from partf.console import clock_text, rate_text, write_line
-from partf.training.progress import RunProgress, read_loss, read_tau
-
-__all__ = ["ConsoleProgress", "clock_text"]
+from partf.console import rate_text, write_line
+from partf.training.callbacks.progress import RunProgress, read_loss, read_tau
 
 
 class ConsoleProgress(keras.callbacks.Callback):

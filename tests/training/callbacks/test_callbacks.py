@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from partf.training.callbacks import (
-    Checkpointer,
+from partf.training.callbacks.checkpointer import Checkpointer, SignalWatch
+from partf.training.callbacks.memory_reset import MemoryReset
+from partf.training.callbacks.monitoring import MetricsLogger
+from partf.training.callbacks.progress import (
     EveryNSteps,
-    MemoryReset,
-    MetricsLogger,
     ProgressTracker,
     RunProgress,
     Segment,
-    SignalWatch,
     StopReason,
     first_stop,
 )

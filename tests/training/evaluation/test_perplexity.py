@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from partf.training.perplexity import Evaluator, SplitStats, perplexity_report
+from partf.training.evaluation.perplexity import Evaluator, SplitStats, perplexity_report
 
 
 class CountingModel(keras.Model):
