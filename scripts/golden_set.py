@@ -37,6 +37,11 @@ LENGTH = 8
 STEPS = 10
 
 
+# The Encoder's settings before it took ModelConfig's defaults (issue 48), so that the
+# encoders recorded before and after are the same models.
+ENCODER_SETTINGS = dict(attention="softmax", position="sinusoidal", max_positions=2048)
+
+
 def _tokens(seed: int, rows: int = BATCH, length: int = LENGTH) -> np.ndarray:
     return np.random.default_rng(seed).integers(1, VOCAB, size=(rows, length)).astype("int32")
 
@@ -64,7 +69,13 @@ def _mlm() -> Any:
     from partf.models import MaskedLanguageModel
 
     return MaskedLanguageModel(
-        vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=32, architecture="A D A D", name="golden"
+        vocab_size=VOCAB,
+        d_model=16,
+        num_heads=2,
+        d_ffn=32,
+        architecture="A D A D",
+        **ENCODER_SETTINGS,
+        name="golden",
     )
 
 
@@ -81,6 +92,7 @@ def _encoder_search() -> Any:
         num_classes=3,
         tau_steps=STEPS,
         seed=1,
+        **ENCODER_SETTINGS,
         name="golden",
     )
 

@@ -31,6 +31,7 @@ https://arxiv.org/abs/2009.04534
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,20 +53,15 @@ from partf.random import keyed_draws
 from partf.serialization import register
 
 
-@register
-class StochasticBlock(keras.layers.Layer):
-    """A PAR block: candidates mixed by Gumbel-softmax weights.
-
-    With a single candidate the block is fixed: it has no architecture
-    logits and returns that candidate's output.
+@dataclasses.dataclass(frozen=True)
+class BlockSettings:
+    """What every block of a stack shares: the piece of `ModelConfig` a block is built
+    from (`ModelConfig.block_settings`). A block adds its own candidates and seed.
 
     Args:
         d_model: width D.
         num_heads: attention heads.
         d_ffn: inner width of the dense candidate.
-        candidates: names, each "attention" (the `attention` type),
-            "dense", "identity" or an attention registry name; several
-            attention types may be mixed.
         attention: registry name that "attention" stands for.
         attention_options: extra constructor options for the attentions
             (each mechanism takes the ones it knows).
@@ -77,8 +73,6 @@ class StochasticBlock(keras.layers.Layer):
             call names no other `mode`.
         sample_per_example: one Gumbel sample per example instead of one per
             call (per training step).
-        seed: seed of the block's Gumbel noise (a fixed non-causal block draws none and
-            has no `seed_generator`).
         causal: build the attentions causal (True, language modelling) or non-causal
             (False: every real token sees the whole sequence; needs mem_len=0 and
             mechanisms with a non-causal form).
@@ -86,6 +80,51 @@ class StochasticBlock(keras.layers.Layer):
             "probabilities" (the original project's: the variable holds
             unnormalised probabilities, starting at [0.33, 0.33, 0.34], and the
             Gumbel-softmax reads log(max(p, 0) + 1e-5)).
+    """
+
+    d_model: int
+    num_heads: int
+    d_ffn: int
+    attention: str = "relative"
+    attention_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mem_len: int = 0
+    clamp_len: int | None = None
+    dropout_rate: float = 0.0
+    straight_through: bool = False
+    eval_mode: str = "argmax"
+    sample_per_example: bool = False
+    causal: bool = True
+    arch_parameterization: str = "logits"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
+        if not self.causal and self.mem_len:
+            raise ValueError(
+                f"a non-causal block sees its whole sequence and keeps no memory, got "
+                f"mem_len={self.mem_len}; set mem_len=0."
+            )
+        check_eval_mode(self.eval_mode)
+        if self.arch_parameterization not in ARCH_PARAMETERIZATIONS:
+            raise ValueError(
+                f"unknown arch_parameterization {self.arch_parameterization!r}; choose one of "
+                f"{', '.join(ARCH_PARAMETERIZATIONS)}."
+            )
+
+
+@register
+class StochasticBlock(keras.layers.Layer):
+    """A PAR block: candidates mixed by Gumbel-softmax weights.
+
+    With a single candidate the block is fixed: it has no architecture
+    logits and returns that candidate's output.
+
+    Args:
+        settings: what the stack's blocks share (`BlockSettings`), or its dict.
+        candidates: names, each "attention" (the `settings.attention` type),
+            "dense", "identity" or an attention registry name; several
+            attention types may be mixed.
+        seed: seed of the block's Gumbel noise (a fixed non-causal block draws none and
+            has no `seed_generator`).
 
     Call args:
         x: [B, T, D].
@@ -109,7 +148,7 @@ class StochasticBlock(keras.layers.Layer):
         norms: per candidate, its LayerNormalization (None for the identity).
 
     Example:
-        >>> block = StochasticBlock(16, 2, 32, mem_len=4)
+        >>> block = StochasticBlock(BlockSettings(16, 2, 32, mem_len=4))
         >>> y, states = block(keras.ops.ones((2, 5, 16)), tau=1.0, training=True)
 
     Reference: Mandava et al. 2020, https://arxiv.org/abs/2009.04534
@@ -117,50 +156,25 @@ class StochasticBlock(keras.layers.Layer):
 
     def __init__(
         self,
-        d_model: int,
-        num_heads: int,
-        d_ffn: int,
+        settings: BlockSettings | dict[str, Any],
         candidates: Sequence[str] = ("attention", "dense", "identity"),
-        attention: str = "relative",
-        attention_options: dict[str, Any] | None = None,
-        mem_len: int = 0,
-        clamp_len: int | None = None,
-        dropout_rate: float = 0.0,
-        straight_through: bool = False,
-        eval_mode: str = "argmax",
-        sample_per_example: bool = False,
         seed: int | None = None,
-        causal: bool = True,
-        arch_parameterization: str = "logits",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if isinstance(settings, dict):
+            settings = BlockSettings(**settings)
         if not candidates:
             raise ValueError("candidates is empty; give at least one, e.g. ('attention',).")
-        if not causal and mem_len:
-            raise ValueError(
-                f"a non-causal block sees its whole sequence and keeps no memory, got "
-                f"mem_len={mem_len}; set mem_len=0."
-            )
-        check_eval_mode(eval_mode)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ffn = d_ffn
+        self.settings = settings
         self.candidates = tuple(candidates)
-        self.attention = attention
-        self.attention_options = dict(attention_options or {})
-        self.mem_len = mem_len
-        self.clamp_len = clamp_len
-        self.dropout_rate = dropout_rate
-        self.straight_through = straight_through
-        self.eval_mode = eval_mode
-        self.sample_per_example = sample_per_example
         self.seed = seed
-        self.causal = bool(causal)
+        self.causal = settings.causal
+        self.eval_mode = settings.eval_mode
         # `mask` is the padding argument, not Keras mask propagation.
         self.supports_masking = True
 
-        self.kinds = [candidate_kind(name, attention) for name in self.candidates]
+        self.kinds = [candidate_kind(name, settings.attention) for name in self.candidates]
         if not self.causal:
             for name, (_, mechanism) in zip(self.candidates, self.kinds, strict=True):
                 if mechanism is not None and not get_attention_class(mechanism).supports_noncausal:
@@ -184,19 +198,23 @@ class StochasticBlock(keras.layers.Layer):
                 continue
             if kind == "dense":
                 layer = FeedForward(
-                    d_model, d_ffn, dropout_rate, dtype=self.dtype_policy, name=f"dense_{index}"
+                    settings.d_model,
+                    settings.d_ffn,
+                    settings.dropout_rate,
+                    dtype=self.dtype_policy,
+                    name=f"dense_{index}",
                 )
             else:
                 options = {
-                    **self.attention_options,
-                    "dropout_rate": dropout_rate,
-                    "mem_len": mem_len,
-                    "clamp_len": clamp_len,
+                    **settings.attention_options,
+                    "dropout_rate": settings.dropout_rate,
+                    "mem_len": settings.mem_len,
+                    "clamp_len": settings.clamp_len,
                     "dtype": self.dtype_policy,
                     "name": f"{mechanism}_{index}",
                 }
                 layer = create_attention(
-                    mechanism, d_model, num_heads, causal=self.causal, **options
+                    mechanism, settings.d_model, settings.num_heads, causal=self.causal, **options
                 )
             self.sublayers.append(layer)
             self.norms.append(
@@ -204,12 +222,6 @@ class StochasticBlock(keras.layers.Layer):
                     epsilon=1e-5, dtype=self.dtype_policy, name=f"norm_{index}"
                 )
             )
-        if arch_parameterization not in ARCH_PARAMETERIZATIONS:
-            raise ValueError(
-                f"unknown arch_parameterization {arch_parameterization!r}; choose one of "
-                f"{', '.join(ARCH_PARAMETERIZATIONS)}."
-            )
-        self.arch_parameterization = arch_parameterization
         # A fixed block never draws: a non-causal one makes no generator (the encoder's
         # checkpoints list none), a causal one keeps the one its checkpoints list.
         self.seed_generator = None
@@ -222,7 +234,7 @@ class StochasticBlock(keras.layers.Layer):
             # The variable keeps the name "arch_logits" in both: the optimizer and
             # checkpoints find the architecture parameters by it.
             initializer = "zeros"
-            if arch_parameterization == "probabilities":
+            if settings.arch_parameterization == "probabilities":
                 initializer = keras.initializers.Constant(
                     initial_probabilities(self.num_candidates)
                 )
@@ -396,7 +408,7 @@ class StochasticBlock(keras.layers.Layer):
         Gumbel-softmax computes them: a candidate whose p falls to zero or below is
         never drawn again and gets no gradient."""
         variable = ops.cast(ops.convert_to_tensor(self.arch_logits), "float32")
-        if self.arch_parameterization == "probabilities":
+        if self.settings.arch_parameterization == "probabilities":
             return ops.log(ops.maximum(variable, 0.0) + PROBABILITY_EPSILON)
         return variable
 
@@ -435,8 +447,9 @@ class StochasticBlock(keras.layers.Layer):
             return ops.softmax(logits, axis=-1)
         if tau is None:
             raise ValueError("sampling the block weights needs tau; pass tau=.")
-        sample_shape = (batch_size,) if self.sample_per_example else ()
-        return gumbel_softmax(logits, tau, self.seed_generator, self.straight_through, sample_shape)
+        sample_shape = (batch_size,) if self.settings.sample_per_example else ()
+        straight_through = self.settings.straight_through
+        return gumbel_softmax(logits, tau, self.seed_generator, straight_through, sample_shape)
 
     # ----------------------------------------------------------------- call
     def call(
@@ -481,21 +494,6 @@ class StochasticBlock(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ffn=self.d_ffn,
-            candidates=list(self.candidates),
-            attention=self.attention,
-            attention_options=dict(self.attention_options),
-            mem_len=self.mem_len,
-            clamp_len=self.clamp_len,
-            dropout_rate=self.dropout_rate,
-            straight_through=self.straight_through,
-            eval_mode=self.eval_mode,
-            sample_per_example=self.sample_per_example,
-            seed=self.seed,
-            causal=self.causal,
-            arch_parameterization=self.arch_parameterization,
-        )
+        settings = dataclasses.asdict(self.settings)
+        config.update(settings=settings, candidates=list(self.candidates), seed=self.seed)
         return config

@@ -3,8 +3,8 @@
 partf's attention defaults have changed over time (to the seed authors' released
 configurations, then EVA's chunk mask to the authors'). A `ModelConfig` names the
 generation it was built with (`attention_defaults`), so a checkpoint or `.keras` file
-keeps the meaning it was trained with: a configuration of an earlier generation gets
-that generation's values written into its attention options (`pin_previous_defaults`).
+keeps the meaning it was trained with: every option of its mechanisms is written into its
+attention options with the generation's value where it sets none (`resolve_options`).
 
 A new change of an attention default adds a generation at the end of
 `ATTENTION_GENERATIONS` and, in the mechanism, the option's earlier value under the
@@ -49,28 +49,35 @@ def generation_defaults(cls: type, generation: str) -> dict[str, Any]:
     return values
 
 
-def pin_previous_defaults(
-    options: dict[str, Any], mechanisms: Sequence[str], generation: str = "partf_v1"
-) -> dict[str, Any]:
-    """Attention options with each mechanism's defaults of `generation` written out.
+#: Options a block gives its attentions from the config's own fields (mem_len, clamp_len,
+#: dropout_rate): they are not attention options to resolve.
+BLOCK_ARGUMENTS = frozenset({"mem_len", "clamp_len", "dropout_rate"})
 
-    An option left unset whose default has changed since `generation` gets its value of
-    then as `<mechanism>_<option>`, so a model of that generation
-    (--attention_defaults) is built as partf built it then; options set (shared or for
-    the mechanism alone) are kept.
+
+def resolve_options(
+    options: dict[str, Any], mechanisms: Sequence[str], generation: str
+) -> dict[str, Any]:
+    """Attention options with every option of each mechanism written out.
+
+    Each option of each mechanism in `mechanisms` is stored as `<mechanism>_<option>`:
+    the mechanism's own value if set, else the shared `<option>` if set, else what
+    leaving it unset meant in `generation` (its default then). A config holding the
+    result builds the same attentions whatever the defaults of a later partf, so the
+    generation (--attention_defaults) is a preset used once, when the config is made.
+    The options given are kept, so that a stray one can still be reported.
 
     Example:
-        >>> pin_previous_defaults({"window_size": 8}, ["diag"])["diag_diag_activation"]
+        >>> resolve_options({"window_size": 8}, ["diag"], "partf_v1")["diag_diag_activation"]
         'softmax'
-        >>> pin_previous_defaults({}, ["diag", "eva"], "authors_v1")
-        {'eva_chunk_mask': 'partf'}
+        >>> resolve_options({}, ["local"], "authors_v2")
+        {'local_window_size': 128}
     """
-    pinned = dict(options)
+    resolved = dict(options)
     for name in mechanisms:
         cls = get_attention_class(name)
-        for option, value in generation_defaults(cls, generation).items():
+        preset = generation_defaults(cls, generation)
+        for option, (default, _) in cls.options.items():
             own = f"{name}_{option}"
-            if option in pinned or own in pinned or cls.options[option][0] == value:
-                continue
-            pinned[own] = value
-    return pinned
+            if option not in BLOCK_ARGUMENTS and own not in resolved:
+                resolved[own] = options.get(option, preset.get(option, default))
+    return resolved

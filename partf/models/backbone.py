@@ -15,9 +15,8 @@ heads, temperature and step counter on top:
 - the bidirectional `Encoder` (and so `MaskedLanguageModel`, `causal=False`): `encode`
   runs it over whole sequences, no memory.
 
-`Backbone.from_model_config` builds the backbone a `ModelConfig` describes, and
-`BackboneOwner` gives a task model its backbone's layers as its own attributes. The backbone
-has no variables of its own.
+`Backbone` is built from its task model's `ModelConfig`, and `BackboneOwner` gives a task
+model its backbone's layers as its own attributes. The backbone has no variables of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from keras import ops
 from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.stochastic_block import StochasticBlock
 from partf.random import Dropout
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION, check_format
 
 if TYPE_CHECKING:
     from partf.models.config import ModelConfig
@@ -45,125 +45,47 @@ class Backbone(keras.layers.Layer):
     """Embedding, absolute positions, input dropout and the blocks.
 
     Args:
-        vocab_size, d_model, num_heads, d_ffn: sizes, as the task model's.
-        block_candidates: per block, its candidates (one name: a fixed block), each
-            "attention" (for `attention`), "dense", "identity" or a registry name.
-        attention: the registry name "attention" stands for.
-        attention_options: mechanism options (each mechanism takes the ones it knows).
-        position: "sinusoidal", "learned" (a table of `max_positions`), "rotary" (inside
-            the attentions) or "none".
-        max_positions: positions a learned table holds.
-        dropout_rate: dropout on the embeddings, attention weights and block outputs.
-        causal: whether the blocks' attentions are causal (the language model's stack,
-            run by `forward`) or not (the encoder's, run by `encode`).
-        straight_through, eval_mode, sample_per_example: a search's block weights (see
-            `StochasticBlock`).
+        config: the model's `ModelConfig` (sizes, blocks, attention, positions, search
+            settings and `causal`: whether the blocks' attentions are causal, the language
+            model's stack run by `forward`, or not, the encoder's run by `encode`).
         seed: seed of the blocks' Gumbel noise (block i uses seed + i).
-        mem_len: XL memory length of the attentions that keep one (causal only).
-        clamp_len: largest relative distance encoded (relative attention).
-        arch_parameterization: "logits" or "probabilities" (see `StochasticBlock`).
 
     Use `encode(tokens, mask, tau, training, mode)` for whole sequences (the encoder) and
     `forward(tokens, states, tau, training, choices, mode, sample_paths)` for a stream
     carried in states (the causal model).
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        num_heads: int,
-        d_ffn: int,
-        block_candidates: Sequence[Sequence[str]],
-        attention: str,
-        attention_options: dict[str, Any],
-        position: str,
-        max_positions: int,
-        dropout_rate: float,
-        causal: bool = False,
-        straight_through: bool = False,
-        eval_mode: str = "argmax",
-        sample_per_example: bool = False,
-        seed: int | None = None,
-        mem_len: int = 0,
-        clamp_len: int | None = None,
-        arch_parameterization: str = "logits",
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, config: ModelConfig, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         policy = self.dtype_policy
-        self.d_model = d_model
-        self.position = position
-        self.max_positions = max_positions
-        self.causal = bool(causal)
+        self.d_model = config.d_model
+        self.position = config.position
+        self.max_positions = config.max_positions
+        self.causal = config.causal
         # The layers are made in the order each model made them before the backbone:
         # an unseeded initializer or seed generator draws its seed when it is made, so
         # this order keeps a fresh model of a given seed (keras.utils.set_random_seed)
         # starting from the weights it started from. The encoder made its position table
         # after its embedding, the causal model after its blocks.
-        self.embedding = keras.layers.Embedding(vocab_size, d_model, dtype=policy, name="embedding")
+        self.embedding = keras.layers.Embedding(
+            config.vocab_size, config.d_model, dtype=policy, name="embedding"
+        )
         self.position_embedding = None
         if not self.causal:
             self._add_position_table()
-        self.input_dropout = Dropout(dropout_rate, dtype=policy, name="input_dropout")
-        options = dict(attention_options)
-        if position == "rotary":
-            options["rotary"] = True
+        self.input_dropout = Dropout(config.dropout_rate, dtype=policy, name="input_dropout")
         self.blocks = [
             StochasticBlock(
-                d_model,
-                num_heads,
-                d_ffn,
-                candidates=tuple(candidates),
-                attention=attention,
-                attention_options=options,
-                mem_len=mem_len,
-                clamp_len=clamp_len,
-                dropout_rate=dropout_rate,
-                straight_through=straight_through,
-                eval_mode=eval_mode,
-                sample_per_example=sample_per_example,
+                config.block_settings,
+                candidates,
                 seed=None if seed is None else seed + i,
-                causal=self.causal,
-                arch_parameterization=arch_parameterization,
                 dtype=policy,
                 name=f"block_{i}",
             )
-            for i, candidates in enumerate(block_candidates)
+            for i, candidates in enumerate(config.block_candidates)
         ]
         if self.causal:
             self._add_position_table()
-
-    @classmethod
-    def from_model_config(cls, config: ModelConfig, **kwargs: Any) -> Backbone:
-        """The backbone a `ModelConfig` describes.
-
-        Args:
-            config: the model's configuration (sizes, blocks, attention, positions,
-                search settings, `causal`).
-            **kwargs: the layer's own arguments (name, dtype), or any argument of the
-                constructor, which overrides the config's (e.g. `seed`).
-        """
-        fields = dict(
-            vocab_size=config.vocab_size,
-            d_model=config.d_model,
-            num_heads=config.num_heads,
-            d_ffn=config.d_ffn,
-            block_candidates=config.block_candidates,
-            attention=config.attention,
-            attention_options=config.attention_options,
-            position=config.position,
-            max_positions=config.max_positions,
-            dropout_rate=config.dropout_rate,
-            causal=config.causal,
-            straight_through=config.straight_through,
-            eval_mode=config.eval_mode,
-            sample_per_example=config.sample_per_example,
-            mem_len=config.mem_len,
-            clamp_len=config.clamp_len,
-            arch_parameterization=config.arch_parameterization,
-        )
-        return cls(**{**fields, **kwargs})
 
     def _add_position_table(self) -> None:
         if self.position == "learned":
@@ -398,6 +320,7 @@ class BackboneOwner:
     backbone's layers as the model's own attributes (`model.blocks`, `model.embedding`)."""
 
     backbone: Backbone
+    config: ModelConfig
 
     @property
     def blocks(self) -> list[StochasticBlock]:
@@ -418,3 +341,43 @@ class BackboneOwner:
     def input_dropout(self) -> keras.layers.Layer:
         """The dropout on the embeddings."""
         return self.backbone.input_dropout
+
+    @property
+    def position_limit(self) -> int | None:
+        """Tokens a stream may hold before learned positions run out (None: no limit)."""
+        return self.backbone.position_limit
+
+    def check_positions(self, tokens_per_stream: int) -> None:
+        """The backbone's `check_positions`: refuses a stream of `tokens_per_stream` real
+        tokens that learned positions cannot number (ValueError)."""
+        self.backbone.check_positions(tokens_per_stream)
+
+    # ---------------------------------------------------------- serialization
+    # A task model saves its ModelConfig whole (every field, `ModelConfig.to_dict`) and
+    # the format it is in; a task model with settings of its own (the Encoder's heads)
+    # adds them to this dict, and `from_config` passes them back as keyword arguments.
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "config": self.config.to_dict(),
+            FORMAT_KEY: FORMAT_VERSION,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """Builds the model a saved config describes.
+
+        Raises:
+            FormatError: the config is of another partf format (`partf.serialization`).
+        """
+        from partf.models.config import ModelConfig
+
+        check_format(config, f"the saved {cls.__name__}")
+        config = dict(config)
+        config.pop(FORMAT_KEY)
+        model_config = ModelConfig.from_dict(config.pop("config"))
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(model_config, **config)

@@ -16,14 +16,14 @@ from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.candidates import (
     ARCH_PARAMETERIZATIONS,
     BUILTIN_CANDIDATES,
-    check_eval_mode,
     noncausal_attention_names,
 )
+from partf.layers.stochastic_block import BlockSettings
 from partf.layers.temperature import validate_temperature
 from partf.models.attention_defaults import (
     ATTENTION_DEFAULTS,
     ATTENTION_GENERATIONS,
-    pin_previous_defaults,
+    resolve_options,
 )
 from partf.settings import setting
 
@@ -285,8 +285,12 @@ class ModelConfig:
         if self.attention_defaults == "authors":
             object.__setattr__(self, "attention_defaults", ATTENTION_GENERATIONS[-1])
         self._validate()
-        if self.attention_defaults != ATTENTION_GENERATIONS[-1]:
-            object.__setattr__(self, "attention_options", self._pinned_previous_defaults())
+        # Every option of the chosen mechanisms, written out: a saved config builds the
+        # same attentions whatever the defaults of a later partf.
+        resolved = resolve_options(
+            self.attention_options, self.attention_mechanisms, self.attention_defaults
+        )
+        object.__setattr__(self, "attention_options", resolved)
         if self.position == "auto":
             object.__setattr__(self, "position", self.recommended_position)
 
@@ -332,7 +336,8 @@ class ModelConfig:
                     f"architecture {self.architecture!r} has {len(blocks)} blocks but "
                     f"num_layers={self.num_layers}; set num_layers={len(blocks)}."
                 )
-        check_eval_mode(self.eval_mode)
+        # What every block shares (eval_mode, arch_parameterization) checks itself.
+        _ = self.block_settings
         if self.search_estimator not in SEARCH_ESTIMATORS:
             raise ValueError(
                 f"unknown search_estimator {self.search_estimator!r}; choose one of "
@@ -422,11 +427,6 @@ class ModelConfig:
                 f"got {head_dim}; choose num_heads so that d_model / num_heads is even."
             )
 
-    def _pinned_previous_defaults(self) -> dict[str, Any]:
-        return pin_previous_defaults(
-            self.attention_options, self.attention_mechanisms, self.attention_defaults
-        )
-
     # --------------------------------------------------------------- derived
     @property
     def attention_mechanisms(self) -> tuple[str, ...]:
@@ -450,6 +450,15 @@ class ModelConfig:
             if not get_attention_class(name).encodes_positions
         }
         return wanted.pop() if len(wanted) == 1 else "none"
+
+    @property
+    def block_settings(self) -> BlockSettings:
+        """What every block of the stack shares (rotary positions are an attention option)."""
+        fields = dataclasses.fields(BlockSettings)
+        shared = {field.name: getattr(self, field.name) for field in fields}
+        if self.position == "rotary":
+            shared["attention_options"] = {**self.attention_options, "rotary": True}
+        return BlockSettings(**shared)
 
     @property
     def absolute_positions(self) -> bool:
@@ -526,3 +535,16 @@ class ModelConfig:
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, config: ModelConfig | dict[str, Any] | None, kwargs: dict[str, Any]) -> ModelConfig:
+        """A task model's config: `config` (a ModelConfig, its dict, or None for the
+        defaults) with the ModelConfig fields among `kwargs` over it. Those fields are
+        taken out of `kwargs`; what is left is the Keras model's own (name, dtype)."""
+        fields = {field.name for field in dataclasses.fields(cls)}
+        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in fields}
+        if config is None:
+            return cls(**settings)
+        if isinstance(config, dict):
+            return cls.from_dict({**config, **settings})
+        return config.replace(**settings) if settings else config

@@ -25,6 +25,7 @@ from typing import Any
 
 from keras import ops
 
+from partf.models.config import ModelConfig
 from partf.models.encoder import Encoder
 from partf.models.loss import add_layer_losses, mean_token_loss
 from partf.serialization import register
@@ -57,10 +58,10 @@ class MaskedLanguageModel(Encoder):
         float32 logits [B, T, vocab_size].
     """
 
-    def __init__(self, vocab_size: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: ModelConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.pop("mlm_head", None)
         kwargs.pop("num_classes", None)
-        super().__init__(vocab_size, mlm_head=True, num_classes=0, **kwargs)
+        super().__init__(config, mlm_head=True, num_classes=0, **kwargs)
 
     # -------------------------------------------------------------- the loss
     def token_nll(self, logits: Any, targets: Any) -> Any:

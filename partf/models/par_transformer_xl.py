@@ -36,7 +36,6 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -56,14 +55,12 @@ from partf.models.loss import (
     split_outputs,
 )
 from partf.models.search_interface import SearchInterface
-from partf.serialization import FORMAT_KEY, FORMAT_VERSION, check_format, register
+from partf.serialization import register
 
 __all__ = ["STATE_SETS", "PARTransformerXL", "States"]
 
 #: The state sets: one copy of the memory for training calls, one for evaluation.
 STATE_SETS = ("train", "eval")
-
-_CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelConfig))
 
 
 @register
@@ -101,13 +98,7 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
     """
 
     def __init__(self, config: ModelConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
-        overrides = {key: kwargs.pop(key) for key in list(kwargs) if key in _CONFIG_FIELDS}
-        if config is None:
-            config = ModelConfig(**overrides)
-        elif isinstance(config, dict):
-            config = ModelConfig.from_dict({**config, **overrides})
-        elif overrides:
-            config = config.replace(**overrides)
+        config = ModelConfig.of(config, kwargs)
         if not config.causal:
             raise ValueError(
                 "PARTransformerXL is the causal model; causal=False is the bidirectional "
@@ -117,7 +108,7 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
         self.config = config
         policy = self.dtype_policy
         # The embedding, input dropout, blocks and (learned) position table.
-        self.backbone = Backbone.from_model_config(config, dtype=policy, name="backbone")
+        self.backbone = Backbone(config, dtype=policy, name="backbone")
         self.temperature = self._make_temperature(config)
         # The output distribution and loss stay in float32 under mixed precision.
         self.output_layer = AdaptiveSoftmax(
@@ -155,24 +146,6 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
             return
         self.backbone.build(input_shape)
         self.output_layer.build((*input_shape, self.config.d_model))
-
-    # -------------------------------------------------------------- positions
-    @property
-    def position_limit(self) -> int | None:
-        """Tokens a stream may hold before learned positions run out (None: no limit)."""
-        return self.backbone.position_limit
-
-    def check_positions(self, tokens_per_stream: int) -> None:
-        """Refuses a stream longer than learned positions can number.
-
-        Args:
-            tokens_per_stream: real tokens one row will read before its state is reset
-                (a split: batches x sequence length).
-
-        Raises:
-            ValueError: the stream reaches position `max_positions` or beyond.
-        """
-        self.backbone.check_positions(tokens_per_stream)
 
     # -------------------------------------------------------------- XL memory
     # Every block's state (its candidates' XL memory or running sums, `state_spec`)
@@ -449,28 +422,3 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
 
     def _search_candidates(self) -> Sequence[str]:
         return self.config.search_candidates
-
-    # ---------------------------------------------------------- serialization
-    def get_config(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "config": self.config.to_dict(),
-            FORMAT_KEY: FORMAT_VERSION,
-        }
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> PARTransformerXL:
-        """Builds the model a saved config describes.
-
-        Raises:
-            FormatError: the config is of another partf format (`partf.serialization`).
-        """
-        check_format(config, f"the saved {cls.__name__}")
-        config = dict(config)
-        config.pop(FORMAT_KEY)
-        model_config = ModelConfig.from_dict(config.pop("config"))
-        if "dtype" in config and isinstance(config["dtype"], dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(model_config, **config)

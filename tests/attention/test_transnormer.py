@@ -238,8 +238,8 @@ def test_model_config_of_partfs_first_defaults_keeps_partfs():
     )
     assert (norm.feature_map, norm.norm_type, norm.rms_form) == ("elu", "simple_rms", "authors")
 
-    saved = {**new.to_dict(), "attention_defaults": "partf_v1"}
-    old = ModelConfig.from_dict(saved)
+    fields = dict(vocab_size=50, cutoffs=(), num_layers=4, architecture="transnormer")
+    old = ModelConfig(**fields, attention_defaults="partf_v1")
     assert old.attention_defaults == "partf_v1"
     assert ModelConfig.from_dict(old.to_dict()) == old
     old.check_attention_options()
@@ -247,7 +247,7 @@ def test_model_config_of_partfs_first_defaults_keeps_partfs():
     assert (diag.diag_activation, diag.rms_form) == ("softmax", "partf")
     assert norm.rms_form == "partf"
 
-    saved["attention_options"] = {"diag_activation": "relu", "norm_rms_form": "authors"}
-    kept = ModelConfig.from_dict(saved)
+    options = {"diag_activation": "relu", "norm_rms_form": "authors"}
+    kept = ModelConfig(**fields, attention_defaults="partf_v1", attention_options=options)
     diag, norm = built(kept, "diag"), built(kept, "norm")
     assert (diag.diag_activation, diag.rms_form, norm.rms_form) == ("relu", "partf", "authors")

@@ -180,7 +180,9 @@ def test_a_masked_language_model_is_refused_in_one_line(trained, capsys, tmp_pat
 
     # Real records, so that the model is what is refused (an empty folder is refused first).
     records = str(trained["records"]["test"])
-    model = MaskedLanguageModel(30, d_model=8, num_heads=2, d_ffn=16, architecture="A D")
+    model = MaskedLanguageModel(
+        vocab_size=30, attention="softmax", d_model=8, num_heads=2, d_ffn=16, architecture="A D"
+    )
     model(np.ones((1, 4), np.int32))
     model.save(tmp_path / "mlm.keras")
     assert run(["--model", str(tmp_path / "mlm.keras"), "--records", records]) == 2

@@ -8,8 +8,23 @@ from keras import ops
 
 from partf.attention import Attention, register_attention
 from partf.layers.candidates import candidate_kind
-from partf.layers.stochastic_block import StochasticBlock
+from partf.layers.stochastic_block import BlockSettings, StochasticBlock
 from tests.layer_checks import assert_close, assert_config_round_trip
+
+
+def make_block(
+    d_model: int,
+    num_heads: int,
+    d_ffn: int,
+    candidates=("attention", "dense", "identity"),
+    seed=None,
+    name=None,
+    **settings,
+) -> StochasticBlock:
+    """A block of `BlockSettings(d_model, num_heads, d_ffn, **settings)`."""
+    block_settings = BlockSettings(d_model, num_heads, d_ffn, **settings)
+    return StochasticBlock(block_settings, candidates, seed=seed, name=name)
+
 
 D, B, T, M = 8, 2, 5, 6
 
@@ -25,7 +40,7 @@ class PrefixMean(Attention):
 
 @pytest.fixture(scope="module")
 def block():
-    layer = StochasticBlock(D, 2, 16, mem_len=M, name="block")
+    layer = make_block(D, 2, 16, mem_len=M, name="block")
     layer.build((B, T, D))
     return layer
 
@@ -93,7 +108,7 @@ def test_training_weights_are_gumbel_samples_with_gradients(block, x):
 
 
 def test_straight_through_picks_one_candidate_and_keeps_gradients(x):
-    layer = StochasticBlock(D, 2, 16, straight_through=True, seed=3)
+    layer = make_block(D, 2, 16, straight_through=True, seed=3)
     layer.build((B, T, D))
     with tf.GradientTape() as tape:
         y, _ = layer(x, tau=1.0, training=True)
@@ -104,12 +119,12 @@ def test_straight_through_picks_one_candidate_and_keeps_gradients(x):
 
 
 def test_one_sample_per_example(x):
-    layer = StochasticBlock(D, 2, 16, sample_per_example=True, seed=4)
+    layer = make_block(D, 2, 16, sample_per_example=True, seed=4)
     layer.build((B, T, D))
     weights = np.asarray(layer.mixing_weights(tau=1.0, batch_size=64, training=True))
     assert weights.shape == (64, 3)
     assert len({int(i) for i in weights.argmax(-1)}) > 1
-    per_call = StochasticBlock(D, 2, 16, seed=4).mixing_weights(1.0, 64, training=True)
+    per_call = make_block(D, 2, 16, seed=4).mixing_weights(1.0, 64, training=True)
     assert per_call.shape == (3,)
     y, _ = layer(x, tau=1.0, training=True)
     assert y.shape == (B, T, D)
@@ -141,9 +156,7 @@ def test_each_candidate_runs_alone(block, x):
 
 
 def test_candidate_accessors(x):
-    layer = StochasticBlock(
-        D, 2, 16, candidates=("identity", "dense", "relative", "linear"), mem_len=M
-    )
+    layer = make_block(D, 2, 16, candidates=("identity", "dense", "relative", "linear"), mem_len=M)
     layer.build((B, T, D))
     assert [type(s).__name__ if s else None for s in layer.sublayers] == [
         None,
@@ -164,7 +177,7 @@ def test_candidate_accessors(x):
 
 
 def test_mixing_attention_types_from_the_registry(x):
-    layer = StochasticBlock(
+    layer = make_block(
         D,
         2,
         16,
@@ -189,14 +202,14 @@ def test_mixing_attention_types_from_the_registry(x):
 
 
 def test_single_candidate_is_fixed(x):
-    layer = StochasticBlock(D, 2, 16, candidates=("dense",))
+    layer = make_block(D, 2, 16, candidates=("dense",))
     y, _ = layer(x, training=True)
     assert layer.arch_logits is None and not layer.non_trainable_weights
     assert y.shape == (B, T, D)
 
 
 def test_config_round_trip_non_default():
-    layer = StochasticBlock(
+    layer = make_block(
         d_model=12,
         num_heads=3,
         d_ffn=20,
@@ -220,9 +233,9 @@ def test_unknown_candidate_and_mode():
     with pytest.raises(ValueError, match="unknown candidate 'conv'"):
         candidate_kind("conv", "relative")
     with pytest.raises(ValueError, match="unknown eval_mode 'best'"):
-        StochasticBlock(D, 2, 16, eval_mode="best")
+        make_block(D, 2, 16, eval_mode="best")
     with pytest.raises(ValueError, match="needs tau"):
-        StochasticBlock(D, 2, 16).mixing_weights(training=True)
+        make_block(D, 2, 16).mixing_weights(training=True)
 
 
 # ------------------------------------------------------------- non-causal blocks
@@ -232,7 +245,7 @@ def noncausal_block(**overrides) -> StochasticBlock:
         eval_mode="expected", causal=False, seed=3,
     )  # fmt: skip
     settings.update(overrides)
-    layer = StochasticBlock(D, 2, 16, **settings)
+    layer = make_block(D, 2, 16, **settings)
     layer.build((B, T, D))
     return layer
 
@@ -262,7 +275,7 @@ def test_noncausal_block_ignores_what_pads_hold(x):
 def test_noncausal_config_round_trip():
     clone = assert_config_round_trip(noncausal_block(name="nc"))
     assert clone.causal is False and clone.sublayers[1].registry_name == "lara"
-    assert StochasticBlock(D, 2, 16).get_config()["causal"] is True
+    assert make_block(D, 2, 16).get_config()["settings"]["causal"] is True
 
 
 def test_noncausal_block_refusals():
@@ -282,7 +295,7 @@ def test_probability_parameterization_follows_the_original():
     probability fell below zero gets no gradient (it is never drawn again)."""
     from partf.layers.gumbel import gumbel_noise
 
-    layer = StochasticBlock(D, 2, 16, arch_parameterization="probabilities", seed=3)
+    layer = make_block(D, 2, 16, arch_parameterization="probabilities", seed=3)
     layer.build((B, T, D))
     np.testing.assert_allclose(np.asarray(layer.arch_logits), [0.33, 0.33, 0.34])
     layer.arch_logits.assign(np.asarray([0.7, -0.2, 0.25], "float32"))
@@ -302,21 +315,21 @@ def test_probability_parameterization_follows_the_original():
     grad = np.asarray(tape.gradient(loss, layer.arch_logits))
     assert grad[1] == 0.0 and grad[0] != 0.0 and grad[2] != 0.0
     clone = assert_config_round_trip(layer)
-    assert clone.arch_parameterization == "probabilities"
+    assert clone.settings.arch_parameterization == "probabilities"
     with pytest.raises(ValueError, match="unknown arch_parameterization"):
-        StochasticBlock(D, 2, 16, arch_parameterization="bogus")
+        make_block(D, 2, 16, arch_parameterization="bogus")
 
 
 def test_only_a_block_that_can_draw_or_a_causal_one_has_a_seed_generator():
     """A fixed non-causal block (the encoder's) never draws and makes no generator, so it
     adds no random state to checkpoints; a fixed causal block keeps the one that the
     causal model's checkpoints of earlier releases list."""
-    fixed = StochasticBlock(8, 2, 16, candidates=("dense",), causal=False)
+    fixed = make_block(8, 2, 16, candidates=("dense",), causal=False)
     assert fixed.seed_generator is None
     fixed.build((None, None, 8))
     assert not [v for v in fixed.variables if "seed_generator" in v.path]
     y, _ = fixed(ops.ones((2, 3, 8)), training=True)
     assert tuple(y.shape) == (2, 3, 8)
-    assert StochasticBlock(8, 2, 16, candidates=("dense",)).seed_generator is not None
-    search = StochasticBlock(8, 2, 16, candidates=("dense", "identity"), causal=False)
+    assert make_block(8, 2, 16, candidates=("dense",)).seed_generator is not None
+    search = make_block(8, 2, 16, candidates=("dense", "identity"), causal=False)
     assert search.seed_generator is not None

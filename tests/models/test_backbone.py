@@ -24,15 +24,15 @@ def test_from_model_config_builds_the_config_stack():
         max_positions=20,
         arch_parameterization="probabilities",
     )
-    backbone = Backbone.from_model_config(config, name="stack")
+    backbone = Backbone(config, name="stack")
     assert backbone.name == "stack" and backbone.causal
     assert len(backbone.blocks) == 2 and backbone.position_embedding is not None
     for block in backbone.blocks:
         assert block.candidates == config.candidates and block.causal
-        assert block.mem_len == 3 and block.clamp_len == 5
-        assert block.arch_parameterization == "probabilities"
-    # Constructor arguments override the config's.
-    other = Backbone.from_model_config(config, seed=7, position="none")
+        assert block.settings == config.block_settings
+        assert block.settings.mem_len == 3 and block.settings.clamp_len == 5
+        assert block.settings.arch_parameterization == "probabilities"
+    other = Backbone(config.replace(position="none"), seed=7)
     assert other.blocks[1].seed == 8 and other.position_embedding is None
 
 
@@ -72,7 +72,7 @@ def test_forward_is_pure_and_is_the_models(position):
 
 
 def test_resolve_choices_checks_each_block():
-    backbone = Backbone.from_model_config(ModelConfig(**CONFIG, num_layers=2, mem_len=2))
+    backbone = Backbone(ModelConfig(**CONFIG, num_layers=2, mem_len=2))
     assert backbone.resolve_choices(None) == [None, None]
     assert backbone.resolve_choices((0, None)) == [0, None]
     with pytest.raises(ValueError, match="choices has 1 entries but the model 2 blocks"):

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from partf.attention import get_attention_class
 from partf.models.config import ModelConfig, architecture_token, parse_architecture
 
 
@@ -112,49 +113,58 @@ def _eva_mask(config, name="eva"):
     ],
     ids=["fixed", "search_candidate"],
 )
-def test_a_dict_of_each_generation_keeps_the_eva_mask_it_was_trained_with(fields):
+def test_each_generation_fills_the_options_and_a_saved_dict_keeps_them(fields):
     """attention_defaults "authors" stands for the newest generation and is stored by that
-    generation's name (authors_v2: EVA's chunk_mask is the authors'). A dict of
-    authors_v1 (EVA was then built with partf's mask) keeps partf's mask, written into
-    its options, and keeps it when saved again; partf_v1 too; an option it set stays."""
+    generation's name (authors_v2: EVA's chunk_mask is the authors'); authors_v1 and
+    partf_v1 fill in partf's mask. The options are written out when the config is made,
+    so its dict builds the same EVA whatever defaults come later; an option set stays."""
     new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=2, **fields)
     assert new.attention_defaults == "authors_v2"
     assert new.to_dict()["attention_defaults"] == "authors_v2"
     assert ModelConfig.from_dict(json.loads(json.dumps(new.to_dict()))) == new
-    assert new.attention_options == {}
+    eva = get_attention_class("eva").options
+    for option, (default, _) in eva.items():
+        assert new.attention_options[f"eva_{option}"] == default
     assert _eva_mask(new) == "authors"
 
-    saved = {**new.to_dict(), "attention_defaults": "authors_v1"}
-    old = ModelConfig.from_dict(json.loads(json.dumps(saved)))
-    assert old.attention_defaults == "authors_v1"
-    assert old.attention_options == {"eva_chunk_mask": "partf"}
-    assert _eva_mask(old) == "partf"
-    assert ModelConfig.from_dict(old.to_dict()) == old  # and it stays so when saved again
-    old.check_attention_options()
+    for generation in ("authors_v1", "partf_v1"):
+        old = ModelConfig(
+            vocab_size=50, cutoffs=(), num_layers=2, attention_defaults=generation, **fields
+        )
+        assert old.attention_options["eva_chunk_mask"] == "partf"
+        assert _eva_mask(old) == "partf"
+        saved = json.loads(json.dumps(old.to_dict()))
+        assert ModelConfig.from_dict(saved) == old  # and it stays so when saved again
+        # The saved options, not today's defaults, decide what is built.
+        assert _eva_mask(ModelConfig.from_dict({**saved, "attention_defaults": "authors"})) == (
+            "partf"
+        )
+        old.check_attention_options()
 
-    oldest = ModelConfig.from_dict({**saved, "attention_defaults": "partf_v1"})
-    assert (oldest.attention_defaults, _eva_mask(oldest)) == ("partf_v1", "partf")
-
-    chosen = ModelConfig.from_dict({**saved, "attention_options": {"chunk_mask": "authors"}})
+    chosen = ModelConfig(
+        vocab_size=50, cutoffs=(), num_layers=2, attention_defaults="authors_v1",
+        attention_options={"chunk_mask": "authors"}, **fields,
+    )  # fmt: skip
     assert _eva_mask(chosen) == "authors"
-    assert "eva_chunk_mask" not in chosen.attention_options
+    assert chosen.attention_options["eva_chunk_mask"] == "authors"
 
 
 def test_attention_defaults_names_a_generation():
     """The newest generation by "authors" or its name, an earlier one by its name; the
-    pinned options of each (diag: partf_v1's softmax; EVA: partf's mask before v2)."""
+    options each fills in (diag: partf_v1's softmax; EVA: partf's mask before v2)."""
     fields = dict(vocab_size=50, cutoffs=(), num_layers=4, architecture="diag D eva D")
     options = {
         name: ModelConfig(attention_defaults=name, **fields).attention_options
         for name in ("authors", "authors_v2", "authors_v1", "partf_v1")
     }
-    assert options["authors"] == options["authors_v2"] == {}
-    assert options["authors_v1"] == {"eva_chunk_mask": "partf"}
-    assert options["partf_v1"] == {
-        "diag_diag_activation": "softmax",
-        "diag_rms_form": "partf",
-        "eva_chunk_mask": "partf",
+    assert options["authors"] == options["authors_v2"]
+    changed = {
+        name: {key for key in options[name] if options[name][key] != options["authors"][key]}
+        for name in options
     }
+    assert changed["authors_v1"] == {"eva_chunk_mask"}
+    assert changed["partf_v1"] == {"diag_diag_activation", "diag_rms_form", "eva_chunk_mask"}
+    assert options["partf_v1"]["diag_diag_activation"] == "softmax"
     with pytest.raises(ValueError, match="unknown attention_defaults 'authors_v3'"):
         ModelConfig(attention_defaults="authors_v3", **fields)
 

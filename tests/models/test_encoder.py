@@ -9,7 +9,6 @@ import pytest
 from partf.attention import get_attention_class
 from partf.layers.candidates import noncausal_attention_names
 from partf.models import Encoder, ModelConfig
-from partf.models.attention_defaults import ATTENTION_GENERATIONS
 from partf.serialization import FORMAT_VERSION, FormatError
 from tests.attention.helpers import to_np
 
@@ -19,7 +18,7 @@ VOCAB = 13
 def small(**overrides) -> Encoder:
     settings = dict(
         vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, dropout_rate=0.0,
-        architecture="A D A D",
+        architecture="A D A D", attention="softmax", position="sinusoidal",
     )  # fmt: skip
     settings.update(overrides)
     return Encoder(**settings)
@@ -140,7 +139,7 @@ def test_built_from_a_model_config_as_from_its_keywords():
     config = ModelConfig(
         vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, dropout_rate=0.0,
         num_layers=4, architecture="A D A D", attention="linear", position="sinusoidal",
-        max_positions=2048, causal=False,
+        causal=False,
     )  # fmt: skip
     assert keywords.config == config
     built = Encoder(config=config, num_classes=3)
@@ -149,7 +148,11 @@ def test_built_from_a_model_config_as_from_its_keywords():
     built.set_weights(keywords.get_weights())
     tokens = tokens_with_padding()
     np.testing.assert_array_equal(to_np(built(tokens)), to_np(keywords(tokens)))
-    assert (built.architecture, built.attention, built.candidates) == ("A D A D", "linear", None)
+    assert (built.config.architecture, built.config.attention, built.candidates) == (
+        "A D A D",
+        "linear",
+        None,
+    )
 
 
 def test_a_model_config_must_be_non_causal_and_alone():
@@ -157,8 +160,6 @@ def test_a_model_config_must_be_non_causal_and_alone():
                          architecture="A D", attention="linear", cutoffs=())  # fmt: skip
     with pytest.raises(ValueError, match="give a ModelConfig with causal=False"):
         Encoder(config=config)
-    with pytest.raises(ValueError, match="not both"):
-        Encoder(VOCAB, config=config.replace(causal=False))
     with pytest.raises(ValueError, match="causal only and cannot be used in an Encoder"):
         config.replace(causal=False, attention="primal")
 
@@ -245,16 +246,12 @@ def test_a_config_of_another_format_is_refused():
             Encoder.from_config({**config, "format": found})
 
 
-def test_a_config_of_an_earlier_generation_builds_its_attention():
-    """An encoder config names its generation of attention defaults (--attention_defaults):
-    partf_v1's builds partf's earlier `diag` (softmax), unless its options set the option
-    themselves; today's builds the options as written."""
-    config = small(attention="diag", attention_options={"block_size": 4}).get_config()
-    assert config["attention_defaults"] == ATTENTION_GENERATIONS[-1]  # by its name
-    assert Encoder.from_config(config).attention_options == {"block_size": 4}
-    old = {**config, "attention_defaults": "partf_v1"}
-    pinned = Encoder.from_config(old).attention_options
-    assert pinned["diag_diag_activation"] == "softmax"
-    assert pinned["block_size"] == 4
-    old["attention_options"] = {"block_size": 4, "diag_activation": "relu"}
-    assert "diag_diag_activation" not in Encoder.from_config(old).attention_options
+def test_a_saved_config_is_the_model_config_and_the_heads():
+    """The saved config is the ModelConfig whole (`to_dict`) and the Encoder's own
+    settings, once: loading it builds the same encoder."""
+    model = small(attention="diag", attention_options={"block_size": 4}, num_classes=3, seed=2)
+    config = model.get_config()
+    assert config["config"] == model.config.to_dict()
+    assert (config["num_classes"], config["pooling"], config["mlm_head"]) == (3, "mean", False)
+    loaded = Encoder.from_config(config)
+    assert loaded.config == model.config and loaded.seed == 2

@@ -14,7 +14,7 @@ CANDIDATES = ("softmax", "dense", "identity")
 
 
 def search(**overrides) -> Encoder:
-    settings = dict(candidates=CANDIDATES, num_layers=4, num_classes=3, seed=0)
+    settings = dict(candidates=CANDIDATES, architecture=None, num_layers=4, num_classes=3, seed=0)
     settings.update(overrides)
     return small(**settings)
 
@@ -118,6 +118,6 @@ def test_the_config_s_arch_parameterization_reaches_the_blocks():
     plain = search()
     config = plain.config.replace(arch_parameterization="probabilities")
     model = Encoder(config=config, num_classes=3, seed=0)
-    assert {b.arch_parameterization for b in plain.blocks} == {"logits"}
-    assert {b.arch_parameterization for b in model.blocks} == {"probabilities"}
+    assert {b.settings.arch_parameterization for b in plain.blocks} == {"logits"}
+    assert {b.settings.arch_parameterization for b in model.blocks} == {"probabilities"}
     assert model.config.arch_parameterization == "probabilities"

@@ -14,7 +14,12 @@ VOCAB = 50
 
 def _model() -> MaskedLanguageModel:
     return MaskedLanguageModel(
-        VOCAB, d_model=16, num_heads=2, d_ffn=32, architecture="A D linear", attention="softmax"
+        vocab_size=VOCAB,
+        d_model=16,
+        num_heads=2,
+        d_ffn=32,
+        architecture="A D linear",
+        attention="softmax",
     )
 
 

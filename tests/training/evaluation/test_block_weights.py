@@ -148,8 +148,8 @@ def mlm_search():
     """A masked-LM search (the encoder's blocks) with non-uniform pi, and masked batches:
     targets hold the original token at chosen positions and 0 elsewhere."""
     model = MaskedLanguageModel(
-        VOCAB, d_model=16, num_heads=2, d_ffn=32, num_layers=2,
-        candidates=("attention", "dense", "identity"),
+        vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=32, num_layers=2,
+        candidates=("attention", "dense", "identity"), attention="softmax",
     )  # fmt: skip
     model(np.ones((2, 6), np.int32))
     rng = np.random.default_rng(2)
