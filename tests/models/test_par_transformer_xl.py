@@ -321,7 +321,10 @@ def test_variable_paths_and_the_keras_file_layout_are_format_1(tmp_path):
 
 @pytest.mark.parametrize(
     ("found", "said"),
-    [(None, "an earlier partf (format none;"), (2, "a newer partf (format 2;")],
+    [
+        (None, "an earlier partf (format none;"),
+        (FORMAT_VERSION + 1, f"a newer partf (format {FORMAT_VERSION + 1};"),
+    ],
     ids=["none", "newer"],
 )
 def test_a_keras_file_of_another_format_is_refused_in_one_line(tmp_path, found, said):

@@ -94,7 +94,10 @@ def _rewrite_format(path, found):
 
 @pytest.mark.parametrize(
     ("found", "said"),
-    [(None, "an earlier partf (format none;"), (2, "a newer partf (format 2;")],
+    [
+        (None, "an earlier partf (format none;"),
+        (FORMAT_VERSION + 1, f"a newer partf (format {FORMAT_VERSION + 1};"),
+    ],
     ids=["none", "newer"],
 )
 def test_a_checkpoint_of_another_format_is_refused_in_one_line_not_skipped(tmp_path, found, said):

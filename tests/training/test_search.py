@@ -74,7 +74,10 @@ def test_no_finished_search(tmp_path):
 def test_a_search_of_another_format_is_refused_in_one_line(tmp_path):
     folder = _write_search(tmp_path / "s", _SEARCHED_MODEL)
     results = json.loads((folder / "results.json").read_text())
-    for found, said in ((None, "an earlier partf (format none;"), (2, "a newer partf (format 2;")):
+    for found, said in (
+        (None, "an earlier partf (format none;"),
+        (FORMAT_VERSION + 1, f"a newer partf (format {FORMAT_VERSION + 1};"),
+    ):
         results["format"] = found
         (folder / "results.json").write_text(json.dumps(results))
         with pytest.raises(FormatError) as caught:
