@@ -324,6 +324,17 @@ def newest_step(paths: StudyPaths, name: str) -> int | None:
     return max(steps) if steps else None
 
 
+def resumed_first(runs: list[Run], paths: StudyPaths) -> list[Run]:
+    """`runs` with those that have a checkpoint first, each group in plan order.
+
+    The plan's order puts every arm's first seed before any second seed, so a study cut
+    short has all arms at seed 0. A study stopped and started again with more arms would
+    otherwise launch a new arm's run while one already half trained waits: its steps
+    are kept on disk but the slot goes to a run that starts from nothing.
+    """
+    return sorted(runs, key=lambda run: newest_step(paths, run.name) is None)
+
+
 # ------------------------------------------------------------------ the loop
 @dataclasses.dataclass
 class Outcome:
@@ -392,7 +403,7 @@ def run_study(
     writes a checkpoint and exits) and waits for them.
     """
     outcome = Outcome()
-    waiting = [run for run in runs if not paths.finished(run.name)]
+    waiting = resumed_first([run for run in runs if not paths.finished(run.name)], paths)
     done_before = len(runs) - len(waiting)
     if done_before:
         say(f"{done_before} of {len(runs)} runs finished before; {len(waiting)} to go")

@@ -5,7 +5,7 @@ reads top to bottom):
 
 1. `load_data(config) -> RunData` (partf.training.splits): the training, validation and
    test records; the batch size, sequence length and vocabulary size come from them.
-2. `build_model(config, data, strategy) -> Built` (partf.training.state): the model
+2. `build_model(config, data, strategy) -> Built` (partf.training.build): the model
    (`ModelConfig` = the user's fields + those), the learning-rate schedule and the
    optimizer; `compile(jit_compile=..., steps_per_execution=...)`.
 3. `restore(...) -> Resumed`: the newest checkpoint of `checkpoints/<model_name>/`, if
@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
+from partf.training.build import Built, build_model
 from partf.training.callbacks.console_progress import ConsoleProgress
 from partf.training.callbacks.progress import RunProgress, StopReason
 from partf.training.callbacks.run_callbacks import make_callbacks
@@ -72,8 +73,9 @@ from partf.training.fitting import plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
 from partf.training.results import Trained, finish
+from partf.training.resume import Resumed, restore
+from partf.training.save import CheckpointWriter, Clock
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
-from partf.training.state import Built, CheckpointWriter, Clock, Resumed, build_model, restore
 
 __all__ = [
     "RunPaths",

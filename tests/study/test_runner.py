@@ -266,3 +266,20 @@ def test_runs_share_a_gpu_without_reserving_its_memory(tmp_path, monkeypatch):
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"  # the caller's choice stands
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_runs_with_a_checkpoint_resume_before_new_ones(tmp_path):
+    """A study started again resumes its half-trained runs before it starts new ones, and
+    keeps the plan's order within each group."""
+    from partf.study import runner
+    from partf.study.plan import load_plan
+
+    runs = load_plan(PLAN).runs()
+    paths = runner.StudyPaths(tmp_path)
+    started = [runs[-1].name, runs[1].name]
+    for name in started:
+        paths.checkpoints(name).mkdir(parents=True)
+        (paths.checkpoints(name) / "ckpt-64.npz").write_bytes(b"")
+    order = [run.name for run in runner.resumed_first(runs, paths)]
+    assert order[:2] == [runs[1].name, runs[-1].name]
+    assert order[2:] == [run.name for run in runs if run.name not in started]

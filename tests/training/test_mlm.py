@@ -16,12 +16,12 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from partf.data import Masking, load_tfrecords
+from partf.training.build import build_model
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.optimizer import ArchSplitOptimizer, is_arch_variable
 from partf.training.splits import load_data
-from partf.training.state import build_model
 from partf.training.trainer import RunPaths, TrainingInterrupted, train
 from tests.training.test_trainer import _markov_stream, _SigintAt
 

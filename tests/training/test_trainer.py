@@ -322,7 +322,7 @@ def test_plan_segments(start, total, expected):
 
 def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
     from partf.models.config import ModelConfig
-    from partf.training.state import config_differences
+    from partf.training.resume import config_differences
 
     model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
     training = TrainConfig().to_dict()
@@ -349,7 +349,7 @@ def test_a_run_of_an_earlier_attention_generation_resumes_only_with_it():
     (EVA's chunk_mask partf) resumes with it, and without it is refused, naming the
     generation beside the options it changes; a run whose mechanisms no generation
     changed (relative attention) resumes with either."""
-    from partf.training.state import config_differences
+    from partf.training.resume import config_differences
 
     training = TrainConfig().to_dict()
 
@@ -372,7 +372,7 @@ def test_a_run_of_an_earlier_attention_generation_resumes_only_with_it():
 
 def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
     from partf.models.config import ModelConfig
-    from partf.training.state import config_differences
+    from partf.training.resume import config_differences
 
     model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
     saved = {"model": model, "training": TrainConfig(model_name="probs").to_dict()}

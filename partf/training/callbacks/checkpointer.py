@@ -1,7 +1,7 @@
 """Checkpoints during a run: `Checkpointer` saves every N steps, at epoch ends and on
 SIGINT/SIGTERM, which `SignalWatch` records; `SavedCheckpoint` is one on disk.
 
-The callback only decides when: `save` (partf.training.state.CheckpointWriter) writes.
+The callback only decides when: `save` (partf.training.save.CheckpointWriter) writes.
 """
 
 from __future__ import annotations

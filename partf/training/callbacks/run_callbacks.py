@@ -13,6 +13,7 @@ from typing import Any
 
 import keras
 
+from partf.training.build import Built
 from partf.training.callbacks.checkpointer import Checkpointer, SignalWatch
 from partf.training.callbacks.memory_reset import MemoryReset
 from partf.training.callbacks.monitoring import (
@@ -24,8 +25,9 @@ from partf.training.callbacks.monitoring import (
 from partf.training.callbacks.progress import ProgressTracker, RunProgress, StopReason, first_stop
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
+from partf.training.resume import Resumed
+from partf.training.save import CheckpointWriter
 from partf.training.splits import RunData
-from partf.training.state import Built, CheckpointWriter, Resumed
 from partf.training.summaries import open_writer
 
 

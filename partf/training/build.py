@@ -1,11 +1,6 @@
-"""The model a run trains, and its state on disk: build, restore, save.
-
-- `build_model(config, data, strategy) -> Built`: the compiled model, its schedule and
-  loss-spike guard, and the full configuration (the user's fields and those the data
-  gives) that checkpoints and results carry.
-- `restore(folder, keep, built, batches_per_epoch) -> Resumed`: the newest checkpoint
-  loaded into the built model, and where the run picks up.
-- `CheckpointWriter`: the `save` the `Checkpointer` callback calls.
+"""Building a run's model: `build_model(config, data, strategy) -> Built`, the compiled
+model, its schedule and loss-spike guard, and the full configuration (the user's fields
+and those the data gives) that checkpoints and results carry.
 
 A checkpoint holds the groups of `Built.state_groups()`: "model" (every model variable,
 per-replica memory as all local replicas' rows), "optimizer", "metrics" (the running
@@ -18,23 +13,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.callbacks.checkpointer import SavedCheckpoint
-from partf.training.callbacks.progress import attach_fit_state
-from partf.training.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    matched_arrays,
-    restore_variables,
-    saved_paths,
-    saved_root,
-)
-from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
+from partf.training.config import ConfigError, TrainConfig
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
@@ -45,7 +28,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("partf.training")
 
 
-# --------------------------------------------------------------------- build
 @dataclasses.dataclass(frozen=True)
 class Built:
     """The compiled model of a run and what came with it.
@@ -228,174 +210,3 @@ def _compiled_model(
         guard = SpikeGuard(config.spike_guard, config.spike_factor, config.spike_warmup)
         guard.install(model)
     return model, schedule, guard
-
-
-# ------------------------------------------------------------------- restore
-@dataclasses.dataclass(frozen=True)
-class Resumed:
-    """Where a run picks up: from scratch (the defaults) or from a checkpoint.
-
-    Attributes:
-        step: updates already done.
-        checkpoint: the checkpoint restored, or None.
-        elapsed_seconds: wall time spent before the resume.
-        train_loss: the running training loss the checkpoint recorded.
-        metrics: (variable, value) pairs of the running loss's sums, to put back when a
-            resumed epoch begins; empty unless the checkpoint is mid-epoch.
-    """
-
-    step: int = 0
-    checkpoint: SavedCheckpoint | None = None
-    elapsed_seconds: float = 0.0
-    train_loss: float | None = None
-    metrics: tuple[tuple[Any, Any], ...] = ()
-
-
-def _defaults(config_class: type) -> dict[str, Any]:
-    """Each field's default, JSON-safe (tuples as lists, as `to_dict` writes them)."""
-    defaults = {}
-    for field in dataclasses.fields(config_class):
-        if field.default is not dataclasses.MISSING:
-            value = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            value = field.default_factory()
-        else:
-            continue
-        defaults[field.name] = list(value) if isinstance(value, tuple) else value
-    return defaults
-
-
-def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The settings that differ between a checkpoint's configuration and this run's.
-
-    A setting added to `ModelConfig` or `TrainConfig` after the checkpoint was written
-    counts as its default, so checkpoints of earlier versions of the same format resume.
-
-    Args:
-        saved: the checkpoint's full configuration.
-        current: this run's (`Built.full_config`).
-
-    Returns:
-        "name: before -> after" lines; settings a run may change on resume are left out.
-    """
-    from partf.models.config import ModelConfig
-
-    differences = []
-    defaults = _defaults(ModelConfig)
-    saved_model = saved["model"]
-    for key in sorted(set(saved_model) | set(current["model"])):
-        before = saved_model.get(key, defaults.get(key))
-        if before != current["model"].get(key):
-            differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
-    if not any(line.startswith("attention_options:") for line in differences):
-        # The generation of attention defaults counts through the options it resolves to
-        # (one that changed no option of the run's mechanisms resumes), and is named
-        # beside them when they differ: the flag to pass.
-        differences = [line for line in differences if not line.startswith("attention_defaults:")]
-    defaults = _defaults(TrainConfig)
-    for key in sorted(set(saved["training"]) | set(current["training"])):
-        if key in RESUMABLE_CHANGES or key == "model":
-            continue
-        before = saved["training"].get(key, defaults.get(key))
-        if before != current["training"].get(key):
-            differences.append(f"{key}: {before!r} -> {current['training'].get(key)!r}")
-    return differences
-
-
-def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Resumed:
-    """Loads the newest checkpoint in `folder` into the built model, if there is one.
-
-    Args:
-        folder: checkpoints/<model_name>/.
-        keep: how many checkpoints the folder keeps (--keep_checkpoints).
-        built: the run's model; its variables receive the checkpoint's values.
-        batches_per_epoch: B, to tell whether the checkpoint is mid-epoch.
-
-    Returns:
-        `Resumed()` when the folder holds no checkpoint, else where the run picks up.
-
-    Raises:
-        CheckpointError: checkpoints exist but none can be read.
-        ConfigError: the checkpoint is of a run with another configuration.
-    """
-    manager = CheckpointManager(folder, keep=keep)
-    latest = manager.load_latest()
-    if latest is None:
-        if manager.checkpoints():
-            raise CheckpointError(
-                f"no checkpoint in {folder} can be read; move the folder "
-                "away or pass --overwrite to start again."
-            )
-        return Resumed()
-    groups, meta, path = latest
-    differences = config_differences(meta["config"], built.full_config)
-    if differences:
-        raise ConfigError(
-            f"{folder} holds a run with another configuration "
-            f"({'; '.join(differences[:3])}); pass --overwrite to start again or choose "
-            "another --model_name."
-        )
-    live = built.state_groups()
-    # Each variable takes the saved array of its own path (checkpoint.variable_key).
-    keys = {"root": built.model.name, "saved_model_root": saved_root(meta)}
-    for name in live:
-        restore_variables(live[name], groups.get(name, []), name, saved_paths(meta, name), **keys)
-    step = int(meta["step"])
-    metrics: tuple[tuple[Any, Any], ...] = ()
-    if step % batches_per_epoch:
-        # Mid-epoch: fit() will zero the running loss; hand back its saved sums.
-        variables, paths = built.model.metrics_variables, saved_paths(meta, "metrics")
-        metrics = tuple(matched_arrays(variables, groups["metrics"], "metrics", paths, **keys))
-    logger.info("resumed from %s at step %d", path, step)
-    return Resumed(
-        step=step,
-        checkpoint=SavedCheckpoint(step, str(path)),
-        elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)),
-        train_loss=meta.get("train_loss"),
-        metrics=metrics,
-    )
-
-
-# ---------------------------------------------------------------------- save
-@dataclasses.dataclass(frozen=True)
-class Clock:
-    """The run's wall time, across resumes.
-
-    Attributes:
-        started: `time.perf_counter()` when this process's part of the run began.
-        before: seconds spent before a resume.
-    """
-
-    started: float
-    before: float = 0.0
-
-    def seconds(self) -> float:
-        """Seconds the run has taken so far."""
-        return self.before + (time.perf_counter() - self.started)
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointWriter:
-    """Writes a checkpoint of the current state: the `Checkpointer`'s `save`.
-
-    Args:
-        manager: the run's `CheckpointManager` (it keeps the newest few).
-        built: the run's model; what is saved is `built.state_groups()`.
-        clock: the run's wall time, recorded for a resume.
-    """
-
-    manager: CheckpointManager
-    built: Built
-    clock: Clock
-
-    def __call__(self, step: int, train_loss: float | None) -> str:
-        """Writes the checkpoint of `step` and returns its path (see `checkpoint.py`)."""
-        attach_fit_state(self.built.model)  # JAX: the values fit holds, in the variables
-        meta = {
-            "config": self.built.full_config,
-            "train_loss": train_loss,
-            "elapsed_seconds": self.clock.seconds(),
-            "architecture": self.built.model.architecture_string(),
-            "model_name": self.built.model.name,  # dropped from the keys on restore
-        }
-        return str(self.manager.save(step, self.built.state_groups(), meta))
