@@ -117,6 +117,27 @@ def read_search(folder: str | Path) -> FinishedSearch:
     return found
 
 
+def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dict[str, Any]:
+    """The search's attention options less those written out for a mechanism the derived
+    architecture dropped: a saved config names every chosen mechanism's options
+    (`<mechanism>_<option>`), and an option no chosen mechanism takes is refused."""
+    from partf.attention.registry import attention_names
+    from partf.models.config import parse_block_candidates
+
+    default = model.get("attention", "relative")
+    kept = {
+        default if name == "attention" else name
+        for candidates in parse_block_candidates(architecture)
+        for name in candidates
+    }
+    dropped = [name for name in attention_names() if name not in kept]
+    return {
+        key: value
+        for key, value in dict(model.get("attention_options") or {}).items()
+        if not any(key.startswith(f"{name}_") for name in dropped)
+    }
+
+
 def config_from_search(
     folder: str | Path, given: TrainConfig, explicit: Collection[str]
 ) -> TrainConfig:
@@ -143,6 +164,8 @@ def config_from_search(
     architecture = searched_architecture(found.pi, found.candidates)
     model = {k: v for k, v in found.model.items() if k not in DERIVED_MODEL_FIELDS}
     model.update(architecture=architecture, num_layers=len(architecture.split()))
+    if "attention_options" in model:
+        model["attention_options"] = _options_of_kept_mechanisms(model, architecture)
     model.update(given.model)  # model flags given on the command line win
     values = {}
     for name, value in given.to_dict().items():
