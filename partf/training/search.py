@@ -121,7 +121,7 @@ def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dic
     """The search's attention options less those written out for a mechanism the derived
     architecture dropped: a saved config names every chosen mechanism's options
     (`<mechanism>_<option>`), and an option no chosen mechanism takes is refused."""
-    from partf.attention.registry import attention_names
+    from partf.attention.registry import attention_names, mechanism_option
     from partf.models.config import parse_block_candidates
 
     default = model.get("attention", "relative")
@@ -134,7 +134,7 @@ def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dic
     return {
         key: value
         for key, value in dict(model.get("attention_options") or {}).items()
-        if not any(key.startswith(f"{name}_") for name in dropped)
+        if not any(mechanism_option(name, key) for name in dropped)
     }
 
 
