@@ -47,28 +47,10 @@ VARIANTS = ("layer", "nopad", "fusekv", "headsfirst", "noshift", "nopos")
 
 def step_rate(config: str, steps: int, rounds: int, jit: bool) -> float:
     """Best steps/s of `rounds` timed fits of `steps` steps after a compiling one."""
-    import keras
-    import numpy as np
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from profile_step import COMMON, CONFIGS, VOCAB
+    from profile_step import compiled_model
 
-    from partf.models.config import ModelConfig
-    from partf.models.par_transformer_xl import PARTransformerXL
-    from partf.training.config import TrainConfig
-
-    spec = CONFIGS[config]
-    batch, seq_len = spec["batch"], spec["seq_len"]
-    keras.utils.set_random_seed(0)
-    model_config = ModelConfig(
-        vocab_size=VOCAB, batch_size=batch, tau_steps=10_000, **spec["model"], **COMMON
-    )
-    model = PARTransformerXL(model_config, name="par_transformer_xl")
-    _, optimizer = TrainConfig(warmup_steps=1000).schedule_and_optimizer(10_000)
-    model.compile(optimizer=optimizer, jit_compile=jit, steps_per_execution=8)
-    rng = np.random.default_rng(0)
-    tokens = np.minimum(rng.zipf(1.1, size=(steps * batch, seq_len + 1)), VOCAB - 1)
-    x, y = tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32")
+    model, x, y, batch = compiled_model(config, steps, spe=8, jit_compile=jit)
     seconds = []
     for _ in range(rounds + 1):  # the first compiles
         began = time.perf_counter()

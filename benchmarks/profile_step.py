@@ -159,9 +159,12 @@ def self_times(xplane: Path) -> dict[str, float]:
     return {name: ps / 1e12 for name, ps in totals.items() if name not in CONTAINERS}
 
 
-def profile(config: str, steps: int, spe: int) -> dict[str, Any]:
+def compiled_model(
+    config: str, steps: int, spe: int, jit_compile: bool = True
+) -> tuple[Any, np.ndarray, np.ndarray, int]:
+    """The model of `config` built and compiled as partf-train does, and `steps` batches
+    of Zipf tokens: (model, inputs, targets, batch size)."""
     import keras
-    import tensorflow as tf
 
     from partf.models.config import ModelConfig
     from partf.models.par_transformer_xl import PARTransformerXL
@@ -175,10 +178,16 @@ def profile(config: str, steps: int, spe: int) -> dict[str, Any]:
     )
     model = PARTransformerXL(model_config, name="par_transformer_xl")
     _, optimizer = TrainConfig(warmup_steps=1000).schedule_and_optimizer(10_000)
-    model.compile(optimizer=optimizer, jit_compile=True, steps_per_execution=spe)
+    model.compile(optimizer=optimizer, jit_compile=jit_compile, steps_per_execution=spe)
     rng = np.random.default_rng(0)
     tokens = np.minimum(rng.zipf(1.1, size=(steps * batch, seq_len + 1)), VOCAB - 1)
-    x, y = tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32")
+    return model, tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32"), batch
+
+
+def profile(config: str, steps: int, spe: int) -> dict[str, Any]:
+    import tensorflow as tf
+
+    model, x, y, batch = compiled_model(config, steps, spe)
 
     def run() -> float:
         began = time.perf_counter()
