@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -22,6 +18,7 @@ from partf.generation import (
     sample_tokens,
 )
 from partf.models import PARTransformerXL
+from tests.test_jax_backend import run_on_jax
 
 VOCAB = 40
 TINY = dict(
@@ -388,19 +385,7 @@ def test_jax_decoding_compiles_to_the_eager_tokens(tmp_path):
     """On JAX the decoding loop runs under jax.jit with per-token keys: it draws the tokens
     the eager loop draws for the same seed, a seed repeats its text and another changes it,
     and a compiled loop reads the weights of each call, not those it was traced with."""
-    script = tmp_path / "generate_jax.py"
-    script.write_text(JAX_GENERATION_SCRIPT)
-    out = tmp_path / "out.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(
-        [sys.executable, str(script), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = run_on_jax(JAX_GENERATION_SCRIPT, tmp_path, name="generate")
     assert result["backend"] == "jax"
     for name in ("greedy", "top_k"):
         compiled, eager, again, _ = result[name]

@@ -100,20 +100,29 @@ SCRIPT = textwrap.dedent(
 ).format(B=BATCH, L=LENGTH, V=VOCAB, STEPS=STEPS)
 
 
+def run_on_jax(source: str, tmp_path, *args: str, name: str = "on_jax") -> dict:
+    """Runs the script `source` in a fresh process on the JAX backend with `args` and
+    the path of a JSON file it writes last; returns that file's contents."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    out = tmp_path / f"{name}.json"
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, str(script), *args, str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 def _run(backend: str, tmp_path) -> dict:
     """Runs SCRIPT on `backend`: TensorFlow in this process (its backend already), JAX in
     a fresh one."""
+    weights = tmp_path / "weights.npz"
+    if backend == "jax":
+        return run_on_jax(SCRIPT, tmp_path, str(weights))
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     out = tmp_path / f"{backend}.json"
-    weights = tmp_path / "weights.npz"
-    if backend == "tensorflow":
-        runpy.run_path(str(script))["main"](str(weights), str(out))
-    else:
-        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-        command = [sys.executable, str(script), str(weights), str(out)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
+    runpy.run_path(str(script))["main"](str(weights), str(out))
     return json.loads(out.read_text())
 
 
@@ -183,19 +192,7 @@ def test_the_sampled_search_trains_compiled_on_jax(tmp_path):
     """The sampled-path estimator's conditional compiles with XLA on the JAX backend (its
     candidates' random draws keyed outside the branch), trains the architecture logits and
     draws fresh dropout masks inside the branch."""
-    script = tmp_path / "sampled.py"
-    script.write_text(SAMPLED_SCRIPT)
-    out = tmp_path / "sampled.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(
-        [sys.executable, str(script), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = run_on_jax(SAMPLED_SCRIPT, tmp_path, name="sampled")
     assert result["backend"] == "jax"
     assert result["masks_differ"] > 1e-3
     assert result["eval_error"] < 1e-6
