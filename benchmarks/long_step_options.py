@@ -8,6 +8,9 @@ Two measurements, each on TensorFlow/XLA on the CPU:
   reads its flags once per process, so each set runs in its own process; the sets run
   in turn, --passes times, and the best steps/s of each is reported. An empty set is
   XLA's defaults; `--jit off` adds a run without XLA.
+- `--query_chunk=N`, repeated: the same whole step with relative attention's
+  `query_chunk` option (`--attn_query_chunk`) at each N (0: off), one process each, in
+  turn, with XLA's defaults.
 - `--variants`: the relative attention layer alone (8 x 256 queries, memory 256,
   d_model 128, 4 heads), forward and backward compiled with XLA, in one process,
   round-robin, best of --rounds. Each variant computes the same attention with one part
@@ -22,6 +25,8 @@ Two measurements, each on TensorFlow/XLA on the CPU:
                  over [B, T, H, Dh]
       noshift    the position scores' first K columns, without the relative shift
       nopos      no position term at all
+      chunkN     the layer with query_chunk=N (`--attn_query_chunk`): the queries in
+                 chunks of N, each against only the keys it can see
 
 Compare only figures taken together, on a quiet machine (stop other work meanwhile).
 
@@ -42,15 +47,28 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-VARIANTS = ("layer", "nopad", "fusekv", "headsfirst", "noshift", "nopos")
+VARIANTS = (
+    "layer",
+    "nopad",
+    "fusekv",
+    "headsfirst",
+    "noshift",
+    "nopos",
+    "chunk32",
+    "chunk64",
+    "chunk128",
+)
 
 
-def step_rate(config: str, steps: int, rounds: int, jit: bool) -> float:
+def step_rate(config: str, steps: int, rounds: int, jit: bool, query_chunk: int = 0) -> float:
     """Best steps/s of `rounds` timed fits of `steps` steps after a compiling one."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from profile_step import compiled_model
 
-    model, x, y, batch = compiled_model(config, steps, spe=8, jit_compile=jit)
+    options = {"query_chunk": query_chunk} if query_chunk else None
+    model, x, y, batch = compiled_model(
+        config, steps, spe=8, jit_compile=jit, attention_options=options
+    )
     seconds = []
     for _ in range(rounds + 1):  # the first compiles
         began = time.perf_counter()
@@ -125,6 +143,14 @@ def variants(names: list[str], rounds: int) -> None:
     memory = tf.random.normal((batch, length, d_model))
     mask = tf.ones((batch, length), tf.int32)
     layer(x, state={"memory": memory, "memory_mask": mask})
+    chunked = {}
+    for name in names:
+        if name.startswith("chunk"):
+            chunked[name] = RelativeAttention(
+                d_model=d_model, num_heads=4, mem_len=length, query_chunk=int(name[5:])
+            )
+            chunked[name](x, state={"memory": memory, "memory_mask": mask})
+            chunked[name].set_weights(layer.get_weights())
     upstream = tf.random.normal((batch, length, d_model))
 
     def make(variant: str) -> Any:
@@ -132,13 +158,14 @@ def variants(names: list[str], rounds: int) -> None:
         def step(x: Any, memory: Any, mask: Any) -> Any:
             with tf.GradientTape() as tape:
                 tape.watch(x)
-                if variant == "layer":
+                if variant == "layer" or variant in chunked:
                     state = {"memory": memory, "memory_mask": mask}
-                    y, _ = layer(x, state=state, training=True)
+                    y, _ = chunked.get(variant, layer)(x, state=state, training=True)
                 else:
                     y = variant_call(layer, x, memory, mask, variant)
                 loss = tf.reduce_sum(y * upstream)
-            grads = tape.gradient(loss, [x, *layer.trainable_variables])
+            weights = chunked.get(variant, layer).trainable_variables
+            grads = tape.gradient(loss, [x, *weights])
             return [tf.zeros(()) if g is None else g for g in grads]
 
         return step
@@ -167,6 +194,14 @@ def variants(names: list[str], rounds: int) -> None:
         print(f"{name:11s} forward and backward: best {1e3 * min(times[name]):.1f} ms")
 
 
+def label_of(flags: str, jit: str, chunk: int) -> str:
+    if jit == "off":
+        return "without XLA"
+    if chunk:
+        return f"query_chunk={chunk}"
+    return flags or "XLA defaults"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -175,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="one XLA flag set, given as --xla_flags=SET (repeat for more; empty: defaults)",
     )
+    parser.add_argument(
+        "--query_chunk",
+        action="append",
+        type=int,
+        default=None,
+        help="relative attention's query_chunk for a whole-step run (repeat; 0: off)",
+    )
     parser.add_argument("--jit", choices=["on", "off"], default="on", help="also run without XLA")
     parser.add_argument("--config", default="long", choices=["base", "long"])
     parser.add_argument("--steps", type=int, default=16, help="steps per timed fit")
@@ -182,20 +224,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--variants", nargs="*", default=None, choices=VARIANTS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child_chunk", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        rate = step_rate(args.config, args.steps, args.rounds, args.child == "on")
+        rate = step_rate(args.config, args.steps, args.rounds, args.child == "on", args.child_chunk)
         print(f"RATE {rate:.4f}")
         return 0
     if args.variants is not None:
         variants(list(args.variants or VARIANTS), args.rounds)
         return 0
-    sets = [(flags, "on") for flags in (args.xla_flags or [""])]
+    sets = [(flags, "on", 0) for flags in (args.xla_flags or [""])]
+    sets += [("", "on", chunk) for chunk in args.query_chunk or [] if chunk]
     if args.jit == "off":
-        sets.append(("", "off"))
-    best: dict[tuple[str, str], float] = {}
+        sets.append(("", "off", 0))
+    best: dict[tuple[str, str, int], float] = {}
     for _ in range(args.passes):
-        for flags, jit in sets:
+        for flags, jit, chunk in sets:
             env = {**os.environ, "XLA_FLAGS": flags}
             command = [
                 sys.executable,
@@ -208,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.steps),
                 "--rounds",
                 str(args.rounds),
+                "--child_chunk",
+                str(chunk),
             ]
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             lines = [line for line in done.stdout.splitlines() if line.startswith("RATE ")]
@@ -215,16 +261,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{flags}] failed: {done.stderr.strip().splitlines()[-1:]}")
                 continue
             rate = float(lines[-1].split()[1])
-            best[flags, jit] = max(best.get((flags, jit), 0.0), rate)
-            print(
-                f"[{flags or 'XLA defaults'}]{' no XLA' if jit == 'off' else ''}: "
-                f"{rate:.3f} steps/s",
-                flush=True,
-            )
+            best[flags, jit, chunk] = max(best.get((flags, jit, chunk), 0.0), rate)
+            print(f"[{label_of(flags, jit, chunk)}]: {rate:.3f} steps/s", flush=True)
     print(f"best of {args.passes} pass(es), {args.config}:")
-    for (flags, jit), rate in best.items():
-        label = "without XLA" if jit == "off" else (flags or "XLA defaults")
-        print(f"  {label}: {rate:.3f} steps/s")
+    for (flags, jit, chunk), rate in best.items():
+        print(f"  {label_of(flags, jit, chunk)}: {rate:.3f} steps/s")
     return 0
 
 

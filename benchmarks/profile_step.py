@@ -160,10 +160,15 @@ def self_times(xplane: Path) -> dict[str, float]:
 
 
 def compiled_model(
-    config: str, steps: int, spe: int, jit_compile: bool = True
+    config: str,
+    steps: int,
+    spe: int,
+    jit_compile: bool = True,
+    attention_options: dict[str, Any] | None = None,
 ) -> tuple[Any, np.ndarray, np.ndarray, int]:
     """The model of `config` built and compiled as partf-train does, and `steps` batches
-    of Zipf tokens: (model, inputs, targets, batch size)."""
+    of Zipf tokens: (model, inputs, targets, batch size). `attention_options`: the
+    mechanisms' options (`--attn_*` flags) to build it with."""
     import keras
 
     from partf.models.config import ModelConfig
@@ -174,7 +179,12 @@ def compiled_model(
     batch, seq_len = spec["batch"], spec["seq_len"]
     keras.utils.set_random_seed(0)
     model_config = ModelConfig(
-        vocab_size=VOCAB, batch_size=batch, tau_steps=10_000, **spec["model"], **COMMON
+        vocab_size=VOCAB,
+        batch_size=batch,
+        tau_steps=10_000,
+        attention_options=attention_options or {},
+        **spec["model"],
+        **COMMON,
     )
     model = PARTransformerXL(model_config, name="par_transformer_xl")
     _, optimizer = TrainConfig(warmup_steps=1000).schedule_and_optimizer(10_000)

@@ -120,6 +120,11 @@ class RelativeAttention(Attention):
             linear output projection, as Dai et al. "original": the original PAR
             project's choices (par_model.py): scores scaled by 1 / Dh, biases on
             every projection and a ReLU after the output projection.
+        query_chunk: causal only: the queries are scored this many at a time, each
+            chunk against the keys it can see (the memory and the segment up to the
+            chunk's end), so the part of the scores the causal mask removes is not
+            computed and each score array is smaller. The same attention up to float32
+            rounding; 0 (default) scores all queries at once.
 
     Call args:
         x: [B, T, D] segment.
@@ -154,6 +159,8 @@ class RelativeAttention(Attention):
         "attention_dropout_rate": "dropout on the attention weights (dropatt)",
         "compat": "transformer_xl (scores / sqrt(Dh), linear output) or original (the "
         "original PAR project's scores / Dh, biases and ReLU output)",
+        "query_chunk": "causal: score queries this many at a time against only the keys "
+        "they can see (0: all at once; docs/speed.md measures 64 at 256 tokens)",
     }
 
     def __init__(
@@ -168,6 +175,7 @@ class RelativeAttention(Attention):
         clamp_len: int | None = None,
         attention_dropout_rate: float = 0.0,
         compat: str = "transformer_xl",
+        query_chunk: int = 0,
         **kwargs: Any,
     ) -> None:
         if compat not in COMPAT_MODES:
@@ -193,6 +201,9 @@ class RelativeAttention(Attention):
                 f"attention_dropout_rate must be in [0, 1), got {attention_dropout_rate}."
             )
         self.attention_dropout_rate = float(attention_dropout_rate)
+        if query_chunk < 0:
+            raise ValueError(f"query_chunk must be >= 0 (0: one chunk), got {query_chunk}.")
+        self.query_chunk = int(query_chunk)
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         super().build(input_shape)
@@ -339,6 +350,40 @@ class RelativeAttention(Attention):
         y = self.output_dense(out)
         return ops.relu(y) if self.compat == "original" else y
 
+    def _attend(
+        self,
+        q_content: Any,
+        q_position: Any,
+        k: Any,
+        v: Any,
+        r: Any,
+        key_mask: Any,
+        training: bool | None,
+    ) -> Any:
+        """Weighted values [B, t, H, Dh] of t queries (biased for content and position
+        scores), the last t of the K keys `k` causally; `r` holds the projected encodings
+        of distances K - 1 down to 0 (causal) or to -t."""
+        key_len = ops.shape(k)[1]
+        content = ops.einsum("bthk,bshk->bhts", q_content, k)  # (a) + (c): [B, H, t, K]
+        position = ops.einsum("bthk,lhk->bhtl", q_position, r)  # (b) + (d): [B, H, t, L]
+        if self.causal:
+            position = ops.pad(position, [[0, 0], [0, 0], [0, 0], [0, 1]])
+        position = relative_shift(position, key_len)  # [B, H, t, K]
+
+        # Scores, mask and softmax in float32 whatever the compute dtype.
+        scores = ops.cast(content + position, "float32") * self._score_scale()
+        visible = key_mask[:, None, None, :]  # [B, 1, 1, K]
+        if self.causal:
+            query_len = ops.shape(q_content)[1]
+            key_pos = ops.arange(key_len)[None, :]
+            query_pos = ops.arange(query_len)[:, None] + (key_len - query_len)
+            visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
+        # A query that sees no key (a stream that starts with padding) gets zero weights.
+        weights = ops.cast(masked_softmax(scores, visible), q_content.dtype)
+        if self.attention_dropout_rate > 0:
+            weights = self.attention_dropout(weights, training=training)
+        return ops.einsum("bhts,bshk->bthk", weights, v)  # [B, t, H, Dh]
+
     # ------------------------------------------------------------------ call
     def call(
         self,
@@ -373,26 +418,32 @@ class RelativeAttention(Attention):
         r = sinusoidal_encoding(self._distances(key_len, query_len), self.d_model, x.dtype)
         r = self.position_dense(r)  # [L, H, Dh]
 
-        u = ops.cast(self.content_bias, q.dtype)
-        pos_bias = ops.cast(self.position_bias, q.dtype)
-        content = ops.einsum("bthk,bshk->bhts", q + u, k)  # (a) + (c): [B, H, T, K]
-        position = ops.einsum("bthk,lhk->bhtl", q + pos_bias, r)  # (b) + (d): [B, H, T, L]
-        if self.causal:
-            position = ops.pad(position, [[0, 0], [0, 0], [0, 0], [0, 1]])
-        position = relative_shift(position, key_len)  # [B, H, T, K]
-
-        # Scores, mask and softmax in float32 whatever the compute dtype.
-        scores = ops.cast(content + position, "float32") * self._score_scale()
-        visible = key_mask[:, None, None, :]  # [B, 1, 1, K]
-        if self.causal:
-            key_pos = ops.arange(key_len)[None, :]
-            query_pos = ops.arange(query_len)[:, None] + mem_len
-            visible = ops.logical_and(visible, (key_pos <= query_pos)[None, None])
-        # A query that sees no key (a stream that starts with padding) gets zero weights.
-        weights = ops.cast(masked_softmax(scores, visible), x.dtype)
-        if self.attention_dropout_rate > 0:
-            weights = self.attention_dropout(weights, training=training)
-        out = ops.einsum("bhts,bshk->bthk", weights, v)  # [B, T, H, Dh]
+        q_content = q + ops.cast(self.content_bias, q.dtype)
+        q_position = q + ops.cast(self.position_bias, q.dtype)
+        chunk = self.query_chunk if self.causal and isinstance(query_len, int) else 0
+        if not chunk or chunk >= query_len:
+            out = self._attend(q_content, q_position, k, v, r, key_mask, training)
+        else:
+            # Queries start..stop see the first mem_len + stop keys only and are the last
+            # queries of those: the layout of the whole call on fewer keys, whose
+            # distances (keys - 1 down to 0) are the last rows of r. The scores the
+            # causal mask would zero beyond each chunk's keys are never computed.
+            outs = []
+            for start in range(0, query_len, chunk):
+                stop = min(start + chunk, query_len)
+                keys = mem_len + stop
+                outs.append(
+                    self._attend(
+                        q_content[:, start:stop],
+                        q_position[:, start:stop],
+                        k[:, :keys],
+                        v[:, :keys],
+                        r[key_len - keys :],
+                        key_mask[:, :keys],
+                        training,
+                    )
+                )
+            out = ops.concatenate(outs, axis=1)
         y = self.dropout(self._output(out), training=training)  # [B, T, D]
 
         if self.mem_len == 0:
@@ -432,5 +483,6 @@ class RelativeAttention(Attention):
             clamp_len=self.clamp_len,
             attention_dropout_rate=self.attention_dropout_rate,
             compat=self.compat,
+            query_chunk=self.query_chunk,
         )
         return config

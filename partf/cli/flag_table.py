@@ -397,6 +397,11 @@ MECHANISM_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
             "transformer_xl (scores / sqrt(Dh), linear output) or original (the original PAR "
             "project's scores / Dh, biases and ReLU output)",
         ),
+        "query_chunk": (
+            0,
+            "causal: score queries this many at a time against only the keys they can see (0: "
+            "all at once; docs/speed.md measures 64 at 256 tokens)",
+        ),
     },
     "softmax": {
         "mem_len": (0, "previous tokens whose keys and values are kept as memory (0: none)"),

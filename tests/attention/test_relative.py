@@ -21,8 +21,12 @@ from tests.layer_checks import assert_close, assert_config_round_trip
 D, H = 12, 3
 
 
-def make_layer(mem_len=0, causal=True, clamp_len=None, use_bias=False, seed=0, compat=None):
+def make_layer(
+    mem_len=0, causal=True, clamp_len=None, use_bias=False, seed=0, compat=None, query_chunk=0
+):
     options = {} if compat is None else {"compat": compat}
+    if query_chunk:
+        options["query_chunk"] = query_chunk
     layer = create_attention(
         "relative",
         D,
@@ -66,11 +70,12 @@ def test_registered_and_config_round_trip():
         mem_len=7,
         clamp_len=3,
         attention_dropout_rate=0.3,
+        query_chunk=2,
         name="rel",
     )
     clone = assert_config_round_trip(layer)
     assert (clone.mem_len, clone.clamp_len, clone.head_dim, clone.causal) == (7, 3, 5, False)
-    assert clone.attention_dropout_rate == 0.3
+    assert (clone.attention_dropout_rate, clone.query_chunk) == (0.3, 2)
 
 
 def test_relative_shift_matches_gather():
@@ -115,20 +120,25 @@ def config_of(layer):
 
 
 @pytest.mark.parametrize(
-    "causal, mem_len, clamp_len, use_bias, q_len",
+    "causal, mem_len, clamp_len, use_bias, q_len, query_chunk",
     [
-        (True, 0, None, False, 5),
-        (True, 4, None, True, 5),
-        (True, 6, 3, False, 1),
-        (True, 3, None, False, 6),
-        (False, 0, None, True, 4),
-        (False, 4, 2, False, 3),
+        (True, 0, None, False, 5, 0),
+        (True, 4, None, True, 5, 0),
+        (True, 6, 3, False, 1, 0),
+        (True, 3, None, False, 6, 0),
+        (False, 0, None, True, 4, 0),
+        (False, 4, 2, False, 3, 0),
+        # Queries scored a chunk at a time: chunks that divide the segment, one that
+        # leaves a short last chunk, and one without memory.
+        (True, 4, None, True, 6, 2),
+        (True, 6, 3, False, 7, 3),
+        (True, 0, None, False, 5, 2),
     ],
 )
-def test_matches_four_term_reference(causal, mem_len, clamp_len, use_bias, q_len):
+def test_matches_four_term_reference(causal, mem_len, clamp_len, use_bias, q_len, query_chunk):
     """Outputs, the new memory and its mask, and the gradients (input and every weight)
     equal the independent pair-by-pair reference's."""
-    layer = make_layer(mem_len, causal, clamp_len, use_bias)
+    layer = make_layer(mem_len, causal, clamp_len, use_bias, query_chunk=query_chunk)
     x = np.random.default_rng(3).normal(size=(2, q_len, D)).astype("float32")
     mask = np.ones((2, q_len), bool)
     mask[1, q_len // 2 + 1 :] = False  # a padded tail in the second row
@@ -232,18 +242,20 @@ def test_empty_memory_equals_no_memory():
     assert_close(y_mem, y_none, atol=1e-6)
 
 
-def test_four_segments_with_memory_equal_one_pass():
+@pytest.mark.parametrize("query_chunk", [0, 4])
+def test_four_segments_with_memory_equal_one_pass(query_chunk):
     """A memory as long as the stream: four uneven segments (one of a single token,
     pads inside) with carried memory equal one call, on the outputs and the memory."""
-    layer = make_layer(mem_len=40)
+    layer = make_layer(mem_len=40, query_chunk=query_chunk)
     x, mask = random_tokens(2, 37, D, seed=8)
     assert_segments_equal_one_call(layer, x, mask, CUTS_37)
 
 
-def test_a_query_that_sees_no_key_outputs_zeros():
+@pytest.mark.parametrize("query_chunk", [0, 2])
+def test_a_query_that_sees_no_key_outputs_zeros(query_chunk):
     """Every other mechanism (masked_softmax) gives zeros there: the pad's output then
     depends on nothing, in one call or in segments."""
-    layer = make_layer(mem_len=4)
+    layer = make_layer(mem_len=4, query_chunk=query_chunk)
     x = np.random.default_rng(10).normal(size=(1, 5, D)).astype("float32")
     mask = np.array([[False, False, True, True, True]])
     y, _ = layer(x, mask=mask)
@@ -287,6 +299,8 @@ def test_rejects_bad_arguments():
         RelativeAttention(D, H, mem_len=-1)
     with pytest.raises(ValueError, match="clamp_len must be positive"):
         RelativeAttention(D, H, clamp_len=0)
+    with pytest.raises(ValueError, match="query_chunk must be >= 0"):
+        RelativeAttention(D, H, query_chunk=-1)
 
 
 @pytest.mark.parametrize("rates", [(0.5, 0.0), (0.0, 0.5)])
