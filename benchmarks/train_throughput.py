@@ -179,6 +179,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             warmup_steps=100,
             steps_per_execution=args.spe,
             jit_compile=args.jit == "on",
+            compiled_loop=args.compiled_loop,
+            mixed_precision=args.mixed_precision,
             log_every=100,
             model={**SHAPES[args.config], **COMMON},
         )
@@ -322,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", default="base", help=argparse.SUPPRESS)
     parser.add_argument("--evaluate", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compiled_loop", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mixed_precision", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         args.jit = args.jit[0] if isinstance(args.jit, list) else args.jit

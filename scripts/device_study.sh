@@ -17,6 +17,11 @@
 #     no checkpoints). The study folder lives outside the carried path
 #     (/root/partf-device-study), so a second call on a machine still warm resumes it.
 #
+#   bash scripts/device_study.sh speed SECONDS
+#     runs benchmarks/gpu_settings.py from the carried working tree (not the pinned
+#     code) on the original's records: the base run's steps/s on JAX under each GPU
+#     setting, then the 20-epoch base run end to end; $OUT/gpu_settings.{md,json}.
+#
 # Example, the long-context study of issue 47 from c7b009c:
 #   scripts/device_study.sh prepare c7b009c /work/studies/long
 #   run(command="bash scripts/device_study.sh run 540 studies/long_context.toml 12 \
@@ -27,7 +32,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DEVICE="$ROOT/.device"
 usage() {
-  echo "usage: $0 prepare COMMIT STUDY_DIR | run SECONDS PLAN WORKERS ARM..." >&2
+  echo "usage: $0 prepare COMMIT STUDY_DIR | run SECONDS PLAN WORKERS ARM... | speed SECONDS" >&2
   exit 2
 }
 
@@ -48,7 +53,9 @@ prepare() {
   cp -r "$study"/data/records_* "$DEVICE.partial/data/"
   cp -r "$shared/wikitext-2" "$DEVICE.partial/shared/"
   mkdir -p "$DEVICE.partial/shared/par-transformer-xl-original"
-  cp -r "$shared/par-transformer-xl-original/tokenizer" "$DEVICE.partial/shared/par-transformer-xl-original/"
+  # The tokenizer for the studies; the records too for the GPU speed settings (15 MB).
+  cp -r "$shared"/par-transformer-xl-original/{tokenizer,tfrecords_train,tfrecords_valid,tfrecords_test} \
+    "$DEVICE.partial/shared/par-transformer-xl-original/"
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$DEVICE.partial/whl" keras==3.15.1 namex optree
@@ -57,18 +64,34 @@ prepare() {
   echo "partf: .device ready ($(du -sh "$DEVICE" | cut -f1)), code at $(cat "$DEVICE/code/COMMIT")"
 }
 
+# Puts Keras where the GPU image lacks it (it has JAX only) and `code` first on the path.
+use_code() {
+  local code="$1"
+  if python3 -c "import keras" 2>/dev/null; then
+    export PYTHONPATH="$code"
+  else
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$DEVICE"/whl/*.whl
+    export PYTHONPATH="$code:/tmp/site"
+  fi
+}
+
+speed_there() {
+  local seconds="$1"
+  [ -d "$DEVICE/shared/par-transformer-xl-original/tfrecords_train" ] \
+    || { echo "partf: .device has no original records; prepare it again with this script" >&2; exit 2; }
+  use_code "$ROOT"
+  export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 PARTF_SHARED_DATA="$DEVICE/shared"
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+  timeout -s TERM -k 30 "$seconds" python3 benchmarks/gpu_settings.py \
+    --out_dir "${OUT:-results/gpu_settings}" || echo "partf: speed settings stopped (exit $?)"
+}
+
 run_there() {
   local seconds="$1" plan="$2" workers="$3"
   shift 3
   [ -d "$DEVICE/code" ] || { echo "partf: .device/code missing; carry .device (prepare it first)" >&2; exit 2; }
-  # The wheels only where Keras is missing (the GPU image has JAX but not Keras).
-  if python3 -c "import keras" 2>/dev/null; then
-    export PYTHONPATH="$DEVICE/code"
-  else
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "$DEVICE"/whl/*.whl
-    export PYTHONPATH="$DEVICE/code:/tmp/site"
-  fi
+  use_code "$DEVICE/code"
   export KERAS_BACKEND=jax PYTHONUNBUFFERED=1
   export PARTF_SHARED_DATA="$DEVICE/shared"
   local out="${PARTF_DEVICE_STUDY_OUT:-/root/partf-device-study}"
@@ -90,5 +113,6 @@ run_there() {
 case "${1:-}" in
   prepare) [ $# -eq 3 ] || usage; prepare "$2" "$3" ;;
   run) [ $# -ge 5 ] || usage; shift; run_there "$@" ;;
+  speed) [ $# -eq 2 ] || usage; speed_there "$2" ;;
   *) usage ;;
 esac

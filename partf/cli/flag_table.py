@@ -146,6 +146,14 @@ TRAIN_SETTINGS: tuple[Setting, ...] = (
     Setting("steps_per_execution", "int", 32, "train steps per compiled call", group="run"),
     Setting("jit_compile", "bool", True, "compile the train step with XLA", group="run"),
     Setting(
+        "compiled_loop",
+        "bool",
+        False,
+        "JAX: run each call's --steps_per_execution steps as one compiled loop (jax.lax.scan) "
+        "instead of Keras's Python loop of compiled steps",
+        group="run",
+    ),
+    Setting(
         "mixed_precision", "bool", False, "float16 (GPU) / bfloat16 (CPU) compute", group="run"
     ),
     Setting("seed", "int", 0, "random seed (weights, dropout and Gumbel noise)", group="run"),

@@ -194,6 +194,17 @@ def _compiled_model(
     model.optimizer.build(model.trainable_variables)
     if strategy is not None:
         adapt_model(model, strategy)
+    if config.compiled_loop:
+        from partf.training import compiled_loop
+
+        if strategy is not None:
+            raise ConfigError(
+                "--compiled_loop does not work under a distribution strategy; drop it there."
+            )
+        try:
+            compiled_loop.install(model)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     guard = None
     if config.spike_guard != "off":
         if keras.backend.backend() != "tensorflow":

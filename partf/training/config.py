@@ -67,6 +67,7 @@ RESUMABLE_CHANGES = (
     "keep_checkpoints",
     "steps_per_execution",
     "jit_compile",
+    "compiled_loop",
     "overwrite",
     # Read only when a run starts (a resume reads its checkpoint); a moved source folder
     # is the same source.
@@ -183,6 +184,12 @@ class TrainConfig:
     # Execution
     steps_per_execution: int = setting(32, "train steps per compiled call", group=RUN)
     jit_compile: bool = setting(True, "compile the train step with XLA", group=RUN)
+    compiled_loop: bool = setting(
+        False,
+        "JAX: run each call's --steps_per_execution steps as one compiled loop "
+        "(jax.lax.scan) instead of Keras's Python loop of compiled steps",
+        group=RUN,
+    )
     mixed_precision: bool = setting(False, "float16 (GPU) / bfloat16 (CPU) compute", group=RUN)
     seed: int = setting(0, "random seed (weights, dropout and Gumbel noise)", group=RUN)
     distribution_strategy: str = setting(
