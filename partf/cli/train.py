@@ -168,12 +168,10 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
     return parser
 
 
-def configs_from_args(args: argparse.Namespace):
-    """TrainConfig from parsed flags (model fields only where given)."""
-    from partf.models.config import ModelConfig
-    from partf.training.config import TrainConfig
-
-    model = flags.flag_values(args, ModelConfig, unset=True)
+def model_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The ModelConfig fields the parsed flags give (those not given left out, so that
+    ModelConfig's default or a preset applies), the --attn_* flags as attention_options."""
+    model = flags.flag_values(args, flag_table.MODEL_SETTINGS, unset=True)
     options = {
         key[len("attn_") :]: value
         for key, value in vars(args).items()
@@ -181,9 +179,22 @@ def configs_from_args(args: argparse.Namespace):
     }
     if options:
         model["attention_options"] = options
-    values = flags.flag_values(args, TrainConfig)
+    return model
+
+
+def training_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields the parsed flags give, model_name the current time unless
+    given (as the original train.py names a run)."""
+    values = flags.flag_values(args, flag_table.TRAIN_SETTINGS)
     values["model_name"] = values["model_name"] or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return TrainConfig(**values, model=model)
+    return values
+
+
+def configs_from_args(args: argparse.Namespace):
+    """TrainConfig from parsed flags (its model made from the model flags given)."""
+    from partf.training.config import TrainConfig
+
+    return TrainConfig(**training_flags(args), model=model_flags(args))
 
 
 def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
@@ -230,31 +241,27 @@ def parse_args(argv: Sequence[str] | None = None):
         ConfigError: values that do not go together, or a --from_search folder
             without a finished search.
     """
+    from partf.training.config import TrainConfig, model_error
+
     parser = build_parser(attention_options())
     args = parser.parse_args(argv)
     check_mechanism_names(args)
-    config = configs_from_args(args)
     if args.from_search:
         from partf.training.search import config_from_search
 
-        config = config_from_search(args.from_search, config, _explicit_flags(parser, argv))
-    return config, bool(args.verbose)
-
-
-def _check_model_fields(config) -> None:
-    """Validates the model flags early (before data is read), with stand-in sizes."""
-    from partf.models.config import ModelConfig
-    from partf.training.config import ConfigError
-
-    fields = dict(config.model)
-    cutoffs = fields.get("cutoffs", ModelConfig.__dataclass_fields__["cutoffs"].default)
-    # The real vocabulary size comes from the data; a size past every cutoff lets the
-    # other checks run now.
-    stand_in = max([0, *cutoffs]) + 2
+        # The model flags are checked with the search's model fields they join.
+        given = TrainConfig(**training_flags(args))
+        explicit = _explicit_flags(parser, argv)
+        config = config_from_search(args.from_search, given, explicit, model=model_flags(args))
+    else:
+        config = configs_from_args(args)
     try:
-        ModelConfig(vocab_size=stand_in, **fields).check_attention_options()
-    except (TypeError, ValueError) as e:
-        raise ConfigError(str(e)) from None
+        # The model ignores an option no chosen mechanism takes; on the command line
+        # it is a mistyped or misplaced flag.
+        config.model.check_attention_options()
+    except ValueError as e:
+        raise model_error(e) from None
+    return config, bool(args.verbose)
 
 
 def _setup_logging(verbose: bool) -> logging.Handler:
@@ -290,7 +297,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config, verbose = parse_args(argv)
-        _check_model_fields(config)
     except UsageExit as e:
         return fail(str(e), 2, e)
     except ValueError as e:  # ConfigError and the model's own validation

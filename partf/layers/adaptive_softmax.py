@@ -22,16 +22,17 @@ from keras import ops
 from partf.serialization import register
 
 
-def validate_cutoffs(cutoffs: Sequence[int], vocab_size: int) -> tuple[int, ...]:
+def validate_cutoffs(cutoffs: Sequence[int], vocab_size: int | None) -> tuple[int, ...]:
     """Checks adaptive-softmax cutoffs; returns them as a tuple.
 
     Cutoffs are the first token id of each tail cluster, so they must be
     strictly increasing integers in (0, vocab_size): every cluster, the head
     included, then holds at least one token. The vocabulary size itself is
-    not a cutoff (the original project's convention).
+    not a cutoff (the original project's convention). A `vocab_size` of None (a
+    run's model before its data is read) checks all but the bound.
     """
     cutoffs = tuple(int(c) for c in cutoffs)
-    if vocab_size < 2:
+    if vocab_size is not None and vocab_size < 2:
         raise ValueError(f"vocab_size must be >= 2, got {vocab_size}.")
     if any(c <= 0 for c in cutoffs):
         raise ValueError(f"cutoffs must be positive, got {list(cutoffs)}.")
@@ -39,7 +40,7 @@ def validate_cutoffs(cutoffs: Sequence[int], vocab_size: int) -> tuple[int, ...]
         raise ValueError(
             f"cutoffs must be sorted and unique, got {list(cutoffs)}; e.g. {sorted(set(cutoffs))}."
         )
-    if cutoffs and cutoffs[-1] >= vocab_size:
+    if cutoffs and vocab_size is not None and cutoffs[-1] >= vocab_size:
         raise ValueError(
             f"cutoffs must be below vocab_size={vocab_size} (do not list the vocab size), "
             f"got {list(cutoffs)}."

@@ -141,13 +141,16 @@ class Temperature(keras.layers.Layer):
         return config
 
 
-def validate_temperature(schedule: str, tau_start: float, tau_end: float, tau_steps: int) -> None:
-    """Raises ValueError for an unknown schedule or non-positive settings."""
+def validate_temperature(
+    schedule: str, tau_start: float, tau_end: float, tau_steps: int | None
+) -> None:
+    """Raises ValueError for an unknown schedule or non-positive settings (`tau_steps`
+    None: the run's length is not known yet, and is checked once it is)."""
     if schedule not in TAU_SCHEDULES:
         raise ValueError(
             f"unknown tau_schedule {schedule!r}; choose one of {', '.join(TAU_SCHEDULES)}."
         )
     if tau_start <= 0 or tau_end <= 0:
         raise ValueError(f"tau_start and tau_end must be positive, got {tau_start} and {tau_end}.")
-    if tau_steps < 1:
+    if tau_steps is not None and tau_steps < 1:
         raise ValueError(f"tau_steps must be >= 1, got {tau_steps}; use the run's total steps.")

@@ -56,6 +56,7 @@ class Backbone(keras.layers.Layer):
     """
 
     def __init__(self, config: ModelConfig, seed: int | None = None, **kwargs: Any) -> None:
+        config.check_data()  # a run's config before its data has no vocabulary size yet
         super().__init__(**kwargs)
         policy = self.dtype_policy
         self.d_model = config.d_model

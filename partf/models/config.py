@@ -2,6 +2,10 @@
 
 Field names follow the original project's command-line flags. The full
 config goes into each checkpoint, so a run can be rebuilt from it.
+
+A run's configuration (`partf.training.config.TrainConfig.model`) is a ModelConfig
+made before its data is read: the fields only the data and the run's length know
+(`DATA_FIELDS`) are None there, and `for_data` fills them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from partf.models.attention_defaults import (
     resolve_options,
 )
 from partf.settings import setting
+
+#: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
+#: steps tau anneals over) know: None in a run's ModelConfig until `for_data` fills them.
+DATA_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
 #: How a search trains its blocks (see `ModelConfig.search_estimator`).
 SEARCH_ESTIMATORS = ("mixture", "sampled")
@@ -164,15 +172,23 @@ class ModelConfig:
     `Encoder` (and `MaskedLanguageModel`, what objective mlm trains), which refuses what
     an encoder cannot do (causal-only attentions, the sampled or cost-aware search).
 
+    The fields of `DATA_FIELDS` may be None (a run's model before its data is read):
+    such a config checks every setting but those that need them (cutoffs below the
+    vocabulary size), cannot build a model, and is completed by `for_data`.
+
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
         >>> ModelConfig.from_dict(config.to_dict()) == config
+        True
+        >>> draft = ModelConfig(vocab_size=None, batch_size=None, tau_steps=None)
+        >>> draft.for_data(vocab_size=12000, batch_size=32, tau_steps=1) == ModelConfig(
+        ...     vocab_size=12000)
         True
     """
 
     # Fields declared with `setting` are also partf-train flags (partf/cli/flags.py): the
     # help text lives here, and the flag's default in --help is the field's default.
-    vocab_size: int  # number of token ids (0 is padding); from the data
+    vocab_size: int | None  # number of token ids (0 is padding); from the data
     d_model: int = setting(128, "embedding and hidden width")
     num_heads: int = setting(4, "attention heads")
     d_ffn: int = setting(512, "feed-forward inner width")
@@ -253,9 +269,9 @@ class ModelConfig:
         "log(max(p, 0) + 1e-5))",
         choices=ARCH_PARAMETERIZATIONS,
     )
-    tau_steps: int = 1  # steps over which tau anneals (the trainer sets the run's total)
+    tau_steps: int | None = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
-    batch_size: int = 32  # rows of the context batch; sizes the memory state
+    batch_size: int | None = 32  # rows of the context batch; sizes the memory state
     # False: the bidirectional encoder of objective mlm (partf.models.Encoder), which sees
     # whole sequences and scores with a softmax tied to its embedding: recorded with no
     # XL memory (mem_len 0) and no adaptive softmax (cutoffs (), proj_dims None).
@@ -285,6 +301,12 @@ class ModelConfig:
         if self.attention_defaults == "authors":
             object.__setattr__(self, "attention_defaults", ATTENTION_GENERATIONS[-1])
         self._validate()
+        if not self.has_data:
+            # A run's model before its data: it may still change its architecture
+            # (--drop_attention chooses one after the data is read), so the options and
+            # the position it resolves to wait for `for_data`, which makes the config
+            # the model is built from: the same as one made with the data at once.
+            return
         # Every option of the chosen mechanisms, written out: a saved config builds the
         # same attentions whatever the defaults of a later partf.
         resolved = resolve_options(
@@ -296,7 +318,8 @@ class ModelConfig:
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "d_ffn", "num_layers", "batch_size"):
-            if getattr(self, name) < 1:
+            # A data field of None is checked once `for_data` gives it.
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.d_model % self.num_heads:
             raise ValueError(
@@ -425,6 +448,33 @@ class ModelConfig:
             raise ValueError(
                 f"position='rotary' rotates pairs of features, so the head width must be even, "
                 f"got {head_dim}; choose num_heads so that d_model / num_heads is even."
+            )
+
+    # ------------------------------------------------------------------- data
+    @property
+    def has_data(self) -> bool:
+        """Whether the fields of `DATA_FIELDS` are all set, so that a model can be built."""
+        return all(getattr(self, name) is not None for name in DATA_FIELDS)
+
+    def for_data(self, vocab_size: int, batch_size: int, tau_steps: int) -> ModelConfig:
+        """This configuration with the fields the data and the run give: the vocabulary
+        size, the rows of the (per-replica) batch and the steps tau anneals over.
+
+        Raises:
+            ValueError: settings these values refuse (a cutoff not below `vocab_size`).
+        """
+        return dataclasses.replace(
+            self, vocab_size=vocab_size, batch_size=batch_size, tau_steps=tau_steps
+        )
+
+    def check_data(self) -> None:
+        """Raises ValueError unless the data fields are set (a model needs them)."""
+        missing = [name for name in DATA_FIELDS if getattr(self, name) is None]
+        if missing:
+            raise ValueError(
+                f"this ModelConfig has no {', '.join(missing)} yet (a run's model before its "
+                "data is read); fill them with config.for_data(vocab_size=..., "
+                "batch_size=..., tau_steps=...)."
             )
 
     # --------------------------------------------------------------- derived

@@ -1,6 +1,6 @@
 """Building a run's model: `build_model(config, data, strategy) -> Built`, the compiled
-model, its schedule and loss-spike guard, and the full configuration (the user's fields
-and those the data gives) that checkpoints and results carry.
+model, its schedule and loss-spike guard, and the full configuration (the run's model
+with the fields the data gives) that checkpoints and results carry.
 
 A checkpoint holds the groups of `Built.state_groups()`: "model" (every model variable,
 per-replica memory as all local replicas' rows), "optimizer", "metrics" (the running
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.config import ConfigError, TrainConfig
+from partf.training.config import ConfigError, TrainConfig, model_error
 from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
@@ -87,7 +87,12 @@ def build_model(
     rows = data.train.batch_size
     if strategy is not None:
         rows = per_replica_batch(strategy, rows)
-    model_config = config.model_config(data.vocab_size, rows, data.total_steps)
+    try:
+        model_config = config.model.for_data(
+            vocab_size=data.vocab_size, batch_size=rows, tau_steps=data.total_steps
+        )
+    except ValueError as e:  # e.g. a cutoff not below the data's vocabulary size
+        raise model_error(e) from None
     sampled = model_config.is_stochastic and model_config.search_estimator == "sampled"
     if sampled and config.jit_compile and keras.backend.backend() == "tensorflow":
         # TensorFlow's XLA bridge resolves every input of the per-block conditional as a
@@ -171,7 +176,7 @@ def _compiled_model(
         else:
             model = PARTransformerXL(model_config, name="par_transformer_xl")
     except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
-        raise ConfigError(str(e).rstrip(".") + ".") from None
+        raise model_error(e) from None
     schedule, optimizer = config.schedule_and_optimizer(total_steps)
     steps_per_execution = config.steps_per_execution
     if strategy is not None and steps_per_execution > 1:

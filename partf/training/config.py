@@ -1,17 +1,20 @@
 """The training configuration: one frozen dataclass of plain values.
 
-The model's own settings live in `partf.models.config.ModelConfig`; `TrainConfig.model`
-holds the fields of it that the user chose. The rest come from the data (vocabulary
-size, batch size) and the run (`tau_steps`, the run's length), and the trainer fills
-them in. Both configurations go into `config.json`, every checkpoint, and `results.json`.
+The model's own settings live in `partf.models.config.ModelConfig`: `TrainConfig.model`
+is one, made when the TrainConfig is, without the fields that come from the data
+(vocabulary size, batch size) and the run (`tau_steps`, the run's length); the trainer
+fills them in with `ModelConfig.for_data`. Both configurations go into `config.json`,
+every checkpoint, and `results.json`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from partf.errors import UsageError
+from partf.models.config import DATA_FIELDS, ModelConfig
 from partf.settings import setting
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS
@@ -29,7 +32,7 @@ SPIKE_GUARDS = ("off", "skip", "stop")
 #: Architecture-search presets: the settings of the architecture logits' own optimizer
 #: each one stands for (see `TrainConfig.arch_settings`). "original" shares the model's
 #: optimizer, as the original project did, and (for the causal model) takes its clipped
-#: probabilities as the architecture parameters (`TrainConfig.model_config`).
+#: probabilities as the architecture parameters (`TrainConfig.__post_init__`).
 #: "par" is what made the search converge at the base configuration (docs/search.md:
 #: every block's pi above 0.9 in 6,080 steps, for 3 seeds): Adam at 3e-2 (the PAR
 #: paper's 1e-2 left two blocks of one seed undecided) with the paper's weight decay,
@@ -46,9 +49,6 @@ DATA, OPTIMIZATION, RUN = "data", "optimization", "run"
 
 #: Folder prefix of the default records (WikiText-2, batches of 32 x 32 tokens).
 _RECORDS = "data/wikitext2_bsz32_seqlen32_tfrecords"
-
-#: ModelConfig fields the trainer sets itself, from the data and the run's length.
-DERIVED_MODEL_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
 #: Training fields that do not change the numbers a run computes: a run may resume
 #: with different values of these (a run folder renamed or moved is the same run).
@@ -79,9 +79,15 @@ class ConfigError(UsageError):
     """A bad setting or combination of settings; the command line exits with status 2."""
 
 
+def model_error(error: Exception) -> ConfigError:
+    """The ConfigError of a model setting that ModelConfig or a model refused (its
+    ValueError or, for an unknown field, TypeError), as one sentence."""
+    return ConfigError(str(error).rstrip(".") + ".")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Everything about a run except the model's architecture.
+    """Everything about a run: the training settings, and the model's in `model`.
 
     Paths are strings so the configuration stays JSON-safe.
     """
@@ -226,8 +232,10 @@ class TrainConfig:
     )
     spike_factor: float = setting(2.0, "loss spike threshold over the mean", group=RUN)
     spike_warmup: int = setting(100, "steps before the spike guard judges", group=RUN)
-    # The model's settings chosen by the user (ModelConfig field -> value)
-    model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The model's settings, less those the data and the run's length give (None until
+    # then). Given as a mapping of ModelConfig fields (those the user chose; the others
+    # take ModelConfig's defaults), it becomes a ModelConfig in __post_init__.
+    model: ModelConfig = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         positive = {
@@ -305,39 +313,48 @@ class TrainConfig:
             raise ConfigError(
                 f"--model_name {self.model_name!r} must be a non-empty name without '/'."
             )
-        for name in DERIVED_MODEL_FIELDS:
-            if name in self.model:
-                raise ConfigError(
-                    f"model field {name!r} comes from the data and the run's length; do not set it."
-                )
+        # Last, so that a bad training setting is named before a bad model one.
+        object.__setattr__(self, "model", self._model_of(self.model))
 
-    def model_config(self, vocab_size: int, batch_size: int, total_steps: int) -> Any:
-        """The `ModelConfig` of this run: its model fields and those the data gives.
-
-        Needs no TensorFlow (partf-train builds its model with it on the JAX backend too).
+    def _model_of(self, model: ModelConfig | Mapping[str, Any]) -> ModelConfig:
+        """The run's ModelConfig: `model` itself, or made from a mapping of the fields the
+        user chose, with the presets of `search` and `objective` for those not chosen.
 
         Raises:
-            ConfigError: model settings the model refuses.
+            ConfigError: a data field set, or model settings the model refuses.
         """
-        from partf.models.config import ModelConfig
-
-        fields = dict(self.model)
+        given = isinstance(model, ModelConfig)
+        fields = model.to_dict() if given else dict(model)
+        for name in DATA_FIELDS:
+            if fields.get(name) is not None:
+                raise ConfigError(
+                    f"model field {name!r} comes from the data and the run's length; do not "
+                    "set it (leave it None)."
+                )
+        if given:
+            # Every field of a ModelConfig is given: no preset applies, but objective mlm
+            # trains the encoder (as for a mapping below).
+            if self.objective == "mlm" and model.causal:
+                try:
+                    return model.replace(causal=False)
+                except ValueError as e:  # e.g. a causal-only attention
+                    raise model_error(e) from None
+            return model
+        fields.update(dict.fromkeys(DATA_FIELDS))
         if self.search == "original" and self.objective == "causal":
             # The original's search is its shared optimizer acting on its own parameters:
             # clipped probabilities, not logits. With logits its blocks stayed undecided
             # on WikiText-2 and validation fell behind the original's from epoch 4 on
-            # (docs/results.md, "The seed's table, side by side").
+            # (docs/results.md, "The seed's table, side by side"). A value given wins.
             fields.setdefault("arch_parameterization", "probabilities")
         if self.objective == "mlm":
             # The bidirectional encoder: its ModelConfig records no XL memory and no
             # adaptive softmax, and refuses what an encoder cannot do.
             fields.update(causal=False)
         try:
-            return ModelConfig(
-                vocab_size=vocab_size, batch_size=batch_size, tau_steps=total_steps, **fields
-            )
+            return ModelConfig(**fields)
         except (TypeError, ValueError) as e:
-            raise ConfigError(str(e).rstrip(".") + ".") from None
+            raise model_error(e) from None
 
     def arch_settings(self, total_steps: int) -> Any:
         """The architecture logits' optimizer settings for a run of `total_steps` updates:
@@ -377,12 +394,16 @@ class TrainConfig:
         return schedule, optimizer
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe copy."""
-        return dataclasses.asdict(self)
+        """A JSON-safe copy; "model" holds the ModelConfig's `to_dict` (its data fields
+        None)."""
+        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        values["model"] = self.model.to_dict()
+        return values
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """Inverse of `to_dict`; unknown keys are an error."""
+        """Inverse of `to_dict` ("model" may also hold only some of the model's fields, as
+        for `TrainConfig(model=...)`); unknown keys are an error."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from partf.training.config import DERIVED_MODEL_FIELDS, ConfigError, TrainConfig
+from partf.models.config import DATA_FIELDS
+from partf.training.config import ConfigError, TrainConfig
 
 #: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
 #: scratch unless its own command line gives --init_from (a fine-tune of the search).
@@ -139,7 +140,11 @@ def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dic
 
 
 def config_from_search(
-    folder: str | Path, given: TrainConfig, explicit: Collection[str]
+    folder: str | Path,
+    given: TrainConfig,
+    explicit: Collection[str],
+    *,
+    model: Mapping[str, Any] | None = None,
 ) -> TrainConfig:
     """The configuration that trains the architecture a search found as a fixed model.
 
@@ -147,10 +152,13 @@ def config_from_search(
 
     Args:
         folder: the search run's checkpoint folder (checkpoints/NAME).
-        given: the configuration the command line describes; its model fields are the
-            model flags given there.
+        given: the training settings the command line describes (its model is not read).
         explicit: names of the training settings given on the command line (they win
             over the search's).
+        model: the model fields the command line gives (ModelConfig field -> value, the
+            --attn_* flags as attention_options); they win over the search's. A mapping,
+            not a ModelConfig, since a flag may be valid only with the search's other
+            fields (--num_heads=3 for a search of d_model 96).
 
     Returns:
         The search's settings and derived architecture, named "<search name>-fixed"
@@ -162,11 +170,11 @@ def config_from_search(
     """
     found = read_search(folder)
     architecture = searched_architecture(found.pi, found.candidates)
-    model = {k: v for k, v in found.model.items() if k not in DERIVED_MODEL_FIELDS}
-    model.update(architecture=architecture, num_layers=len(architecture.split()))
-    if "attention_options" in model:
-        model["attention_options"] = _options_of_kept_mechanisms(model, architecture)
-    model.update(given.model)  # model flags given on the command line win
+    fields = {k: v for k, v in found.model.items() if k not in DATA_FIELDS}
+    fields.update(architecture=architecture, num_layers=len(architecture.split()))
+    if "attention_options" in fields:
+        fields["attention_options"] = _options_of_kept_mechanisms(fields, architecture)
+    fields.update(model or {})  # model flags given on the command line win
     values = {}
     for name, value in given.to_dict().items():
         if name == "model":
@@ -180,5 +188,5 @@ def config_from_search(
     if "overwrite" not in explicit:
         # The search may have been started with --overwrite; its fixed run resumes.
         values["overwrite"] = False
-    values["model"] = {k: tuple(v) if isinstance(v, list) else v for k, v in model.items()}
+    values["model"] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     return TrainConfig(**values)

@@ -64,7 +64,7 @@ from partf.training.callbacks.console_progress import ConsoleProgress
 from partf.training.callbacks.progress import RunProgress, StopReason
 from partf.training.callbacks.run_callbacks import make_callbacks
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
-from partf.training.config import ConfigError, TrainConfig
+from partf.training.config import ConfigError, TrainConfig, model_error
 from partf.training.distribution import build_strategy
 from partf.training.drop_selection import Selection, read_selection, select_dropped, write_selection
 from partf.training.evaluation.block_weights import expected_evaluator
@@ -245,10 +245,11 @@ class Trainer:
         selection = None
         if config.drop_attention:
             selection = drop_selection(config, data, paths.checkpoints)
-            architecture = {"architecture": selection.architecture}
-            self.config = config = dataclasses.replace(
-                config, model={**config.model, **architecture}
-            )
+            try:
+                model = config.model.replace(architecture=selection.architecture)
+            except ValueError as e:  # e.g. --num_layers other than the source's blocks
+                raise model_error(e) from None
+            self.config = config = dataclasses.replace(config, model=model)
         self.built = built = build_model(config, data, strategy)
         resumed = Resumed()
         if not config.overwrite:
@@ -316,7 +317,7 @@ class Trainer:
 def drop_selection(config: TrainConfig, data: RunData, checkpoints: Path) -> Selection:
     """The blocks --drop_attention removes: those this run chose before (a resume), or
     chosen now by scoring the --init_from run on the validation split."""
-    if config.model.get("architecture") is not None:
+    if config.model.architecture is not None:
         raise ConfigError(
             "--drop_attention chooses the architecture (the source's, with the dropped "
             "blocks as identity); leave out --architecture."

@@ -22,7 +22,7 @@ def _config(parser, *argv) -> TrainConfig:
 
 def test_defaults_are_the_base_configuration(parser):
     config = _config(parser)
-    assert config.model == {}  # every model field at its ModelConfig default
+    assert config.model == TrainConfig().model  # every model field at its default or preset
     assert (config.max_lr, config.warmup_steps, config.epochs) == (1e-4, 4000, 20)
     assert config.opt_name == "adam" and config.clipvalue == 0.0
     assert config.jit_compile is True and config.log_every == 100
@@ -30,10 +30,10 @@ def test_defaults_are_the_base_configuration(parser):
 
 
 def test_repeated_and_comma_separated_cutoffs(parser):
-    assert _config(parser, "--cutoffs=250", "--cutoffs=2500").model["cutoffs"] == (250, 2500)
-    assert _config(parser, "--cutoffs", "250,2500").model["cutoffs"] == (250, 2500)
-    assert _config(parser, "--cutoffs=").model["cutoffs"] == ()  # plain softmax
-    assert _config(parser, "--proj_dims=32", "--proj_dims=8").model["proj_dims"] == (32, 8)
+    assert _config(parser, "--cutoffs=250", "--cutoffs=2500").model.cutoffs == (250, 2500)
+    assert _config(parser, "--cutoffs", "250,2500").model.cutoffs == (250, 2500)
+    assert _config(parser, "--cutoffs=").model.cutoffs == ()  # plain softmax
+    assert _config(parser, "--proj_dims=32", "--proj_dims=8").model.proj_dims == (32, 8)
 
 
 def test_every_original_flag_keeps_its_meaning(parser):
@@ -64,7 +64,7 @@ def test_every_original_flag_keeps_its_meaning(parser):
         "--straight_through=False",
         "--clipvalue=0.5",
     )
-    assert config.model == {
+    given = {
         "d_model": 128,
         "num_heads": 4,
         "d_ffn": 512,
@@ -78,6 +78,7 @@ def test_every_original_flag_keeps_its_meaning(parser):
         "tau_end": 0.1,
         "tau_is_trainable": False,
     }
+    assert {name: getattr(config.model, name) for name in given} == given
     assert config.sp_model_prefix == "tokenizer/wiki2_12k"
     assert config.model_name == "dmodel128_dffn512_blocks6"
     assert (config.epochs, config.max_lr, config.clipvalue) == (20, 1e-4, 0.5)
@@ -94,7 +95,7 @@ def test_every_original_flag_keeps_its_meaning(parser):
     ],
 )
 def test_absl_booleans(parser, argv, expected):
-    assert _config(parser, *argv).model["straight_through"] is expected
+    assert _config(parser, *argv).model.straight_through is expected
 
 
 def test_new_flags(parser):
@@ -121,8 +122,8 @@ def test_new_flags(parser):
     assert config.max_steps == 200 and config.steps_per_execution == 8
     assert config.jit_compile is False and config.mixed_precision is True
     assert (config.log_every, config.eval_every, config.ckpt_every, config.seed) == (10, 50, 25, 3)
-    assert config.model["candidates"] == ("attention", "dense")
-    assert config.model["eval_mode"] == "expected" and config.model["tau_schedule"] == "linear"
+    assert config.model.candidates == ("attention", "dense")
+    assert config.model.eval_mode == "expected" and config.model.tau_schedule == "linear"
     assert (config.arch_lr, config.arch_weight_decay, config.arch_freeze_steps) == (
         1e-2,
         5e-4,
@@ -139,9 +140,9 @@ def test_attention_options_become_flags(parser):
     default = next(value for value in entry["default"].values() if value is not None)
     text = "true" if isinstance(default, bool) else str(default)
     config = _config(parser, f"--attn_{name}={text}")
-    assert config.model["attention_options"] == {name: default}
+    assert config.model.attention_options == {name: default}
     assert f"--attn_{name}" in parser.format_help()
-    assert "attention_options" not in _config(parser).model  # unset options stay unset
+    assert _config(parser).model.attention_options == {}  # unset options stay unset
 
 
 def _run_main(capsys, *argv):

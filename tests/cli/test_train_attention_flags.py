@@ -11,7 +11,7 @@ def test_mechanism_flags_set_their_own_option_next_to_the_shared_one():
     args = parser.parse_args(
         ["--model_name=r", "--attn_window_size=32", "--attn_eva_window_size=64"]
     )
-    options = configs_from_args(args).model["attention_options"]
+    options = configs_from_args(args).model.attention_options
     assert options == {"window_size": 32, "eva_window_size": 64}
     assert "eva only" in parser.format_help()
 
@@ -29,7 +29,8 @@ def test_a_preset_and_positions_parse(capsys):
     parser = build_parser(attention_options())
     args = parser.parse_args(["--model_name=r", "--architecture=transnormer", "--position=auto"])
     model = configs_from_args(args).model
-    assert model["architecture"] == "transnormer" and model["position"] == "auto"
+    # The preset is written out; "auto" waits for the data (ModelConfig.for_data).
+    assert model.architecture == "diag D diag D norm D" and model.position == "auto"
     status = main(["--attention=fastformer", "--position=rotary", "--model_name=r"])
     assert status == 2
     assert "not defined for fastformer attention" in capsys.readouterr().err

@@ -205,3 +205,44 @@ def test_searched_blocks_are_parsed_per_block():
     # A fixed architecture is no search.
     fixed = ModelConfig(vocab_size=300, num_layers=2, architecture="A D", cutoffs=())
     assert not fixed.is_stochastic
+
+
+# ----------------------------------------------------- before the data is read
+DRAFT = dict(vocab_size=None, batch_size=None, tau_steps=None)
+
+
+def test_a_config_without_its_data_checks_the_rest_and_cannot_build_a_model():
+    from partf.models import PARTransformerXL
+
+    draft = ModelConfig(**DRAFT, d_model=16, num_heads=2, cutoffs=(50,))
+    assert not draft.has_data
+    with pytest.raises(ValueError, match="not divisible by num_heads=3"):
+        ModelConfig(**DRAFT, d_model=16, num_heads=3)
+    with pytest.raises(ValueError, match="sorted and unique"):
+        ModelConfig(**DRAFT, cutoffs=(50, 20))
+    with pytest.raises(ValueError, match=r"no vocab_size, batch_size, tau_steps yet"):
+        PARTransformerXL(draft)
+    # The checks that need the vocabulary run once it is given.
+    with pytest.raises(ValueError, match="cutoffs must be below vocab_size=40"):
+        draft.for_data(vocab_size=40, batch_size=2, tau_steps=10)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"position": "auto", "architecture": "softmax D eva D", "num_layers": 4},
+        {"attention": "eva", "attention_options": {"window_size": 8}},
+        {"attention_defaults": "authors_v1", "architecture": "transnormer", "num_layers": 4},
+    ],
+)
+def test_for_data_makes_the_config_made_with_the_data_at_once(fields):
+    """Options and position "auto" resolve when the data comes, with the architecture
+    the config has then (a run's --drop_attention sets it after reading the data)."""
+    sized = dict(vocab_size=3000, batch_size=4, tau_steps=20)
+    draft = ModelConfig(**DRAFT, **fields)
+    assert draft.for_data(**sized) == ModelConfig(**sized, **fields)
+    assert draft.attention_options == dict(fields.get("attention_options", {}))
+    changed = {**fields, "architecture": "relative D norm I"}
+    assert draft.replace(architecture="relative D norm I", num_layers=4).for_data(
+        **sized
+    ) == ModelConfig(**sized, **{**changed, "num_layers": 4})

@@ -42,15 +42,16 @@ _SEARCHED_MODEL = {
 
 def test_the_search_settings_apply_unless_given(tmp_path):
     folder = _write_search(tmp_path / "checkpoints/search", _SEARCHED_MODEL)
-    given = TrainConfig(model_name="now", max_lr=1e-3, model={"d_model": 16})
-    config = config_from_search(folder, given, explicit={"max_lr", "d_model"})
-    assert config.model == {
+    given = TrainConfig(model_name="now", max_lr=1e-3)
+    config = config_from_search(folder, given, explicit={"max_lr"}, model={"d_model": 16})
+    fields = {
         "d_model": 16,  # given here
         "num_heads": 2,
         "num_layers": 2,  # attention, identity (dropped), dense
         "cutoffs": (20,),
         "architecture": "A D",
     }
+    assert config.model == TrainConfig(model=fields).model
     assert (config.epochs, config.warmup_steps) == (3, 7)  # as searched
     assert config.max_lr == 1e-3  # given here
     assert config.model_name == "search-fixed" and config.overwrite is False
@@ -117,7 +118,7 @@ def test_a_searched_block_architecture_derives_its_kept_blocks(tmp_path):
     results["candidates"] = names
     (folder / "results.json").write_text(json.dumps(results))
     config = config_from_search(folder, TrainConfig(), explicit=set())
-    assert config.model["architecture"] == "A D A"
+    assert config.model.architecture == "A D A"
 
 
 def test_a_stage_2_does_not_inherit_how_its_search_started(tmp_path):
@@ -125,3 +126,13 @@ def test_a_stage_2_does_not_inherit_how_its_search_started(tmp_path):
     assert config_from_search(folder, TrainConfig(), explicit=set()).init_from is None
     given = TrainConfig(init_from=str(folder))
     assert config_from_search(folder, given, explicit={"init_from"}).init_from == str(folder)
+
+
+def test_model_flags_are_checked_with_the_search_fields_they_join(tmp_path):
+    """--num_heads=3 divides the search's d_model 12, not ModelConfig's default 128: a
+    stage 2 judges the flags given with the search's model, not alone."""
+    folder = _write_search(tmp_path / "s", {**_SEARCHED_MODEL, "d_model": 12})
+    config = config_from_search(folder, TrainConfig(), explicit=set(), model={"num_heads": 3})
+    assert (config.model.d_model, config.model.num_heads) == (12, 3)
+    with pytest.raises(ConfigError, match="not divisible by num_heads=5"):
+        config_from_search(folder, TrainConfig(), explicit=set(), model={"num_heads": 5})

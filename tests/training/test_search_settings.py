@@ -32,7 +32,7 @@ def test_the_original_preset_takes_the_originals_probabilities(search, model, ob
     """--search=original builds the causal model with the original's clipped
     probabilities unless --arch_parameterization is given; other presets keep logits."""
     config = TrainConfig(search=search, model=model, objective=objective)
-    assert config.model_config(3000, 4, 10).arch_parameterization == expected
+    assert config.model.arch_parameterization == expected
 
 
 def test_the_par_preset_freezes_for_half_the_run():

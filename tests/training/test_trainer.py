@@ -354,7 +354,8 @@ def test_a_run_of_an_earlier_attention_generation_resumes_only_with_it():
     training = TrainConfig().to_dict()
 
     def model(fields, **more):
-        return TrainConfig(model={**fields, **more}).model_config(VOCAB, 8, 24).to_dict()
+        config = TrainConfig(model={**fields, **more}).model
+        return config.for_data(vocab_size=VOCAB, batch_size=8, tau_steps=24).to_dict()
 
     v1 = model(EVA_FIELDS, attention_defaults="authors_v1")
     saved = {"model": v1, "training": training}
