@@ -118,6 +118,11 @@ ADDED_FLAGS = {
     "--search_cost_weight": ("search_cost_weight", "float", None),
     "--arch_freeze_fraction": ("arch_freeze_fraction", "float", None),
     "--search": ("search", "str", "original", ("original", "par")),
+    # The speed options of issue 49: chunked causal scores, the compiled JAX loop.
+    "--attn_query_chunk": ("attn_query_chunk", "int", None),
+    "--attn_relative_query_chunk": ("attn_relative_query_chunk", "int", None),
+    "--compiled_loop": ("compiled_loop", "bool", False),
+    "--nocompiled_loop": ("compiled_loop", "false"),
     # Positions, the seed papers' options, per-mechanism options (issue 15).
     "--position": ("position", "str", None, ("none", "sinusoidal", "learned", "rotary", "auto")),
     "--max_positions": ("max_positions", "int", None),
@@ -191,6 +196,7 @@ ADDED_DEFAULTS = {
     "objective": "causal",
     "init_from": None,
     "drop_attention": 0,
+    "compiled_loop": False,
 }
 
 RECORDED_DEFAULTS = {
