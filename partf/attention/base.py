@@ -410,6 +410,8 @@ class Attention(keras.layers.Layer):
         return super().from_config({**cls.previous_defaults, **config})
 
     def get_config(self) -> dict[str, Any]:
+        # A mechanism's own arguments are its options (kept as attributes of the same
+        # names) and, for the random-feature ones, `seed`: saved here once for all.
         config = super().get_config()
         config.update(
             d_model=self.d_model,
@@ -420,4 +422,7 @@ class Attention(keras.layers.Layer):
             use_bias=self.use_bias,
             rotary=self.rotary,
         )
+        config.update({name: getattr(self, name) for name in self.options})
+        if "seed" in inspect.signature(type(self).__init__).parameters:
+            config["seed"] = self.seed
         return config

@@ -481,17 +481,3 @@ class EVAAttention(Attention):
         # The authors' mask adds the exact part's chunks, half of them on average.
         inner = self.inner_chunks / 2 if self.mem_chunks else 0
         return 4.0 * (exact + self.mem_chunks + inner) * width + 4.0 * width
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            window_size=self.window_size,
-            chunk_size=self.chunk_size,
-            mem_chunks=self.mem_chunks,
-            overlap_window=self.overlap_window,
-            adaptive_proj=self.adaptive_proj,
-            use_t5_rpe=self.use_t5_rpe,
-            chunk_mask=self.chunk_mask,
-            seed=self.seed,
-        )
-        return config

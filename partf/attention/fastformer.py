@@ -298,14 +298,3 @@ class FastformerAttention(Attention):
         if self.convolve:  # kernel_size taps, each a (D / G) x (D / G) product per group
             flops += 2.0 * self.kernel_size * self.d_model * self.d_model / self.groups
         return flops
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            chunk_size=self.chunk_size,
-            convolve=self.convolve,
-            groups=self.groups,
-            kernel_size=self.kernel_size,
-            conv_form=self.conv_form,
-        )
-        return config

@@ -167,10 +167,3 @@ class LaraAttention(Attention):
         nets = 2 * 2.0 * width * self.head_dim
         proposals = 2.0 * landmarks * landmarks * width / seq_len
         return nets + 14.0 * landmarks * width + proposals
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            num_landmarks=self.num_landmarks, alpha_coeff=self.alpha_coeff, seed=self.seed
-        )
-        return config

@@ -173,11 +173,6 @@ class FeatureMapAttention(Attention):
         """FLOPs per token and head of computing phi(q) and phi(k) (0: element-wise)."""
         return 0.0
 
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(chunk_size=self.chunk_size)
-        return config
-
 
 def elu_plus_one(x: Any) -> Any:
     """phi(x) = elu(x) + 1, positive everywhere; computed in float32."""

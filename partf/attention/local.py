@@ -134,8 +134,3 @@ class LocalAttention(Attention):
         padded = -(-seq_len // window) * window
         keys = (2 if self.causal else 3) * window
         return 4.0 * keys * self.num_heads * self.head_dim * padded / seq_len
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(window_size=self.window_size)
-        return config

@@ -175,8 +175,3 @@ class PerformerAttention(FeatureMapAttention):
     def feature_map_flops(self) -> float:
         # Queries and keys are each projected onto the F random features.
         return 4.0 * self.head_dim * self.num_features
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(num_features=self.num_features, redraw=self.redraw, seed=self.seed)
-        return config

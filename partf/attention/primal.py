@@ -170,8 +170,3 @@ class PrimalAttention(Attention):
         # then [e, r] (2s) combined back to Dh per head.
         rank, heads = self.low_rank, self.num_heads
         return heads * (2 * 2.0 * self.head_dim * rank + 2.0 * 2 * rank * self.head_dim)
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(low_rank=self.low_rank, eta=self.eta, seed=self.seed)
-        return config

@@ -475,14 +475,3 @@ class RelativeAttention(Attention):
         if self.causal:
             return memory + positions + 6.0 * keys * width
         return memory + positions + (4.0 * keys + 2.0 * columns) * width
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            mem_len=self.mem_len,
-            clamp_len=self.clamp_len,
-            attention_dropout_rate=self.attention_dropout_rate,
-            compat=self.compat,
-            query_chunk=self.query_chunk,
-        )
-        return config

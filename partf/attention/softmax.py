@@ -88,8 +88,3 @@ class SoftmaxAttention(Attention):
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Scores and weighted values over the cached memory plus the segment.
         return 4.0 * (seq_len + self.mem_len) * self.num_heads * self.head_dim
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(mem_len=self.mem_len)
-        return config

@@ -179,13 +179,6 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     def finish(self, out: Any) -> Any:
         return self._normalize(out)
 
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            feature_map=self.feature_map, norm_type=self.norm_type, rms_form=self.rms_form
-        )
-        return config
-
 
 @register_attention("diag")
 class DiagAttention(_NormalizedOutput, Attention):
@@ -343,13 +336,3 @@ class DiagAttention(_NormalizedOutput, Attention):
             return flops
         padded = -(-seq_len // self.window_size) * self.window_size
         return flops * padded / seq_len
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            window_size=self.window_size,
-            diag_activation=self.diag_activation,
-            norm_type=self.norm_type,
-            rms_form=self.rms_form,
-        )
-        return config
