@@ -241,11 +241,13 @@ def parse_args(argv: Sequence[str] | None = None):
         ConfigError: values that do not go together, or a --from_search folder
             without a finished search.
     """
-    from partf.training.config import TrainConfig, model_error
-
     parser = build_parser(attention_options())
     args = parser.parse_args(argv)
     check_mechanism_names(args)
+    # Only now: the configurations import Keras, and the mistakes above are answered
+    # without it (tests/cli/test_quiet.py).
+    from partf.training.config import TrainConfig, model_error
+
     if args.from_search:
         from partf.training.search import config_from_search
 
