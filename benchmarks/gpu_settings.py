@@ -78,6 +78,19 @@ def environment(xla_flags: str) -> dict[str, str]:
     return env
 
 
+def run_timed(command: list[str], xla_flags: str) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs `command` from the checkout with `xla_flags` added; (its result, seconds)."""
+    began = time.perf_counter()
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT, env=environment(xla_flags), check=False
+    )
+    return done, time.perf_counter() - began
+
+
+def error_tail(done: subprocess.CompletedProcess) -> str:
+    return "\n".join(done.stderr.strip().splitlines()[-5:])
+
+
 def measure(name: str, steps: int, records: Path, tokenizer: Path) -> dict[str, Any]:
     """One setting's steps/s, in a fresh process."""
     spe, flags, xla_flags = SETTINGS[name]
@@ -94,18 +107,15 @@ def measure(name: str, steps: int, records: Path, tokenizer: Path) -> dict[str, 
         f"--sp_model_prefix={tokenizer}",
         *flags,
     ]
-    began = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT, env=environment(xla_flags), check=False
-    )
+    done, seconds = run_timed(command, xla_flags)
     if done.returncode:
-        return {"setting": name, "error": "\n".join(done.stderr.strip().splitlines()[-5:])}
+        return {"setting": name, "error": error_tail(done)}
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return {
         "setting": name,
         "steps_per_second": result["steps_per_second"],
         "steps": result["steps"],
-        "process_seconds": time.perf_counter() - began,
+        "process_seconds": seconds,
     }
 
 
@@ -131,14 +141,10 @@ def full_run(
         f"--model_name=base-{name}",
         *([f"--max_steps={max_steps}"] if max_steps else []),
     ]
-    began = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT, env=environment(xla_flags), check=False
-    )
-    seconds = time.perf_counter() - began
+    done, seconds = run_timed(command, xla_flags)
     row: dict[str, Any] = {"setting": name, "epochs": epochs, "seconds": seconds}
     if done.returncode:
-        row["error"] = "\n".join(done.stderr.strip().splitlines()[-5:])
+        row["error"] = error_tail(done)
         return row
     results = sorted((out / f"run-{name}").rglob("results.json"))
     if results:
