@@ -241,6 +241,41 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def keep_niceness(autogroup: str = "/proc/self/autogroup", tries: int = 20) -> None:
+    """In a child that has just started a session of its own: give the session's
+    scheduling group the process's niceness.
+
+    With Linux's autogroup scheduling (the default on desktops and many servers) every
+    session is a scheduling group, and groups share the CPU by the group's own nice
+    value, 0 for a new one, not by their processes'. So `nice partf-study ...` alone
+    would leave its runs an equal share beside a test suite or an editor: measured on a
+    2-core EPYC, runs "at nice 19" took 58 to 73% of the CPU beside a suite at 27 to 33%.
+    Raising a group's nice needs no privilege; the kernel allows ten changes a second
+    in all and answers EAGAIN beyond that, so a few retries cover runs starting together.
+    Nothing happens where the file is absent (no autogroups, not Linux) or at nice 0.
+    """
+    with contextlib.suppress(OSError):
+        niceness = os.getpriority(os.PRIO_PROCESS, 0)
+        if niceness <= 0 or not os.path.exists(autogroup):
+            return
+        fd = os.open(autogroup, os.O_WRONLY)
+        try:
+            for _ in range(tries):
+                try:
+                    os.write(fd, str(niceness).encode())
+                    return
+                except BlockingIOError:  # EAGAIN: another change within the last 0.1 s
+                    time.sleep(0.1)
+        finally:
+            os.close(fd)
+
+
+def _start_child() -> None:
+    """Runs in each partf-train child before it starts (after its new session)."""
+    _die_with_parent()
+    keep_niceness()
+
+
 @dataclasses.dataclass
 class Child:
     """A running partf-train process."""
@@ -298,7 +333,7 @@ def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
             env=env,
             pass_fds=(lock,),  # the lock lasts as long as the process
             start_new_session=True,  # Ctrl-C reaches the study, which stops each run in turn
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads here)
+            preexec_fn=_start_child,  # noqa: PLW1509 (no threads here)
         )
     finally:
         console.close()

@@ -268,6 +268,51 @@ def test_runs_share_a_gpu_without_reserving_its_memory(tmp_path, monkeypatch):
     assert env["PATH"] == os.environ["PATH"]
 
 
+@pytest.mark.skipif(
+    not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling (Linux only)"
+)
+def test_a_niced_study_runs_its_runs_in_a_niced_scheduling_group(tmp_path, monkeypatch):
+    """Each run starts a session of its own, which autogroup scheduling makes a scheduling
+    group at nice 0 whatever the study's niceness; launch gives that group the run's
+    niceness, so `nice partf-study` yields the CPU. The real Popen runs a script that
+    prints its group in place of partf-train, the study's niceness (7) set in the child so
+    that this test process keeps its own."""
+    from partf.study import runner
+    from partf.study.plan import load_plan
+
+    real_popen = subprocess.Popen
+    children = []
+
+    def fake_popen(args, **kwargs):
+        start = kwargs["preexec_fn"]
+
+        def niced_start():
+            os.nice(7 - os.nice(0))
+            start()
+
+        script = "print(open('/proc/self/autogroup').read())"
+        child = real_popen([sys.executable, "-c", script], **{**kwargs, "preexec_fn": niced_start})
+        children.append(child)
+        return child
+
+    monkeypatch.setattr(runner, "machine_name", lambda: "a machine")
+    monkeypatch.setattr(runner, "code_version", lambda: "a version")
+    monkeypatch.setattr(runner.subprocess, "Popen", fake_popen)
+    plan = load_plan(PLAN)
+    paths = runner.StudyPaths(tmp_path)
+    run = plan.runs()[0]
+    lock = runner.try_lock(paths.run_dir(run.name) / ".lock")
+    try:
+        runner.launch(plan, paths, run, lock)
+        assert children[0].wait(timeout=60) == 0
+    finally:
+        os.close(lock)
+    group = (paths.run_dir(run.name) / "console.log").read_text().split()
+    own = Path("/proc/self/autogroup").read_text().split()
+    assert group[0] != own[0]  # a group of its own
+    assert group[1:] == ["nice", "7"]
+
+
 def test_runs_with_a_checkpoint_resume_before_new_ones(tmp_path):
     """A study started again resumes its half-trained runs before it starts new ones, and
     keeps the plan's order within each group."""
