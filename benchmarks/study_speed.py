@@ -59,7 +59,11 @@ class Measured:
         import partf.models  # noqa: F401  (registers partf's classes)
         from partf.generation import Generator, Sampling
         from partf.training.config import TrainConfig
-        from partf.training.evaluation.perplexity import Evaluator
+
+        try:
+            from partf.training.evaluation.perplexity import Evaluator
+        except ImportError:  # a study pinned before evaluation became a package
+            from partf.training.perplexity import Evaluator
 
         results = json.loads((path.parent / "results.json").read_text())
         shape = results["data"]
