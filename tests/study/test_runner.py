@@ -236,32 +236,42 @@ def test_the_plan_runs_on_jax_without_tensorflow(whole, tmp_path):
     )
 
 
-def test_runs_share_a_gpu_without_reserving_its_memory(tmp_path, monkeypatch):
-    """Each run is launched with JAX's and TensorFlow's whole-GPU reservations off, so a
-    second run on the same GPU finds memory; a value the caller set is kept."""
+def launch_first_run(out: Path, monkeypatch, popen, then=None) -> Path:
+    """Launches the tiny plan's first run into `out` through runner.launch with `popen` in
+    place of subprocess.Popen, calls `then` (if given) while the run's lock is held, and
+    returns the run's folder."""
     from partf.study import runner
     from partf.study.plan import load_plan
 
+    # machine_name and code_version run subprocesses of their own: not these tests'.
+    monkeypatch.setattr(runner, "machine_name", lambda: "a machine")
+    monkeypatch.setattr(runner, "code_version", lambda: "a version")
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    plan = load_plan(PLAN)
+    paths = runner.StudyPaths(out)
+    run = plan.runs()[0]
+    lock = runner.try_lock(paths.run_dir(run.name) / ".lock")
+    try:
+        runner.launch(plan, paths, run, lock)
+        if then is not None:
+            then()
+    finally:
+        os.close(lock)
+    return paths.run_dir(run.name)
+
+
+def test_runs_share_a_gpu_without_reserving_its_memory(tmp_path, monkeypatch):
+    """Each run is launched with JAX's and TensorFlow's whole-GPU reservations off, so a
+    second run on the same GPU finds memory; a value the caller set is kept."""
     seen = []
 
     class FakePopen:
         def __init__(self, args, **kwargs):
             seen.append(kwargs["env"])
 
-    # machine_name and code_version run subprocesses of their own: not this test's.
-    monkeypatch.setattr(runner, "machine_name", lambda: "a machine")
-    monkeypatch.setattr(runner, "code_version", lambda: "a version")
-    monkeypatch.setattr(runner.subprocess, "Popen", FakePopen)
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
     monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")
-    plan = load_plan(PLAN)
-    paths = runner.StudyPaths(tmp_path)
-    run = plan.runs()[0]
-    lock = runner.try_lock(paths.run_dir(run.name) / ".lock")
-    try:
-        runner.launch(plan, paths, run, lock)
-    finally:
-        os.close(lock)
+    launch_first_run(tmp_path, monkeypatch, FakePopen)
     (env,) = seen
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"  # the caller's choice stands
@@ -277,9 +287,6 @@ def test_a_niced_study_runs_its_runs_in_a_niced_scheduling_group(tmp_path, monke
     niceness, so `nice partf-study` yields the CPU. The real Popen runs a script that
     prints its group in place of partf-train, the study's niceness (7) set in the child so
     that this test process keeps its own."""
-    from partf.study import runner
-    from partf.study.plan import load_plan
-
     real_popen = subprocess.Popen
     children = []
 
@@ -295,19 +302,11 @@ def test_a_niced_study_runs_its_runs_in_a_niced_scheduling_group(tmp_path, monke
         children.append(child)
         return child
 
-    monkeypatch.setattr(runner, "machine_name", lambda: "a machine")
-    monkeypatch.setattr(runner, "code_version", lambda: "a version")
-    monkeypatch.setattr(runner.subprocess, "Popen", fake_popen)
-    plan = load_plan(PLAN)
-    paths = runner.StudyPaths(tmp_path)
-    run = plan.runs()[0]
-    lock = runner.try_lock(paths.run_dir(run.name) / ".lock")
-    try:
-        runner.launch(plan, paths, run, lock)
+    def child_ends_well():
         assert children[0].wait(timeout=60) == 0
-    finally:
-        os.close(lock)
-    group = (paths.run_dir(run.name) / "console.log").read_text().split()
+
+    run_dir = launch_first_run(tmp_path, monkeypatch, fake_popen, then=child_ends_well)
+    group = (run_dir / "console.log").read_text().split()
     own = Path("/proc/self/autogroup").read_text().split()
     assert group[0] != own[0]  # a group of its own
     assert group[1:] == ["nice", "7"]
