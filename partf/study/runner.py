@@ -256,9 +256,9 @@ def keep_niceness(autogroup: str = "/proc/self/autogroup", tries: int = 20) -> N
     """
     with contextlib.suppress(OSError):
         niceness = os.getpriority(os.PRIO_PROCESS, 0)
-        if niceness <= 0 or not os.path.exists(autogroup):
+        if niceness <= 0:
             return
-        fd = os.open(autogroup, os.O_WRONLY)
+        fd = os.open(autogroup, os.O_WRONLY)  # absent: FileNotFoundError, suppressed
         try:
             for _ in range(tries):
                 try:
