@@ -278,9 +278,23 @@ def test_runs_share_a_gpu_without_reserving_its_memory(tmp_path, monkeypatch):
     assert env["PATH"] == os.environ["PATH"]
 
 
-@pytest.mark.skipif(
-    not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling (Linux only)"
-)
+def new_sessions_get_autogroups() -> bool:
+    """Whether a new session here gets an autogroup of its own, as the niceness test
+    needs. Not where /proc/self/autogroup is absent (not Linux) or the sysctl turns
+    autogroups off; and not where the kernel, or a sandbox standing in for it, prints
+    nothing for the file, as CI's machine did for the new session's child."""
+    if not Path("/proc/self/autogroup").exists():
+        return False
+    enabled = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if enabled.exists() and enabled.read_text().strip() == "0":
+        return False
+    child = subprocess.run(
+        ["cat", "/proc/self/autogroup"], capture_output=True, text=True, start_new_session=True
+    )
+    return child.returncode == 0 and bool(child.stdout.strip())
+
+
+@pytest.mark.skipif(not new_sessions_get_autogroups(), reason="new sessions get no autogroup here")
 def test_a_niced_study_runs_its_runs_in_a_niced_scheduling_group(tmp_path, monkeypatch):
     """Each run starts a session of its own, which autogroup scheduling makes a scheduling
     group at nice 0 whatever the study's niceness; launch gives that group the run's
@@ -308,7 +322,7 @@ def test_a_niced_study_runs_its_runs_in_a_niced_scheduling_group(tmp_path, monke
     run_dir = launch_first_run(tmp_path, monkeypatch, fake_popen, then=child_ends_well)
     group = (run_dir / "console.log").read_text().split()
     own = Path("/proc/self/autogroup").read_text().split()
-    assert group[0] != own[0]  # a group of its own
+    assert group[:1] != own[:1]  # a group of its own
     assert group[1:] == ["nice", "7"]
 
 
