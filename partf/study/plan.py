@@ -51,7 +51,15 @@ except ModuleNotFoundError:  # Python 3.10
 TOP_KEYS = ("description", "seeds", "reference", "flags", "data", "arms")
 RECORD_KEYS = ("train", "valid", "test", "sp_model_prefix")
 TEXT_KEYS = ("text", "sp_model_prefix", "vocab_size", "batch_size", "seq_len")
-ARM_KEYS = ("flags", "stage2", "stage2_flags", "init_from", "stage2_init", "control")
+ARM_KEYS = (
+    "flags",
+    "stage2",
+    "stage2_flags",
+    "init_from",
+    "stage2_init",
+    "control",
+    "matched",
+)
 #: Flags the study sets itself for every run.
 OWN_FLAGS = (
     "--output_dir",
@@ -85,6 +93,10 @@ class Arm:
             of the derived architecture) instead of from scratch.
         control: a hand-made model (a smaller Transformer-XL, a fixed rule): the report
             draws the front of these and compares the other arms with it.
+        matched: the arm trained exactly as long as this one but with nothing decided (a
+            conversion's fine-tune with no attention removed), or None. The report
+            compares this arm with it ("vs matched"): a conversion's extra training is
+            then not credited to what it removed.
     """
 
     name: str
@@ -94,6 +106,7 @@ class Arm:
     init_from: str | None = None
     stage2_init: bool = False
     control: bool = False
+    matched: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +211,22 @@ class Plan:
     def control_arms(self) -> list[str]:
         """The hand-made arms (`control = true`), whose front the report draws."""
         return [arm.name for arm in self.arms if arm.control]
+
+    def matched_arms(self) -> dict[str, str]:
+        """Each arm with a `matched` arm, and that arm: the report's "vs matched"."""
+        return {arm.name: arm.matched for arm in self.arms if arm.matched}
+
+    def conversion_arms(self) -> dict[str, str]:
+        """The report's rows that start from a trained run (`init_from`), and their stage
+        2s, each with the arm it started from: the Pareto plot marks them apart, as they
+        trained longer than the rest."""
+        found = {}
+        for arm in self.arms:
+            if arm.init_from:
+                found[arm.name] = arm.init_from
+                if arm.stage2:
+                    found[f"{arm.name}-stage2"] = arm.init_from
+        return found
 
     def arm_names(self) -> list[str]:
         """The report's rows: each arm, and `<arm>-stage2` after a search arm."""
@@ -321,6 +350,9 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
         init_from = value.get("init_from")
         if init_from is not None and not isinstance(init_from, str):
             raise _fail(path, f"arms.{name}.init_from must name an arm of the plan.")
+        matched = value.get("matched")
+        if matched is not None and not isinstance(matched, str):
+            raise _fail(path, f"arms.{name}.matched must name an arm of the plan.")
         return Arm(
             name,
             _flags(path, f"arms.{name}.flags", value.get("flags", "")),
@@ -329,6 +361,7 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
             init_from,
             stage2_init,
             control,
+            matched,
         )
     return Arm(name, _flags(path, f"arms.{name}", value))
 
@@ -383,6 +416,12 @@ def load_plan(path: str | Path) -> Plan:
                 path,
                 f"arms.{arm.name}.init_from names {source.name}, which itself starts from "
                 f"{source.init_from}; start from an arm trained from scratch.",
+            )
+        if arm.matched is not None and (arm.matched not in by_name or arm.matched == arm.name):
+            raise _fail(
+                path,
+                f"arms.{arm.name}.matched {arm.matched!r} is not another arm; name the arm "
+                f"trained as long as it with nothing removed, one of {list(by_name)}.",
             )
     reference = table.get("reference")
     if reference is not None and reference not in arms_table:

@@ -6,15 +6,20 @@ per arm: the seeds finished of those planned, validation and test perplexity (ex
 token-weighted) as mean and min-max over the finished seeds, each against the
 reference arm's mean, the architectures the runs ended with and the step from which
 each search had decided, forward FLOPs per token (blocks, and all with the output
-layer), its position against the hand-made front (the best control arm, `control = true`, at
-or below its FLOPs), its training compute (3 x forward FLOPs as trained x tokens, the
-runs it started from included), training steps per second (median of the logged
-intervals; compilation excluded) and the test pass's milliseconds per batch; and, where
+layer), its position against the hand-made front (the best of the control arms,
+`control = true`, and the reference at or below its FLOPs) and against its
+training-matched arm (`matched`: for a conversion, the same fine-tune with nothing
+removed), its training compute (3 x forward FLOPs as trained x tokens, the runs it
+started from included), training steps per second (median of the logged intervals;
+compilation excluded) and the test pass's milliseconds per batch; and, where
 benchmarks/study_speed.py has measured the final models side by side (`speed.json`),
 their training tokens/s, evaluation ms per batch and generation ms per token.
 
 `pareto.png`: validation perplexity against FLOPs per token, a dot per run, each arm's
-mean with its min-max, the reference arm's mean as a line and 2% above it dotted.
+mean with its min-max, the reference arm's mean as a line and 2% above it dotted, the
+hand-made front as a grey step; conversions (arms started from a trained run) as
+triangles, each with an arrow from its training-matched arm, since they trained longer
+than the models drawn from scratch.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import dataclasses
 import datetime
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -228,9 +233,10 @@ def _architectures(row: ArmRow) -> str:
     return "; ".join(parts) or "-"
 
 
-def front_points(rows: list[ArmRow], controls: Sequence[str]) -> list[tuple[float, float]]:
+def front_points(rows: list[ArmRow], controls: Sequence[str | None]) -> list[tuple[float, float]]:
     """The hand-made front: (mean forward FLOPs per token, mean validation perplexity) of
-    the control arms that no other control beats on both, by FLOPs."""
+    the `controls` (the control arms and the reference, all trained from scratch by hand)
+    that no other of them beats on both, by FLOPs."""
     points = []
     for row in rows:
         flops, valid = row.values("flops_per_token", "total"), row.values("valid", "perplexity")
@@ -253,17 +259,24 @@ def front_at(front: list[tuple[float, float]], flops: float | None) -> float | N
     return min(below) if below else None
 
 
-def table(rows: list[ArmRow], reference: str | None, controls: Sequence[str] = ()) -> list[str]:
-    """The markdown lines of one table."""
+def table(
+    rows: list[ArmRow],
+    reference: str | None,
+    controls: Sequence[str] = (),
+    matched: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The markdown lines of one table; `matched` maps an arm to its training-matched arm."""
+    matched = matched or {}
+    means = {row.arm: _mean(row.values("valid", "perplexity")) for row in rows}
     ref = next((r for r in rows if r.arm == reference), None)
-    front = front_points(rows, controls)
+    front = front_points(rows, [*controls, reference])
     ref_valid = _mean(ref.values("valid", "perplexity")) if ref else None
     ref_flops = _mean(ref.values("flops_per_token", "total")) if ref else None
     lines = [
         "| arm | seeds | valid ppl | vs ref | test ppl | vs ref | architectures (decided at) "
-        "| MFLOPs/token blocks | total | vs ref | vs hand-made front | train TFLOPs "
-        "| train steps/s | test ms/batch |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| MFLOPs/token blocks | total | vs ref | vs hand-made front | vs matched "
+        "| train TFLOPs | train steps/s | test ms/batch |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     side_by_side = any(r.speed for row in rows for r in row.runs)
     if side_by_side:
@@ -282,13 +295,15 @@ def table(rows: list[ArmRow], reference: str | None, controls: Sequence[str] = (
         name = f"**{row.arm}** (reference)" if row.arm == reference else row.arm
         if row.arm in controls:
             name += " (hand-made)"
-        at_front = None if row.arm in controls else front_at(front, _mean(flops))
+        hand_made = row.arm in controls or row.arm == reference
+        at_front = None if hand_made else front_at(front, _mean(flops))
         lines.append(
             f"| {name} | {len(row.runs)}/{row.planned} | {spread(valid)} "
             f"| {_against(_mean(valid), ref_valid)} | {spread(test)} "
             f"| {_against(_mean(test), ref_test)} | {_architectures(row)} "
             f"| {spread(blocks, 3)} | {spread(total, 3)} "
             f"| {_against(_mean(flops), ref_flops)} | {_against(_mean(valid), at_front)} "
+            f"| {_against(_mean(valid), means.get(matched.get(row.arm, '')))} "
             f"| {spread(compute, 1)} | {spread(speeds, 1)} | {spread(latency, 1)} |"
         )
         if side_by_side:
@@ -310,9 +325,14 @@ def pareto_plot(
     path: Path,
     title: str,
     controls: Sequence[str] = (),
+    conversions: Mapping[str, str] | None = None,
+    matched: Mapping[str, str] | None = None,
 ) -> bool:
     """Writes the Pareto plot of one table, the hand-made front (the `controls`' means
-    that no other control beats) as a grey step line; False when no run has finished."""
+    that no other control beats) as a grey step line, the `conversions` as triangles with
+    an arrow from their `matched` arm; False when no run has finished. `conversions` maps
+    an arm started from a trained run to the arm it started from."""
+    conversions, matched = conversions or {}, matched or {}
     points = [
         (row.arm, r.value("flops_per_token", "total"), r.value("valid", "perplexity"))
         for row in rows
@@ -328,6 +348,7 @@ def pareto_plot(
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    centres: dict[str, tuple[float, float]] = {}
     for i, row in enumerate(rows):
         mine = [(x, y) for a, x, y in points if a == row.arm]
         if not mine:
@@ -336,20 +357,30 @@ def pareto_plot(
         xs, ys = zip(*mine, strict=True)
         axes.scatter(xs, ys, s=14, color=color, alpha=0.5)
         mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        centres[row.arm] = (mx, my)
+        source = conversions.get(row.arm)
         axes.errorbar(
             mx,
             my,
             yerr=[[my - min(ys)], [max(ys) - my]],
-            fmt="D" if row.arm != reference else "s",
+            fmt="s" if row.arm == reference else "^" if source else "D",
             markersize=8,
             color=color,
             capsize=3,
-            label=f"{row.arm} (n={len(mine)})",
+            label=f"{row.arm} (n={len(mine)}{f', from {source}' if source else ''})",
         )
         if row.arm == reference:
             axes.axhline(my, color=color, linestyle="--", linewidth=1)
             axes.axhline(my * 1.02, color=color, linestyle=":", linewidth=1)
-    front = front_points(rows, controls)
+    for arm, control in matched.items():
+        if arm in centres and control in centres and centres[arm] != centres[control]:
+            axes.annotate(
+                "",
+                xy=centres[arm],
+                xytext=centres[control],
+                arrowprops={"arrowstyle": "->", "color": "black", "linewidth": 0.8},
+            )
+    front = front_points(rows, [*controls, reference])
     if front:
         xs = [x / 1e6 for x, _ in front]
         ys = [y for _, y in front]
@@ -393,7 +424,12 @@ def write_report(plan: Plan, paths: StudyPaths) -> Path:
         f"{sum(r.finished for r in records)} of {len(records)} runs finished.",
         "",
         "Perplexity is exact (token-weighted) on the validation and test records; "
-        "'vs ref' compares means with the reference arm's in the same table.",
+        "'vs ref' compares means with the reference arm's in the same table; 'vs "
+        "hand-made front' with the best hand-made model of at most the same FLOPs; 'vs "
+        "matched' with the arm trained as long but with nothing removed (a conversion "
+        "trains longer than the models trained from scratch, and that alone lowers its "
+        "perplexity). On the plot, conversions are triangles, each with an arrow from its "
+        "matched arm.",
     ]
     ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
     for index, (where, finished) in enumerate(ordered):
@@ -402,10 +438,14 @@ def write_report(plan: Plan, paths: StudyPaths) -> Path:
         ]
         rows = [row for row in rows if row.runs]
         plot = "pareto.png" if index == 0 else f"pareto-{index + 1}.png"
-        controls = plan.control_arms()
-        lines += ["", f"## {where}", "", *table(rows, plan.reference, controls)]
+        controls, matched = plan.control_arms(), plan.matched_arms()
+        lines += ["", f"## {where}", "", *table(rows, plan.reference, controls, matched)]
         title = f"{plan.path.name}: {where}"
-        if pareto_plot(rows, plan.reference, paths.out / plot, title, controls):
+        conversions = plan.conversion_arms()
+        drawn = pareto_plot(
+            rows, plan.reference, paths.out / plot, title, controls, conversions, matched
+        )
+        if drawn:
             lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
     searches = [r for r in records if r.finished and r.results.get("search")]
     if searches:

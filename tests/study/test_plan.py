@@ -152,6 +152,10 @@ init_from = "txl"
 flags = "--architecture='A|I D|I' --search=par"
 stage2 = true
 stage2_init = true
+matched = "ft"
+[arms.ft]
+init_from = "txl"
+flags = "--architecture='A D'"
 [arms.small]
 flags = "--architecture='A'"
 control = true
@@ -167,6 +171,8 @@ def test_a_conversion_starts_from_the_same_seed_of_its_source(tmp_path):
     stage2 = runs["conv-stage2-s1"]
     assert stage2.after == "conv-s1" and stage2.init_from == "conv-s1"
     assert plan.control_arms() == ["small"]
+    assert plan.matched_arms() == {"conv": "ft"}
+    assert plan.conversion_arms() == {"conv": "txl", "conv-stage2": "txl", "ft": "txl"}
     paths = StudyPaths(tmp_path / "out")
     args = train_args(plan, paths, stage2)
     assert f"--init_from={paths.checkpoints('conv-s1')}" in args
@@ -185,6 +191,9 @@ def test_a_conversion_starts_from_the_same_seed_of_its_source(tmp_path):
         ("stage2_init = true", "stage2_init needs stage2 = true"),
         ('control = "yes"', "control must be true or false"),
         ('init_from = "conv"', "which itself starts from txl"),
+        ('matched = "nope"', "matched 'nope' is not another arm"),
+        ('matched = "x"', "matched 'x' is not another arm"),
+        ("matched = 3", "matched must name an arm"),
     ],
 )
 def test_bad_conversion_keys_are_refused(tmp_path, arm, message):

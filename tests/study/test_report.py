@@ -121,14 +121,33 @@ train = "records/train"
 txl = "--architecture='A D A D'"
 small = { flags = "--architecture='A D'", control = true }
 tiny = { flags = "--architecture='D'", control = true }
-conv = { init_from = "txl", flags = "--drop_attention=1" }
+conv = { init_from = "txl", flags = "--drop_attention=1", matched = "conv_ft" }
+conv_ft = { init_from = "txl", flags = "" }
 """
 
 
-def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path):
-    """The front is the best control at or below an arm's FLOPs; a conversion's training
-    compute includes the run it started from."""
+def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path, monkeypatch):
+    """The front is the best control (or the reference) at or below an arm's FLOPs; a
+    conversion is also
+    compared with its training-matched arm, and drawn as a triangle with an arrow from it;
+    its training compute includes the run it started from."""
+    from matplotlib.axes import Axes
+
     from partf.study.report import front_at
+
+    drawn, arrows = {}, []
+    errorbar, annotate = Axes.errorbar, Axes.annotate
+
+    def spy_errorbar(self, x, y, *args, **kwargs):
+        drawn[kwargs["label"]] = (kwargs["fmt"], x, y)
+        return errorbar(self, x, y, *args, **kwargs)
+
+    def spy_annotate(self, text, xy, xytext=None, **kwargs):
+        arrows.append((xytext, xy))
+        return annotate(self, text, xy, xytext=xytext, **kwargs)
+
+    monkeypatch.setattr(Axes, "errorbar", spy_errorbar)
+    monkeypatch.setattr(Axes, "annotate", spy_annotate)
 
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(CONVERSION_PLAN)
@@ -139,6 +158,7 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
         ("small-s0", 44.0, 2e6, 3e12),
         ("tiny-s0", 60.0, 1e6, 1e12),
         ("conv-s0", 42.0, 2.5e6, 1e12),
+        ("conv_ft-s0", 40.0, 3e6, 1e12),
     ):
         fake_run(paths, name, valid, flops, ["jax"])
         path = paths.checkpoints(name) / "results.json"
@@ -155,11 +175,24 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
     rows = {line.split("|")[1].strip(): line for line in report.splitlines() if "|" in line}
     conv = [cell.strip() for cell in rows["conv"].split("|")]
     # benchmarks/study_speed.py's side-by-side figures, where measured.
-    assert conv[15:18] == ["1500", "4.2", "2.0"]
-    assert [c.strip() for c in rows["**txl** (reference)"].split("|")][15] == "-"
-    # 42.0 against the best control at or below 2.5 MFLOPs (small, 44.0): -4.5%.
+    assert conv[16:19] == ["1500", "4.2", "2.0"]
+    txl = [c.strip() for c in rows["**txl** (reference)"].split("|")]
+    assert txl[16] == "-"
+    # 42.0 against the best control at or below 2.5 MFLOPs (small, 44.0): -4.5%; against
+    # the same fine-tune with nothing removed (conv_ft, 40.0): +5.0%.
     assert conv[11] == "-4.5%"
-    assert conv[12] == "6.0"  # 1 + 5 TFLOPs: the txl it started from counted
+    assert conv[12] == "+5.0%"
+    assert txl[12] == "-"  # no matched arm
+    # The reference is on the front too: conv_ft, at its FLOPs, is compared with it.
+    assert [c.strip() for c in rows["conv_ft"].split("|")][11] == "+0.0%"
+    assert txl[11] == "-"
+    assert conv[13] == "6.0"  # 1 + 5 TFLOPs: the txl it started from counted
     assert [c.strip() for c in rows["small (hand-made)"].split("|")][11] == "-"
+    # The plot: conversions (conv_ft too: it also starts from txl) are triangles, the
+    # models trained from scratch are not, and an arrow runs from conv_ft to conv.
+    assert drawn["conv (n=1, from txl)"] == ("^", 2.5, 42.0)
+    assert drawn["conv_ft (n=1, from txl)"][0] == "^"
+    assert drawn["small (n=1)"][0] == "D" and drawn["txl (n=1)"][0] == "s"
+    assert arrows == [((3.0, 40.0), (2.5, 42.0))]
     assert front_at([(1e6, 60.0), (2e6, 44.0)], 0.5e6) is None
     assert front_at([(1e6, 60.0), (2e6, 44.0)], 1.5e6) == 60.0
