@@ -432,16 +432,16 @@ def write_report(plan: Plan, paths: StudyPaths) -> Path:
         "matched arm.",
     ]
     ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+    controls, matched = plan.control_arms(), plan.matched_arms()
+    conversions = plan.conversion_arms()
     for index, (where, finished) in enumerate(ordered):
         rows = [
             ArmRow(arm, planned, [r for r in finished if r.arm == arm]) for arm in plan.arm_names()
         ]
         rows = [row for row in rows if row.runs]
         plot = "pareto.png" if index == 0 else f"pareto-{index + 1}.png"
-        controls, matched = plan.control_arms(), plan.matched_arms()
         lines += ["", f"## {where}", "", *table(rows, plan.reference, controls, matched)]
         title = f"{plan.path.name}: {where}"
-        conversions = plan.conversion_arms()
         drawn = pareto_plot(
             rows, plan.reference, paths.out / plot, title, controls, conversions, matched
         )

@@ -128,9 +128,8 @@ conv_ft = { init_from = "txl", flags = "" }
 
 def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path, monkeypatch):
     """The front is the best control (or the reference) at or below an arm's FLOPs; a
-    conversion is also
-    compared with its training-matched arm, and drawn as a triangle with an arrow from it;
-    its training compute includes the run it started from."""
+    conversion is also compared with its training-matched arm, and drawn as a triangle
+    with an arrow from it; its training compute includes the run it started from."""
     from matplotlib.axes import Axes
 
     from partf.study.report import front_at
