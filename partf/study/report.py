@@ -7,9 +7,10 @@ token-weighted) as mean and min-max over the finished seeds, each against the
 reference arm's mean, the architectures the runs ended with and the step from which
 each search had decided, forward FLOPs per token (blocks, and all with the output
 layer), its position against the hand-made front (the best of the control arms,
-`control = true`, and the reference at or below its FLOPs) and against its
-training-matched arm (`matched`: for a conversion, the same fine-tune with nothing
-removed), its training compute (3 x forward FLOPs as trained x tokens, the runs it
+`control = true`, and the reference at or below its FLOPs; for a conversion, which
+trained longer, its ratio to its matched arm against the front's to the reference) and
+against its training-matched arm (`matched`: for a conversion, the same fine-tune with
+nothing removed), its training compute (3 x forward FLOPs as trained x tokens, the runs it
 started from included), training steps per second (median of the logged intervals;
 compilation excluded) and the test pass's milliseconds per batch; and, where
 benchmarks/study_speed.py has measured the final models side by side (`speed.json`),
@@ -233,14 +234,16 @@ def _architectures(row: ArmRow) -> str:
     return "; ".join(parts) or "-"
 
 
-def front_points(rows: list[ArmRow], controls: Sequence[str | None]) -> list[tuple[float, float]]:
+def front_points(
+    rows: list[ArmRow], controls: Sequence[str], reference: str | None
+) -> list[tuple[float, float]]:
     """The hand-made front: (mean forward FLOPs per token, mean validation perplexity) of
-    the `controls` (the control arms and the reference, all trained from scratch by hand)
-    that no other of them beats on both, by FLOPs."""
+    the `controls` and the `reference` (all trained from scratch by hand) that no other
+    of them beats on both, by FLOPs."""
     points = []
     for row in rows:
         flops, valid = row.values("flops_per_token", "total"), row.values("valid", "perplexity")
-        if row.arm in controls and flops and valid:
+        if (row.arm in controls or row.arm == reference) and flops and valid:
             points.append((statistics.fmean(flops), statistics.fmean(valid)))
     front: list[tuple[float, float]] = []
     for x, y in sorted(points):
@@ -259,17 +262,40 @@ def front_at(front: list[tuple[float, float]], flops: float | None) -> float | N
     return min(below) if below else None
 
 
+def against_front(
+    valid: float | None,
+    flops: float | None,
+    front: list[tuple[float, float]],
+    reference: float | None,
+    matched: float | None,
+) -> str:
+    """An arm's mean validation perplexity against the hand-made front at its FLOPs.
+
+    An arm with a training-matched arm (a conversion, which trained an epoch more than
+    the front's models) is compared by ratios, each model against the one it was trained
+    as long as: its perplexity over its matched arm's, against the front's over the
+    reference's. Read absolutely, the conversion's extra epoch would count as a win."""
+    at_front = front_at(front, flops)
+    if matched is None:
+        return _against(valid, at_front)
+    if None in (valid, at_front, reference):
+        return "-"
+    return _against(valid / matched, at_front / reference)
+
+
 def table(
     rows: list[ArmRow],
     reference: str | None,
     controls: Sequence[str] = (),
     matched: Mapping[str, str] | None = None,
+    conversions: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The markdown lines of one table; `matched` maps an arm to its training-matched arm."""
-    matched = matched or {}
+    """The markdown lines of one table; `matched` maps an arm to its training-matched arm,
+    `conversions` an arm started from a trained run to the arm it started from."""
+    matched, conversions = matched or {}, conversions or {}
     means = {row.arm: _mean(row.values("valid", "perplexity")) for row in rows}
     ref = next((r for r in rows if r.arm == reference), None)
-    front = front_points(rows, [*controls, reference])
+    front = front_points(rows, controls, reference)
     ref_valid = _mean(ref.values("valid", "perplexity")) if ref else None
     ref_flops = _mean(ref.values("flops_per_token", "total")) if ref else None
     lines = [
@@ -295,15 +321,20 @@ def table(
         name = f"**{row.arm}** (reference)" if row.arm == reference else row.arm
         if row.arm in controls:
             name += " (hand-made)"
-        hand_made = row.arm in controls or row.arm == reference
-        at_front = None if hand_made else front_at(front, _mean(flops))
+        mean_valid, matched_valid = _mean(valid), means.get(matched.get(row.arm, ""))
+        if row.arm in controls or row.arm == reference:
+            versus_front = "-"
+        elif row.arm in conversions and matched_valid is None:
+            versus_front = "-"  # trained longer than the front, and nothing matches it
+        else:
+            versus_front = against_front(mean_valid, _mean(flops), front, ref_valid, matched_valid)
         lines.append(
             f"| {name} | {len(row.runs)}/{row.planned} | {spread(valid)} "
             f"| {_against(_mean(valid), ref_valid)} | {spread(test)} "
             f"| {_against(_mean(test), ref_test)} | {_architectures(row)} "
             f"| {spread(blocks, 3)} | {spread(total, 3)} "
-            f"| {_against(_mean(flops), ref_flops)} | {_against(_mean(valid), at_front)} "
-            f"| {_against(_mean(valid), means.get(matched.get(row.arm, '')))} "
+            f"| {_against(_mean(flops), ref_flops)} | {versus_front} "
+            f"| {_against(mean_valid, matched_valid)} "
             f"| {spread(compute, 1)} | {spread(speeds, 1)} | {spread(latency, 1)} |"
         )
         if side_by_side:
@@ -380,7 +411,7 @@ def pareto_plot(
                 xytext=centres[control],
                 arrowprops={"arrowstyle": "->", "color": "black", "linewidth": 0.8},
             )
-    front = front_points(rows, [*controls, reference])
+    front = front_points(rows, controls, reference)
     if front:
         xs = [x / 1e6 for x, _ in front]
         ys = [y for _, y in front]
@@ -428,8 +459,10 @@ def write_report(plan: Plan, paths: StudyPaths) -> Path:
         "hand-made front' with the best hand-made model of at most the same FLOPs; 'vs "
         "matched' with the arm trained as long but with nothing removed (a conversion "
         "trains longer than the models trained from scratch, and that alone lowers its "
-        "perplexity). On the plot, conversions are triangles, each with an arrow from its "
-        "matched arm.",
+        "perplexity). So a conversion's 'vs hand-made front' compares ratios: its "
+        "perplexity over its matched arm's against the front's over the reference's "
+        "('-' for one with no matched arm). On the plot, conversions are triangles, each "
+        "with an arrow from its matched arm.",
     ]
     ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
     controls, matched = plan.control_arms(), plan.matched_arms()
@@ -440,7 +473,12 @@ def write_report(plan: Plan, paths: StudyPaths) -> Path:
         ]
         rows = [row for row in rows if row.runs]
         plot = "pareto.png" if index == 0 else f"pareto-{index + 1}.png"
-        lines += ["", f"## {where}", "", *table(rows, plan.reference, controls, matched)]
+        lines += [
+            "",
+            f"## {where}",
+            "",
+            *table(rows, plan.reference, controls, matched, conversions),
+        ]
         title = f"{plan.path.name}: {where}"
         drawn = pareto_plot(
             rows, plan.reference, paths.out / plot, title, controls, conversions, matched
