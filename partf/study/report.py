@@ -20,7 +20,9 @@ their training tokens/s, evaluation ms per batch and generation ms per token.
 mean with its min-max, the reference arm's mean as a line and 2% above it dotted, the
 hand-made front as a grey step; conversions (arms started from a trained run) as
 triangles, each with an arrow from its training-matched arm, since they trained longer
-than the models drawn from scratch.
+than the models drawn from scratch, and the front scaled by each matched arm's
+perplexity over the reference's as a dashed grey step: the line a conversion must lie
+below.
 """
 
 from __future__ import annotations
@@ -361,8 +363,9 @@ def pareto_plot(
 ) -> bool:
     """Writes the Pareto plot of one table, the hand-made front (the `controls`' means
     that no other control beats) as a grey step line, the `conversions` as triangles with
-    an arrow from their `matched` arm; False when no run has finished. `conversions` maps
-    an arm started from a trained run to the arm it started from."""
+    an arrow from their `matched` arm, and the front scaled by each matched arm's mean
+    over the reference's (dashed); False when no run has finished. `conversions` maps an
+    arm started from a trained run to the arm it started from."""
     conversions, matched = conversions or {}, matched or {}
     points = [
         (row.arm, r.value("flops_per_token", "total"), r.value("valid", "perplexity"))
@@ -424,6 +427,23 @@ def pareto_plot(
             linewidth=1.2,
             label="hand-made front",
         )
+        # The front as the matched arms' training would move it (each point times the
+        # matched arm's perplexity over the reference's): the line a conversion must
+        # lie below, as the table's ratio comparison reads it.
+        reference_y = centres.get(reference or "", (0.0, 0.0))[1]
+        for control in sorted(set(matched.values())):
+            if control not in centres or not reference_y:
+                continue
+            scale = centres[control][1] / reference_y
+            axes.step(
+                [*xs, max(right, xs[-1])],
+                [y * scale for y in [*ys, ys[-1]]],
+                where="post",
+                color="grey",
+                linewidth=1.0,
+                linestyle="--",
+                label=f"hand-made front x {control}/{reference} ({scale:.3f})",
+            )
     axes.set_xlabel("forward MFLOPs per token (blocks and output layer)")
     axes.set_ylabel("validation perplexity (exact)")
     axes.set_title(title, fontsize=9)

@@ -148,6 +148,14 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
 
     monkeypatch.setattr(Axes, "errorbar", spy_errorbar)
     monkeypatch.setattr(Axes, "annotate", spy_annotate)
+    steps = {}
+    step = Axes.step
+
+    def spy_step(self, x, y, *args, **kwargs):
+        steps[kwargs["label"]] = list(y)
+        return step(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "step", spy_step)
 
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(CONVERSION_PLAN)
@@ -199,5 +207,9 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
     assert drawn["conv_ft (n=1, from txl)"][0] == "^"
     assert drawn["small (n=1)"][0] == "D" and drawn["txl (n=1)"][0] == "s"
     assert arrows == [((3.0, 38.0), (2.5, 42.0))]
+    # The front (txl 40 at 3, small 44 at 2, tiny 60 at 1 MFLOPs) and the same scaled by
+    # conv_ft over txl (38/40), the line conv lies 0.5% above.
+    assert steps["hand-made front"] == [60.0, 44.0, 40.0, 40.0]
+    assert steps["hand-made front x conv_ft/txl (0.950)"] == pytest.approx([57.0, 41.8, 38.0, 38.0])
     assert front_at([(1e6, 60.0), (2e6, 44.0)], 0.5e6) is None
     assert front_at([(1e6, 60.0), (2e6, 44.0)], 1.5e6) == 60.0
