@@ -332,7 +332,7 @@ def table(
             versus_front = against_front(mean_valid, _mean(flops), front, ref_valid, matched_valid)
         lines.append(
             f"| {name} | {len(row.runs)}/{row.planned} | {spread(valid)} "
-            f"| {_against(_mean(valid), ref_valid)} | {spread(test)} "
+            f"| {_against(mean_valid, ref_valid)} | {spread(test)} "
             f"| {_against(_mean(test), ref_test)} | {_architectures(row)} "
             f"| {spread(blocks, 3)} | {spread(total, 3)} "
             f"| {_against(_mean(flops), ref_flops)} | {versus_front} "
@@ -430,11 +430,9 @@ def pareto_plot(
         # The front as the matched arms' training would move it (each point times the
         # matched arm's perplexity over the reference's): the line a conversion must
         # lie below, as the table's ratio comparison reads it.
-        reference_y = centres.get(reference or "", (0.0, 0.0))[1]
-        for control in sorted(set(matched.values())):
-            if control not in centres or not reference_y:
-                continue
-            scale = centres[control][1] / reference_y
+        scaled_by = sorted(set(matched.values()) & centres.keys()) if reference in centres else []
+        for control in scaled_by:
+            scale = centres[control][1] / centres[reference][1]
             axes.step(
                 [*xs, max(right, xs[-1])],
                 [y * scale for y in [*ys, ys[-1]]],
