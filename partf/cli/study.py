@@ -8,6 +8,7 @@ seeds; every run is an ordinary partf-train run under OUT/runs/<name>/.
     partf-study studies/tiny.toml --out /tmp/tiny --workers 2   # run (again: resume)
     partf-study PLAN --out DIR --list      # the ready runs' partf-train commands
     partf-study PLAN --out DIR --report    # rewrite DIR/report.md and DIR/pareto.png
+    partf-study PLAN --out DIR --report --seeds 2   # ... of seed 2's runs only
 
 Running the same command again skips finished runs and resumes the others from their
 newest checkpoint. Ctrl-C or SIGTERM stops every run after a checkpoint. Several
@@ -60,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the partf-train command of every ready, unfinished run, and exit",
     )
     parser.add_argument(
-        "--report", action="store_true", help="only rewrite report.md and pareto.png, and exit"
+        "--report",
+        action="store_true",
+        help="only rewrite report.md and pareto.png (of --arms and --seeds where given), and exit",
     )
     parser.add_argument(
         "--arms", nargs="+", metavar="ARM", help="run these arms only (and their stage 2)"
@@ -153,7 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{paths.out} holds no study yet; run partf-study {args.plan} --out "
                     f"{args.out} first."
                 )
-            _say(f"report: {write_report(plan, paths)}")
+            only, command = None, ""
+            if args.arms or args.seeds:  # report what was asked for, like with like
+                only = {run.name for run in runs}
+                command = "".join(
+                    f" --{flag} {' '.join(map(str, values))}"
+                    for flag, values in (("arms", args.arms), ("seeds", args.seeds))
+                    if values
+                )
+                command += " --report"
+            _say(f"report: {write_report(plan, paths, only, command)}")
             return 0
         check_flags(plan)
         paths.out.mkdir(parents=True, exist_ok=True)

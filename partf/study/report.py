@@ -32,7 +32,7 @@ import dataclasses
 import datetime
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -455,20 +455,28 @@ def pareto_plot(
     return True
 
 
-def write_report(plan: Plan, paths: StudyPaths) -> Path:
-    """Writes report.md and the Pareto plot(s) under the study folder; returns report.md."""
+def write_report(
+    plan: Plan, paths: StudyPaths, only: Collection[str] | None = None, command: str = ""
+) -> Path:
+    """Writes report.md and the Pareto plot(s) under the study folder; returns report.md.
+
+    `only` names the runs to report (all of the plan's when None), so that a report of
+    one seed or a few arms compares like with like; `command` is the selection's flags,
+    added to the report's "Reproduce" line."""
     records = gather(plan, paths)
+    if only is not None:
+        records = [record for record in records if record.name in only]
     groups: dict[str, list[RunRecord]] = {}
     for record in records:
         if record.finished:
             groups.setdefault(record.where, []).append(record)
-    planned = len(plan.seeds)
+    planned = len({r.seed for r in records}) if only is not None else len(plan.seeds)
     lines = [
         f"# Study: {plan.path.name}",
         "",
         plan.description,
         "",
-        f"Reproduce: `partf-study {plan.path} --out {paths.out}`. Written "
+        f"Reproduce: `partf-study {plan.path} --out {paths.out}{command}`. Written "
         f"{datetime.datetime.now().isoformat(timespec='seconds')}; "
         f"{sum(r.finished for r in records)} of {len(records)} runs finished.",
         "",

@@ -1,5 +1,6 @@
 """partf-study's command line: each mistake is one line with the fix and exit status 2,
-answered before anything is built or trained (and nothing is written)."""
+answered before anything is built or trained (and nothing is written); `--report` with
+`--seeds` or `--arms` reports those runs only."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from partf.cli.study import main
+from partf.study.runner import StudyPaths
+from tests.study.test_report import PLAN, fake_run
 
 TINY = str(Path(__file__).resolve().parents[2] / "studies" / "tiny.toml")
 
@@ -29,3 +32,34 @@ def test_mistakes_exit_2_with_one_line_and_write_nothing(argv, expected, tmp_pat
     assert len(lines) == 1 and lines[0].startswith("partf-study: error: ")
     assert expected in lines[0]
     assert not out.exists()
+
+
+def _table_row(report: str, arm: str) -> str:
+    return next(line for line in report.splitlines() if line.startswith(f"| {arm}"))
+
+
+def test_a_report_of_some_seeds_or_arms_leaves_the_others_out(tmp_path):
+    """The whole plan's report mixes seeds (txl over two, par over one); asked for seed 0,
+    every arm's mean is over seed 0 alone and seed 1's runs are not listed as unfinished."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    out = tmp_path / "out"
+    paths = StudyPaths(out)
+    for name, valid in (("txl-s0", 40.0), ("txl-s1", 42.0), ("par-s0", 44.1)):
+        fake_run(paths, name, valid, 3e6 if name.startswith("txl") else 2e6, ["jax"])
+    assert main([str(plan), "--out", str(out), "--report"]) == 0
+    whole = (out / "report.md").read_text()
+    assert "| 2/2 | 41.00 (40.00-42.00) |" in _table_row(whole, "**txl**")
+    assert "- txl-s1" not in whole and "- par-s1: not started" in whole
+
+    assert main([str(plan), "--out", str(out), "--report", "--seeds", "0"]) == 0
+    seed0 = (out / "report.md").read_text()
+    assert "| 1/1 | 40.00 | +0.0% |" in _table_row(seed0, "**txl**")
+    # against seed 0's txl (40.00), not the two seeds' mean (41.00, which gives +7.6%)
+    assert "| 1/1 | 44.10 | +10.3% |" in _table_row(seed0, "par |")
+    assert "par-s1" not in seed0 and "--seeds 0 --report`" in seed0
+
+    assert main([str(plan), "--out", str(out), "--report", "--arms", "txl"]) == 0
+    txl = (out / "report.md").read_text()
+    assert "| par |" not in txl and "par-s" not in txl
+    assert "| 2/2 | 41.00 (40.00-42.00) |" in _table_row(txl, "**txl**")
