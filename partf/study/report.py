@@ -470,7 +470,7 @@ def write_report(
     for record in records:
         if record.finished:
             groups.setdefault(record.where, []).append(record)
-    planned = len({r.seed for r in records}) if only is not None else len(plan.seeds)
+    planned = len({r.seed for r in records})  # the plan's seeds, or those asked for
     lines = [
         f"# Study: {plan.path.name}",
         "",
