@@ -10,7 +10,7 @@ import pytest
 
 from partf.cli.study import main
 from partf.study.runner import StudyPaths
-from tests.study.test_report import PLAN, fake_run
+from tests.study.fake_runs import PLAN, fake_run
 
 TINY = str(Path(__file__).resolve().parents[2] / "studies" / "tiny.toml")
 

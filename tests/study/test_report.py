@@ -10,6 +10,7 @@ import pytest
 from partf.study.plan import load_plan
 from partf.study.report import decided_step, event_scalars, spread, write_report
 from partf.study.runner import StudyPaths
+from tests.study.fake_runs import PLAN, fake_run
 
 
 def pi_scalars(frames: dict[int, list[list[float]]], names=("A", "D")) -> dict:
@@ -57,33 +58,6 @@ def test_event_scalars_reads_what_tensorflow_writes(tmp_path):
     writer.flush()
     assert event_scalars(tmp_path) == {"pi/block_0/A": [(1, 0.25), (2, 0.5)]}
     assert event_scalars(tmp_path / "absent") == {}
-
-
-PLAN = """
-seeds = [0, 1]
-reference = "txl"
-[data]
-train = "records"
-[arms]
-txl = "--architecture='A D'"
-par = { flags = "--search=par", stage2 = true }
-"""
-
-
-def fake_run(paths: StudyPaths, name: str, valid: float, flops: float, where: list[str]):
-    folder = paths.checkpoints(name)
-    folder.mkdir(parents=True)
-    results = {
-        "valid": {"perplexity": valid},
-        "test": {"perplexity": valid - 1},
-        "architecture": "A D",
-        "flops_per_token": {"blocks": flops - 1e6, "total": flops},
-        "search": {"preset": "par"} if name.startswith("par-s") else None,
-        "eval_ms_per_batch": {"test": 2.0},
-    }
-    (folder / "results.json").write_text(json.dumps(results))
-    launches = [{"backend": b, "machine": "m"} for b in where]
-    paths.record(name).write_text(json.dumps({"launches": launches}))
 
 
 def test_the_report_separates_backends_and_compares_with_the_reference(tmp_path):

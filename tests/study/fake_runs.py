@@ -1,0 +1,36 @@
+"""A two-arm plan and finished runs made without training, for the report's tests and
+the study command line's."""
+
+from __future__ import annotations
+
+import json
+
+from partf.study.runner import StudyPaths
+
+PLAN = """
+seeds = [0, 1]
+reference = "txl"
+[data]
+train = "records"
+[arms]
+txl = "--architecture='A D'"
+par = { flags = "--search=par", stage2 = true }
+"""
+
+
+def fake_run(paths: StudyPaths, name: str, valid: float, flops: float, where: list[str]):
+    """Writes what the report reads of a finished run: its results.json, and its record of
+    the backends it ran on (`where`, one per launch)."""
+    folder = paths.checkpoints(name)
+    folder.mkdir(parents=True)
+    results = {
+        "valid": {"perplexity": valid},
+        "test": {"perplexity": valid - 1},
+        "architecture": "A D",
+        "flops_per_token": {"blocks": flops - 1e6, "total": flops},
+        "search": {"preset": "par"} if name.startswith("par-s") else None,
+        "eval_ms_per_batch": {"test": 2.0},
+    }
+    (folder / "results.json").write_text(json.dumps(results))
+    launches = [{"backend": b, "machine": "m"} for b in where]
+    paths.record(name).write_text(json.dumps({"launches": launches}))
