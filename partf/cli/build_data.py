@@ -126,6 +126,36 @@ def _define_flags() -> flags.FlagValues:
     flags.DEFINE_boolean(
         "verbose", False, "Debug logging, and tracebacks on errors.", flag_values=fv
     )
+    flags.DEFINE_enum(
+        "task",
+        "text",
+        ["text", "mqar"],
+        "text: records from text (the flags above); mqar: multi-query associative recall "
+        "splits (partf.data.mqar) of --seq_len tokens a row, --batch_size rows a batch, "
+        "--vocab_size tokens (default 512 here), written to <--tfrecords_directory>_train, "
+        "_valid and _test (default data/mqar_L<seq_len>_p<pairs>).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "mqar_pairs",
+        "16",
+        "--task=mqar: key-value pairs per training example; several, comma-separated "
+        "(4,8,16): the examples cycle through them.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "mqar_eval_pairs",
+        None,
+        "--task=mqar: pairs of each valid and test example (default: the largest of --mqar_pairs).",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "mqar_train_examples", 20000, "--task=mqar: training examples.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "mqar_eval_examples", 1000, "--task=mqar: examples of valid and of test.", flag_values=fv
+    )
+    flags.DEFINE_integer("mqar_seed", 0, "--task=mqar: the seed of every split.", flag_values=fv)
     return fv
 
 
@@ -175,8 +205,38 @@ def _fetch_source(fv: flags.FlagValues) -> Path:
     return text_dir
 
 
+def _main_mqar(fv: flags.FlagValues) -> None:
+    from partf.data.mqar import MQARSettings, parse_pairs, write_mqar
+
+    pairs = parse_pairs(fv.mqar_pairs)
+    settings = MQARSettings(
+        seq_len=fv.seq_len,
+        pairs=pairs,
+        vocab_size=fv.vocab_size if fv["vocab_size"].present else 512,
+        batch_size=fv.batch_size,
+        train_examples=fv.mqar_train_examples,
+        eval_examples=fv.mqar_eval_examples,
+        eval_pairs=fv.mqar_eval_pairs,
+        seed=fv.mqar_seed,
+    )
+    prefix = fv.tfrecords_directory or f"data/mqar_L{fv.seq_len}_p{max(pairs)}"
+    for split, folder in write_mqar(prefix, settings, fv.overwrite).items():
+        logger.info(
+            "%s: %d batches of [%d, %d], %d pairs an example",
+            folder,
+            settings.num_batches(split),
+            settings.batch_size,
+            settings.seq_len,
+            max(settings.split_pairs(split)),
+        )
+
+
 def _main(fv: flags.FlagValues) -> None:
     from partf import data
+
+    if fv.task == "mqar":
+        _main_mqar(fv)
+        return
 
     text_path = Path(fv.text_file)
     directory_mode = fv.from_directory or fv.source is not None or text_path.is_dir()

@@ -35,31 +35,34 @@ logger = logging.getLogger("partf.training")
 
 
 class ArrayBatches:
-    """A split's context batches in memory, as (inputs, targets) pairs in stream order.
+    """A split's batches in memory, as (inputs, targets) pairs in stream order.
 
     Args:
         batches: int32 [n, B, L + 1], as `partf.data.record_reader.read_record_batches`
-            returns them; targets are the inputs shifted by one token.
+            returns them (targets are the inputs shifted by one token); or, with
+            `targets`, the inputs [n, B, L] themselves.
+        targets: int32 [n, B, L], a task's own targets (MQAR's answers), or None.
     """
 
-    def __init__(self, batches: np.ndarray) -> None:
-        self.batches = batches
+    def __init__(self, batches: np.ndarray, targets: np.ndarray | None = None) -> None:
+        if targets is None:
+            self.inputs, self.targets = batches[..., :-1], batches[..., 1:]
+        else:
+            self.inputs, self.targets = batches, targets
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.inputs)
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for batch in self.batches:
-            yield batch[:, :-1], batch[:, 1:]
+        yield from zip(self.inputs, self.targets, strict=True)
 
     def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Batches [start, stop) as (inputs, targets) rows [(stop - start) * B, L]: what
         `fit(x, y, batch_size=B, shuffle=False)` cuts back into those batches, in order."""
-        part = self.batches[start:stop]
-        width = part.shape[-1] - 1
+        width = self.inputs.shape[-1]
         return (
-            np.ascontiguousarray(part[..., :-1]).reshape(-1, width),
-            np.ascontiguousarray(part[..., 1:]).reshape(-1, width),
+            np.ascontiguousarray(self.inputs[start:stop]).reshape(-1, width),
+            np.ascontiguousarray(self.targets[start:stop]).reshape(-1, width),
         )
 
 
@@ -79,6 +82,7 @@ class Split:
     vocab_size: int | None
     text_counts: dict[str, int | None]
     mask_id: int | None = None
+    task: str = "text"
 
 
 def load_split(directory: str, what: str, sp_model_prefix: str | None = None) -> Split:
@@ -93,6 +97,7 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     Returns:
         A `Split` whose dataset has a known length (so the progress bar has an ETA).
     """
+    from partf.data.mqar import is_mqar
     from partf.data.tokenizer import model_path
 
     path = Path(directory)
@@ -101,6 +106,8 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
             f"{what} records {path} do not exist; build them with ./create_tfrecords.sh "
             f"or point --{what}_directory at a folder of .tfrecords files."
         )
+    if is_mqar(path):
+        return _mqar_split(path)
     on_tensorflow = keras.backend.backend() == "tensorflow"
     if on_tensorflow:
         from partf.data.tfrecords import read_metadata
@@ -146,6 +153,29 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
         metadata.vocab_size,
         text_counts,
         metadata.mask_id,
+    )
+
+
+def _mqar_split(path: Path) -> Split:
+    """An MQAR split (partf.data.mqar): its examples drawn again from the folder's
+    settings, as a `tf.data.Dataset` on TensorFlow and `ArrayBatches` elsewhere."""
+    from partf.data.mqar import read_mqar
+
+    settings, _, inputs, targets = read_mqar(path)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        dataset: Any = tf.data.Dataset.from_tensor_slices((inputs, targets))
+    else:
+        dataset = ArrayBatches(inputs, targets)
+    return Split(
+        dataset,
+        int(inputs.shape[0]),
+        settings.batch_size,
+        settings.seq_len,
+        settings.vocab_size,
+        {},
+        task="mqar",
     )
 
 
@@ -206,6 +236,12 @@ class RunData:
         return self.train.num_batches
 
     @property
+    def task(self) -> str:
+        """ "text" (language modelling) or "mqar" (associative recall: scored on its answers
+        alone, accuracy reported beside the loss)."""
+        return self.train.task
+
+    @property
     def tokens_per_batch(self) -> int:
         """Target tokens per training batch (batch size x sequence length)."""
         return self.train.batch_size * self.train.seq_len
@@ -236,6 +272,11 @@ def load_data(config: TrainConfig) -> RunData:
                 f"{what} records have batches of {split.batch_size}x{split.seq_len} but the "
                 f"training records {shape[0]}x{shape[1]}; build all splits with the same "
                 "--batch_size and --seq_len."
+            )
+        if split is not None and split.task != train.task:
+            raise ConfigError(
+                f"{what} records are {split.task} data but the training records "
+                f"{train.task}; give every split of the same task."
             )
     vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
     masking = None

@@ -27,14 +27,16 @@ def make_evaluator(
     global_batch: int,
     jit_compile: bool = True,
     mode: str | None = None,
+    accuracy: bool = False,
 ) -> Any:
     """The evaluator for this backend and strategy: `Evaluator` (TensorFlow, one device),
     `ReplicaEvaluator` (a strategy) or `JaxEvaluator` (JAX), scoring a search with
-    `mode` block weights ("argmax", "expected" or "sample"; None: its own `eval_mode`)."""
+    `mode` block weights ("argmax", "expected" or "sample"; None: its own `eval_mode`),
+    counting the targets predicted exactly with `accuracy` (a recall task's score)."""
     from partf.training.evaluation.perplexity import Evaluator
 
     if strategy is not None:
-        return ReplicaEvaluator(model, strategy, global_batch, jit_compile, mode)
+        return ReplicaEvaluator(model, strategy, global_batch, jit_compile, mode, accuracy)
     if keras.backend.backend() == "jax":
-        return JaxEvaluator(model, jit_compile, mode)
-    return Evaluator(model, jit_compile=jit_compile, mode=mode)
+        return JaxEvaluator(model, jit_compile, mode, accuracy)
+    return Evaluator(model, jit_compile=jit_compile, mode=mode, accuracy=accuracy)

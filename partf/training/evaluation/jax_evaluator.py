@@ -25,6 +25,7 @@ from keras import ops
 
 from partf.layers.candidates import check_eval_mode
 from partf.training.evaluation.perplexity import (
+    SUMS,
     Progress,
     SplitStats,
     batch_nll_sums,
@@ -42,26 +43,34 @@ class JaxEvaluator:
         jit_compile: compile the per-batch function with `jax.jit`.
         mode: a search's block weights, "argmax", "expected" or "sample"; None: the
             model's own `eval_mode` (as `Evaluator`).
+        accuracy: also count the targets predicted exactly (as `Evaluator`).
     """
 
-    def __init__(self, model: Any, jit_compile: bool = True, mode: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        jit_compile: bool = True,
+        mode: str | None = None,
+        accuracy: bool = False,
+    ) -> None:
         import jax
 
         if mode is not None:
             check_eval_mode(mode)
         self.model = model
         self.mode = mode
+        self.accuracy = accuracy
 
         def batch_sums(weights, states, inputs, targets):
             mapping = list(zip(model.trainable_variables, weights, strict=True))
             mapping += list(zip(model.non_trainable_variables, states, strict=True))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                total, count = batch_nll_sums(model, inputs, targets, mode)
+                sums = batch_nll_sums(model, inputs, targets, mode, accuracy)
             new_states = []
             for variable, value in zip(model.non_trainable_variables, states, strict=True):
                 current = scope.get_current_value(variable)
                 new_states.append(value if current is None else current)
-            return ops.stack([total, count]), new_states
+            return ops.stack(sums), new_states
 
         def run(weights, states, inputs, targets):
             # The whole split in one call: a scan over its batches carrying the
@@ -95,14 +104,14 @@ class JaxEvaluator:
         self.model.reset_state("eval")
         weights = [v.value for v in self.model.trainable_variables]
         states = [v.value for v in self.model.non_trainable_variables]
-        per_batch, done = [np.zeros((0, 2))], 0
+        per_batch, done = [np.zeros((0, SUMS))], 0
         # A scan per chunk of equal length (one compiled program), the states carried.
         for inputs, targets, real in stacked_chunks(pairs, chunk_size(len(pairs))):
             sums, states = self._run(weights, states, inputs, targets)
-            per_batch.append(self._device_get(sums)[:real])  # [real, 2]
+            per_batch.append(self._device_get(sums)[:real])  # [real, SUMS]
             done += real
             if progress:
                 progress(done)
         per_batch = np.concatenate(per_batch)
         self.model.reset_state("eval")
-        return stats_of_batches(per_batch)
+        return stats_of_batches(per_batch, self.accuracy)

@@ -51,12 +51,15 @@ class SplitStats:
         num_tokens: number of non-pad target tokens.
         num_batches: number of batches.
         sum_exp_batch_loss: sum over batches of exp(mean NLL of the batch's tokens).
+        num_correct: targets whose most likely token is the target itself, or None when
+            not counted (a task scored by accuracy, such as MQAR, counts them).
     """
 
     total_nll: float
     num_tokens: int
     num_batches: int
     sum_exp_batch_loss: float
+    num_correct: int | None = None
 
 
 def perplexity_report(
@@ -76,8 +79,8 @@ def perplexity_report(
 
     Returns:
         {"loss", "perplexity", "perplexity_original", "word_perplexity",
-        "bits_per_character", "num_tokens", "num_batches"}; a figure that cannot be
-        computed is None.
+        "bits_per_character", "accuracy", "num_tokens", "num_batches"}; a figure that
+        cannot be computed (or, for accuracy, was not counted) is None.
     """
     if stats.num_tokens <= 0:
         raise ValueError("the split has no target tokens; check that its records are not empty.")
@@ -96,6 +99,7 @@ def perplexity_report(
         "perplexity_original": stats.sum_exp_batch_loss / max(stats.num_batches, 1),
         "word_perplexity": word,
         "bits_per_character": char,
+        "accuracy": None if stats.num_correct is None else stats.num_correct / stats.num_tokens,
         "num_tokens": stats.num_tokens,
         "num_batches": stats.num_batches,
     }
@@ -106,35 +110,50 @@ def _safe_exp(x: float) -> float:
 
 
 def batch_nll_sums(
-    model: Any, inputs: Any, targets: Any, mode: str | None = None
-) -> tuple[Any, Any]:
-    """One batch through the model's evaluation memory: float32 (NLL sum, target tokens).
+    model: Any, inputs: Any, targets: Any, mode: str | None = None, accuracy: bool = False
+) -> tuple[Any, Any, Any]:
+    """One batch through the model's evaluation memory: float32 (NLL sum, target tokens,
+    correct targets).
 
     Calls `model(inputs, training=False)`, which advances the evaluation memory; with
     `mode` ("argmax", "expected" or "sample"), `model(inputs, training=False, mode=mode)`:
-    a search's block weights, in place of its own `eval_mode`.
+    a search's block weights, in place of its own `eval_mode`. With `accuracy`, the
+    targets that are the most likely token are counted (from every token's
+    log-probability, [B, T, V]: affordable for a task's small vocabulary); without, 0.
     """
     if mode is None:  # a model of the contract need not take `mode` unless asked
         hidden = model(inputs, training=False)
     else:
         hidden = model(inputs, training=False, mode=mode)
     nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
-    count = ops.sum(ops.cast(ops.not_equal(targets, 0), "float32"))
-    return ops.sum(nll), count
+    scored = ops.not_equal(targets, 0)
+    count = ops.sum(ops.cast(scored, "float32"))
+    correct = ops.zeros((), "float32")
+    if accuracy:
+        best = ops.argmax(model.log_probs(hidden), axis=-1)
+        hits = ops.logical_and(scored, ops.equal(ops.cast(best, targets.dtype), targets))
+        correct = ops.sum(ops.cast(hits, "float32"))
+    return ops.sum(nll), count, correct
 
 
-def stats_of_batches(per_batch: Any) -> SplitStats:
-    """`SplitStats` from per-batch (NLL sum, target tokens) pairs, [N, 2], added in float64."""
+def stats_of_batches(per_batch: Any, accuracy: bool = False) -> SplitStats:
+    """`SplitStats` from per-batch (NLL sum, target tokens, correct targets) sums, [N, 3],
+    added in float64; the correct targets count only with `accuracy`."""
     import numpy as np
 
-    per_batch = np.asarray(per_batch, np.float64).reshape(-1, 2)
-    total, count = per_batch[:, 0], per_batch[:, 1]
+    per_batch = np.asarray(per_batch, np.float64).reshape(-1, SUMS)
+    total, count, correct = per_batch[:, 0], per_batch[:, 1], per_batch[:, 2]
     return SplitStats(
         total_nll=float(total.sum()),
         num_tokens=int(round(float(count.sum()))),
         num_batches=len(per_batch),
-        sum_exp_batch_loss=sum(_safe_exp(t / max(c, 1.0)) for t, c in per_batch),
+        sum_exp_batch_loss=sum(_safe_exp(t / max(c, 1.0)) for t, c in per_batch[:, :2]),
+        num_correct=int(round(float(correct.sum()))) if accuracy else None,
     )
+
+
+#: The sums of one batch: NLL, target tokens, correct targets.
+SUMS = 3
 
 
 #: Most batches per compiled call of a pass. A pass reports its progress at the end of
@@ -235,6 +254,7 @@ class Evaluator:
         mode: a search's block weights, "argmax", "expected" or "sample"; None: the
             model's own `eval_mode`. Passed into every call the compiled functions
             trace, so each evaluator keeps its own weights, whatever others use.
+        accuracy: also count the targets predicted exactly (`SplitStats.num_correct`).
 
     Example:
         >>> stats = Evaluator(model).evaluate(valid_dataset)
@@ -242,7 +262,12 @@ class Evaluator:
     """
 
     def __init__(
-        self, model: Any, jit_compile: bool = True, chunk: int = 256, mode: str | None = None
+        self,
+        model: Any,
+        jit_compile: bool = True,
+        chunk: int = 256,
+        mode: str | None = None,
+        accuracy: bool = False,
     ) -> None:
         import tensorflow as tf  # here, so SplitStats and the report load without it
 
@@ -252,18 +277,18 @@ class Evaluator:
         self.jit_compile = jit_compile
         self.chunk = chunk
         self.mode = mode
+        self.accuracy = accuracy
 
         def batch_sums(inputs, targets):
-            return batch_nll_sums(model, inputs, targets, mode)
+            return batch_nll_sums(model, inputs, targets, mode, accuracy)
 
         def run_chunk(inputs, targets):
-            # inputs, targets: [N, B, T]; returns float32 [N, 2] (NLL sum, tokens).
+            # inputs, targets: [N, B, T]; returns float32 [N, 3] (NLL sum, tokens, correct).
             n = tf.shape(inputs)[0]
             sums = tf.TensorArray(tf.float32, size=n)
 
             def body(i, sums):
-                total, count = batch_sums(inputs[i], targets[i])
-                return i + 1, sums.write(i, tf.stack([total, count]))
+                return i + 1, sums.write(i, tf.stack(batch_sums(inputs[i], targets[i])))
 
             _, sums = tf.while_loop(lambda i, _: i < n, body, (0, sums))
             return sums.stack()
@@ -272,10 +297,9 @@ class Evaluator:
         step = tf.function(batch_sums, reduce_retracing=True)
 
         def run(dataset):
-            sums = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[2])
+            sums = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[SUMS])
             for i, (inputs, targets) in dataset.enumerate():
-                total, count = step(inputs, targets)
-                sums = sums.write(tf.cast(i, tf.int32), tf.stack([total, count]))
+                sums = sums.write(tf.cast(i, tf.int32), tf.stack(step(inputs, targets)))
             return sums.stack()
 
         self._run = tf.function(run, reduce_retracing=True)
@@ -293,7 +317,7 @@ class Evaluator:
         import numpy as np
 
         self.model.reset_state("eval")
-        parts, done = [np.zeros((0, 2), np.float32)], 0
+        parts, done = [np.zeros((0, SUMS), np.float32)], 0
         if self.jit_compile:
             batches = list(dataset.as_numpy_iterator())
             size = chunk_size(len(batches), min(self.chunk, CHUNK))
@@ -305,13 +329,13 @@ class Evaluator:
         else:
             # Chunks of the dataset through the same traced loop; the memory carries.
             size = max(min(self.chunk, CHUNK), 1)
-            part = np.zeros((size, 2))
+            part = np.zeros((size, SUMS))
             while len(part) == size:  # a shorter chunk was the split's last
-                part = np.asarray(self._run(dataset.skip(done).take(size))).reshape(-1, 2)
+                part = np.asarray(self._run(dataset.skip(done).take(size))).reshape(-1, SUMS)
                 parts.append(part)
                 done += len(part)
                 if progress and len(part):
                     progress(done)
         per_batch = np.concatenate(parts)
         self.model.reset_state("eval")
-        return stats_of_batches(per_batch)
+        return stats_of_batches(per_batch, self.accuracy)

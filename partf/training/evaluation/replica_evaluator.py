@@ -35,6 +35,7 @@ class ReplicaEvaluator:
         jit_compile: compile the per-replica function with XLA.
         mode: a search's block weights, "argmax", "expected" or "sample"; None: the
             model's own `eval_mode` (as `Evaluator`).
+        accuracy: also count the targets predicted exactly (as `Evaluator`).
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class ReplicaEvaluator:
         global_batch: int,
         jit_compile: bool = True,
         mode: str | None = None,
+        accuracy: bool = False,
     ) -> None:
         import tensorflow as tf
 
@@ -53,9 +55,11 @@ class ReplicaEvaluator:
         self.strategy = strategy
         self.global_batch = global_batch
         self.mode = mode
+        self.accuracy = accuracy
 
         def batch_sums(inputs, targets):
-            return batch_nll_sums(model, inputs, targets, mode)  # this replica's rows
+            # This replica's rows.
+            return batch_nll_sums(model, inputs, targets, mode, accuracy)
 
         replica_step = tf.function(batch_sums, jit_compile=jit_compile, reduce_retracing=True)
 
@@ -63,14 +67,16 @@ class ReplicaEvaluator:
             total = tf.constant(0.0, tf.float64)
             count = tf.constant(0.0, tf.float64)
             exp_sum = tf.constant(0.0, tf.float64)
+            correct = tf.constant(0.0, tf.float64)
             for _ in tf.range(num_batches):
-                t, c = strategy.run(replica_step, args=next(iterator))
+                t, c, r = strategy.run(replica_step, args=next(iterator))
                 t = tf.cast(strategy.reduce("SUM", t, axis=None), tf.float64)
                 c = tf.cast(strategy.reduce("SUM", c, axis=None), tf.float64)
                 total += t
                 count += c
                 exp_sum += tf.exp(t / tf.maximum(c, 1.0))
-            return total, count, exp_sum
+                correct += tf.cast(strategy.reduce("SUM", r, axis=None), tf.float64)
+            return total, count, exp_sum, correct
 
         self._run = tf.function(run)
 
@@ -85,10 +91,11 @@ class ReplicaEvaluator:
         self.model.reset_state("eval")
         iterator = iter(distribute_rows(self.strategy, dataset, self.global_batch))
         # Chunks of the pass through the same loop: the iterator and the memory carry.
-        sums, done, size = [0.0, 0.0, 0.0], 0, chunk_size(num_batches)
+        sums, done, size = [0.0, 0.0, 0.0, 0.0], 0, chunk_size(num_batches)
         while done < num_batches:
             n = min(size, num_batches - done)
-            chunk = self._run(iterator, tf.constant(n))  # (NLL, tokens, sum of exp) sums
+            # (NLL, tokens, sum of exp, correct) sums
+            chunk = self._run(iterator, tf.constant(n))
             sums = [a + float(b) for a, b in zip(sums, chunk, strict=True)]
             done += n
             if progress:
@@ -99,4 +106,5 @@ class ReplicaEvaluator:
             num_tokens=int(round(sums[1])),
             num_batches=num_batches,
             sum_exp_batch_loss=sums[2],
+            num_correct=int(round(sums[3])) if self.accuracy else None,
         )

@@ -146,3 +146,44 @@ def test_a_pass_in_chunks_gives_the_one_pass_sums_exactly(jit_compile):
         assert stats == whole  # exact: every sum, in float64, of the same per-batch pairs
         assert done == reports  # with XLA the last chunk is padded: 4 x 2, 3 x 3
     assert whole.num_batches == 7
+
+
+def test_accuracy_counts_exact_answers_at_scored_positions_only():
+    """A recall task's accuracy (MQAR): the evaluator's count of correct targets equals a
+    direct count of argmax == target over the positions whose target is not 0, and the
+    positions with target 0 (everything but the answers) are not counted."""
+    from partf.data.mqar import MQARSettings, draw_split
+    from partf.models import ModelConfig, PARTransformerXL
+
+    settings = MQARSettings(
+        seq_len=16, pairs=(3,), vocab_size=16, batch_size=4, train_examples=8,
+        eval_examples=8,
+    )  # fmt: skip
+    inputs, targets = draw_split(settings, "valid")  # [2, 4, 16]
+    config = ModelConfig(
+        vocab_size=16, d_model=16, num_heads=2, d_ffn=32, num_layers=2, mem_len=0,
+        cutoffs=(), batch_size=4, dropout_rate=0.0, architecture="A D",
+    )  # fmt: skip
+    keras.utils.set_random_seed(0)
+    model = PARTransformerXL(config)
+    best = np.concatenate(
+        [np.argmax(keras.ops.convert_to_numpy(model.log_probs(model(x))), -1) for x in inputs]
+    ).reshape(targets.shape)
+    # Make the model right at two answers of every row (so the count is not 0 by chance).
+    targets = targets.copy()
+    for b, r in np.ndindex(targets.shape[:2]):
+        answers = np.flatnonzero(targets[b, r])[:2]
+        targets[b, r, answers] = np.maximum(best[b, r, answers], 1)
+    stats = Evaluator(model, jit_compile=False, accuracy=True).evaluate(
+        tf.data.Dataset.from_tensor_slices((inputs, targets))
+    )
+    scored = targets != 0
+    assert ((best == targets) & scored).sum() >= 8
+    assert stats.num_tokens == int(scored.sum()) == 2 * 4 * 3
+    assert stats.num_correct == int(((best == targets) & scored).sum())
+    assert perplexity_report(stats)["accuracy"] == stats.num_correct / stats.num_tokens
+    # Without accuracy nothing is counted, and the report says so.
+    plain = Evaluator(model, jit_compile=False).evaluate(
+        tf.data.Dataset.from_tensor_slices((inputs, targets))
+    )
+    assert plain.num_correct is None and perplexity_report(plain)["accuracy"] is None
