@@ -279,8 +279,17 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         "search_cost_weight",
         "float",
         0.0,
-        "lambda of the cost-aware search: adds lambda x the expected forward MFLOPs per token "
-        "of the architecture drawn from pi to the loss (0: off)",
+        "lambda of the cost-aware search: adds lambda x the expected cost per token of the "
+        "architecture drawn from pi to the loss, in the unit of --search_cost (0: off)",
+    ),
+    Setting(
+        "search_cost",
+        "str",
+        "flops",
+        "the cost-aware search's cost: flops (forward MFLOPs per token, counted) or time "
+        "(forward-and-backward microseconds per token of each candidate, measured on this "
+        "machine at the run's batch shape when it begins, kept in cost_table.json beside it)",
+        choices=("flops", "time"),
     ),
     Setting(
         "position",

@@ -24,6 +24,15 @@ from partf.layers.candidates import (
 )
 from partf.layers.stochastic_block import BlockSettings
 from partf.layers.temperature import validate_temperature
+from partf.models.architecture import (  # noqa: F401  (re-exported: callers import them here)
+    ARCHITECTURE_LETTERS,
+    ARCHITECTURE_PRESETS,
+    architecture_token,
+    expand_architecture,
+    is_searched_architecture,
+    parse_architecture,
+    parse_block_candidates,
+)
 from partf.models.attention_defaults import (
     ATTENTION_DEFAULTS,
     ATTENTION_GENERATIONS,
@@ -37,10 +46,8 @@ DATA_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
 #: How a search trains its blocks (see `ModelConfig.search_estimator`).
 SEARCH_ESTIMATORS = ("mixture", "sampled")
-
-#: Single-letter architecture tokens.
-ARCHITECTURE_LETTERS = {"A": "attention", "D": "dense", "I": "identity"}
-_LETTER_OF = {name: letter for letter, name in ARCHITECTURE_LETTERS.items()}
+#: What the cost-aware search's lambda weighs (partf.models.cost).
+SEARCH_COSTS = ("flops", "time")
 
 #: How tokens learn where they are (see `ModelConfig.position`).
 POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
@@ -63,107 +70,6 @@ RECOMMENDED_POSITION = {
     "primal": "none",
     "lara": "none",
 }
-
-
-def _alternating(num_layers: int, preset: str, attention_at) -> str:
-    """Blocks 0, 2, 4, ... attention (`attention_at(i)` names it), the others dense."""
-    if num_layers < 2 or num_layers % 2:
-        raise ValueError(
-            f"architecture preset {preset!r} pairs each attention block with a dense one, so "
-            f"num_layers must be even, got {num_layers}; e.g. --num_layers=6."
-        )
-    return " ".join(attention_at(i) if i % 2 == 0 else "D" for i in range(num_layers))
-
-
-#: Named layouts for `--architecture`: name -> (num_layers -> architecture string). A
-#: preset name must not be an attention name ("primal" is one block of Primal attention).
-ARCHITECTURE_PRESETS = {
-    # Transformer-XL's plain stack: the configured attention, then a dense block.
-    "plain": lambda n: _alternating(n, "plain", lambda i: "A"),
-    # TransNormer (Qin et al. 2022): DiagAttention in the first half of the stack,
-    # NormAttention in the second, each followed by a dense block.
-    "transnormer": lambda n: _alternating(
-        n, "transnormer", lambda i: "diag" if i < n / 2 else "norm"
-    ),
-    # Primal's hybrid language model (Chen et al. 2023): softmax attention in the first
-    # blocks and Primal attention in the last, dense blocks between (the seed's 6-layer
-    # model: 5 softmax layers and 1 Primal layer).
-    "primal_hybrid": lambda n: _alternating(
-        n, "primal_hybrid", lambda i: "primal" if i == n - 2 else "softmax"
-    ),
-}
-
-
-def expand_architecture(architecture: str, num_layers: int) -> str:
-    """A preset name's architecture string for `num_layers` blocks; others unchanged.
-
-    Example:
-        >>> expand_architecture("transnormer", 8)
-        'diag D diag D norm D norm D'
-    """
-    preset = ARCHITECTURE_PRESETS.get(architecture.strip().lower())
-    return architecture if preset is None else preset(num_layers)
-
-
-def _block_name(token: str) -> str:
-    """One block token ('A', 'dense', 'norm', ...) as its candidate name; unknown raises."""
-    name = ARCHITECTURE_LETTERS.get(token.upper(), token) if len(token) == 1 else token
-    if name not in BUILTIN_CANDIDATES and name not in attention_names():
-        raise ValueError(
-            f"unknown architecture token {token!r}; use A, D, I or an attention name: "
-            f"{', '.join(attention_names())}."
-        )
-    return name
-
-
-def parse_block_candidates(architecture: str) -> tuple[tuple[str, ...], ...]:
-    """'A|I D|I norm' -> (('attention', 'identity'), ('dense', 'identity'), ('norm',)).
-
-    A block token is one candidate (a fixed block) or several joined by '|' (a block that
-    searches among them, each with its own architecture logits). Tokens are those of
-    `parse_architecture`; blocks are separated by spaces or commas.
-    """
-    blocks = architecture.replace(",", " ").split()
-    if not blocks:
-        raise ValueError("architecture is empty; give block tokens such as 'A A D D D I'.")
-    parsed = []
-    for block in blocks:
-        names = tuple(_block_name(token) for token in block.split("|"))
-        if len(set(names)) != len(names) or "" in block.split("|"):
-            raise ValueError(
-                f"architecture block {block!r} names a candidate twice or none; write each "
-                "once, e.g. 'A|I'."
-            )
-        parsed.append(names)
-    return tuple(parsed)
-
-
-def parse_architecture(architecture: str) -> tuple[str, ...]:
-    """'A A D I' (or 'A,A,D,I') -> ('attention', 'attention', 'dense', 'identity').
-
-    Tokens: A (the configured attention), D (dense), I (identity), the full
-    names, or an attention registry name. Unknown tokens, and searched blocks ('A|I':
-    see `parse_block_candidates`), raise ValueError.
-    """
-    blocks = parse_block_candidates(architecture)
-    searched = [i for i, names in enumerate(blocks) if len(names) > 1]
-    if searched:
-        raise ValueError(
-            f"architecture {architecture!r} searches block {searched[0]} (a '|' token); a "
-            "fixed architecture names one candidate per block."
-        )
-    return tuple(names[0] for names in blocks)
-
-
-def is_searched_architecture(architecture: str | None) -> bool:
-    """Whether an architecture string has a searched block ('A|I'), so that a model
-    with it is a search, not a fixed model."""
-    return architecture is not None and "|" in architecture
-
-
-def architecture_token(name: str) -> str:
-    """'attention' -> 'A', 'dense' -> 'D', 'identity' -> 'I', others unchanged."""
-    return _LETTER_OF.get(name, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,9 +153,19 @@ class ModelConfig:
     )
     search_cost_weight: float = setting(
         0.0,
-        "lambda of the cost-aware search: adds lambda x the expected forward MFLOPs per token "
-        "of the architecture drawn from pi to the loss (0: off)",
+        "lambda of the cost-aware search: adds lambda x the expected cost per token of the "
+        "architecture drawn from pi to the loss, in the unit of --search_cost (0: off)",
     )
+    search_cost: str = setting(
+        "flops",
+        "the cost-aware search's cost: flops (forward MFLOPs per token, counted) or time "
+        "(forward-and-backward microseconds per token of each candidate, measured on this "
+        "machine at the run's batch shape when it begins, kept in cost_table.json beside it)",
+        choices=SEARCH_COSTS,
+    )
+    # search_cost "time": {candidate: microseconds per token}, the run's measured table
+    # (partf.training.cost_table fills it; a model keeps it, so its loss needs no file).
+    candidate_costs: dict = dataclasses.field(default_factory=dict)
     position: str = setting(
         "none",
         "token positions: none; sinusoidal or learned (added to the embeddings); rotary "
@@ -375,6 +291,14 @@ class ModelConfig:
             raise ValueError(
                 f"search_cost_weight must be >= 0 (0: off), got {self.search_cost_weight}."
             )
+        if self.search_cost not in SEARCH_COSTS:
+            raise ValueError(
+                f"unknown search_cost {self.search_cost!r}; choose one of "
+                f"{', '.join(SEARCH_COSTS)}."
+            )
+        object.__setattr__(
+            self, "candidate_costs", {str(k): float(v) for k, v in self.candidate_costs.items()}
+        )
         validate_temperature(self.tau_schedule, self.tau_start, self.tau_end, self.tau_steps)
         self._validate_position()
         if not self.causal:

@@ -1,10 +1,14 @@
-"""What a PAR architecture costs: forward FLOPs per token, from the configuration.
+"""What a PAR architecture costs: forward FLOPs per token from the configuration, or
+measured time.
 
-A candidate's cost is its layer's own analytic count (`flops_per_token` of the attention
+A candidate's FLOPs are its layer's own analytic count (`flops_per_token` of the attention
 or feed-forward layer: matrix products, 2 FLOPs per multiply-add, for segments of
 `seq_len` tokens with the model's memory and batch), the identity costs nothing. The
 cost-aware search (`ModelConfig.search_cost_weight`) adds lambda times the expected cost
-of the architecture drawn from pi to the loss; benchmarks report the cost of a derived
+of the architecture drawn from pi to the loss: in forward MFLOPs per token, or with
+`search_cost="time"` in the forward-and-backward microseconds per token measured for each
+candidate on the run's machine (`ModelConfig.candidate_costs`, filled from the run's
+`cost_table.json` by `partf.training.cost_table`). Benchmarks report the cost of a derived
 architecture with `architecture_flops` and of the whole model with `model_flops`.
 
 Example:
@@ -42,14 +46,62 @@ def candidate_flops(model: CostedModel, seq_len: int) -> list[list[float]]:
     return [block.candidate_flops(seq_len, batch) for block in model.blocks]
 
 
-def expected_flops(model: CostedModel, seq_len: int) -> Any:
-    """float32 scalar tensor: the blocks' FLOPs per token expected under pi, the sum over
-    blocks of pi . cost; differentiable in the architecture logits."""
+def cost_key(kind: str, mechanism: str | None) -> str:
+    """A candidate's name in a measured cost table: its attention's registry name, or
+    "dense" or "identity"."""
+    return mechanism if kind == "attention" and mechanism else kind
+
+
+def measured_costs(model: CostedModel) -> list[list[float]]:
+    """Per block, each candidate's measured microseconds per token (forward and backward)
+    from `config.candidate_costs`.
+
+    Raises:
+        ValueError: a candidate the table does not hold, naming the ones it does.
+    """
+    table = model.config.candidate_costs
+    costs = []
+    for block in model.blocks:
+        keys = [cost_key(kind, mechanism) for kind, mechanism in block.kinds]
+        missing = [key for key in keys if key not in table]
+        if missing:
+            raise ValueError(
+                f"the measured cost table has no {', '.join(missing)} (it holds "
+                f"{', '.join(sorted(table)) or 'nothing'}); measure it again for these "
+                "candidates (partf.training.cost_table)."
+            )
+        costs.append([table[key] for key in keys])
+    return costs
+
+
+def search_costs(model: CostedModel, seq_len: int) -> list[list[float]]:
+    """Per block, each candidate's cost as the search's loss charges it: forward MFLOPs
+    per token (`search_cost="flops"`) or measured microseconds per token ("time")."""
+    if model.config.search_cost == "time":
+        return measured_costs(model)
+    return [[c / 1e6 for c in costs] for costs in candidate_flops(model, seq_len)]
+
+
+def expected_cost(model: CostedModel, seq_len: int) -> Any:
+    """float32 scalar tensor: the sum over blocks of pi . `search_costs`, the cost term
+    lambda multiplies; differentiable in the architecture logits."""
+    if model.config.search_cost == "time":
+        return _expected(model, measured_costs(model))
+    return expected_flops(model, seq_len) / 1e6
+
+
+def _expected(model: CostedModel, costs_per_block: list[list[float]]) -> Any:
     total = ops.zeros((), "float32")
-    for block, costs in zip(model.blocks, candidate_flops(model, seq_len), strict=True):
+    for block, costs in zip(model.blocks, costs_per_block, strict=True):
         cost = ops.convert_to_tensor(np.asarray(costs, np.float32))
         total = total + ops.sum(ops.cast(block.pi(), "float32") * cost)
     return total
+
+
+def expected_flops(model: CostedModel, seq_len: int) -> Any:
+    """float32 scalar tensor: the blocks' FLOPs per token expected under pi, the sum over
+    blocks of pi . cost; differentiable in the architecture logits."""
+    return _expected(model, candidate_flops(model, seq_len))
 
 
 def architecture_flops(model: CostedModel, seq_len: int) -> float:

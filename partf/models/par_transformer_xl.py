@@ -46,7 +46,7 @@ from keras import ops
 from partf.layers.adaptive_softmax import AdaptiveSoftmax
 from partf.models.backbone import Backbone, BackboneOwner, States
 from partf.models.config import ModelConfig, is_searched_architecture
-from partf.models.cost import expected_flops
+from partf.models.cost import expected_cost
 from partf.models.loss import (
     add_layer_losses,
     attention_loss_logs,
@@ -370,8 +370,8 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
         loss = add_layer_losses(data_loss, self.losses, replicas)
         if self.config.search_cost_weight and self.config.is_stochastic:
             seq_len = int(y.shape[1])
-            megaflops = expected_flops(self, seq_len) / 1e6
-            loss = loss + self.config.search_cost_weight * megaflops / replicas
+            cost = expected_cost(self, seq_len)  # MFLOPs or measured us per token
+            loss = loss + self.config.search_cost_weight * cost / replicas
         if training and path_log_probs:
             loss = loss + score_function_term(path_log_probs, self.search_baseline, data_loss)
         return loss

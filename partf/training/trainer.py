@@ -65,6 +65,7 @@ from partf.training.callbacks.progress import RunProgress, StopReason
 from partf.training.callbacks.run_callbacks import make_callbacks
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
 from partf.training.config import ConfigError, TrainConfig, model_error
+from partf.training.cost_table import cost_table, needs_table, write_cost_table
 from partf.training.distribution import build_strategy
 from partf.training.drop_selection import Selection, read_selection, select_dropped, write_selection
 from partf.training.evaluation.block_weights import expected_evaluator
@@ -250,6 +251,11 @@ class Trainer:
             except ValueError as e:  # e.g. --num_layers other than the source's blocks
                 raise model_error(e) from None
             self.config = config = dataclasses.replace(config, model=model)
+        table, measured = None, False
+        if needs_table(config):  # --search_cost=time: the prices, read or measured now
+            table, measured = cost_table(config, data, paths.checkpoints)
+            model = config.model.replace(candidate_costs=table.costs)
+            self.config = config = dataclasses.replace(config, model=model)
         self.built = built = build_model(config, data, strategy)
         resumed = Resumed()
         if not config.overwrite:
@@ -262,6 +268,8 @@ class Trainer:
         prepare_output(paths, config)
         if selection is not None:
             write_selection(paths.checkpoints, selection)
+        if measured:
+            write_cost_table(paths.checkpoints, table)
         clock = Clock(started, before=resumed.elapsed_seconds)
         manager = CheckpointManager(paths.checkpoints, keep=config.keep_checkpoints)
         save = CheckpointWriter(manager, built, clock)
@@ -269,8 +277,10 @@ class Trainer:
             log_run_start(paths, built, data, resumed.step)
 
             def new_evaluator(mode: str | None = None) -> Any:
+                # A recall task is scored by its exact answers, beside the loss.
+                accuracy = data.task == "mqar"
                 return make_evaluator(
-                    built.model, strategy, data.train.batch_size, config.jit_compile, mode
+                    built.model, strategy, data.train.batch_size, config.jit_compile, mode, accuracy
                 )
 
             self.evaluator = evaluator = new_evaluator()

@@ -116,6 +116,8 @@ ADDED_FLAGS = {
     "--drop_attention": ("drop_attention", "int", 0),
     "--search_estimator": ("search_estimator", "str", None, ("mixture", "sampled")),
     "--search_cost_weight": ("search_cost_weight", "float", None),
+    # The fixed-depth search priced by measured time (issue 65).
+    "--search_cost": ("search_cost", "str", None, ("flops", "time")),
     "--arch_freeze_fraction": ("arch_freeze_fraction", "float", None),
     "--search": ("search", "str", "original", ("original", "par")),
     # The speed options of issue 49: chunked causal scores, the compiled JAX loop.
