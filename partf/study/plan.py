@@ -18,6 +18,12 @@ scratch (stage 2). Every run is an ordinary `partf-train` run:
     txl = "--architecture='A D A D A D'"
     par = { flags = "--search=par", stage2 = true }
 
+A plan may also name a multi-query associative recall task (`partf.data.mqar`): a
+`[mqar]` table of its settings (`seq_len`, `batch_size`, `vocab_size`, `pairs`, and
+optionally `eval_pairs`, `train_examples`, `eval_examples`, `seed`), and arms with
+`task = "mqar"` train on it (the study writes its splits once under `<out>/data/mqar/`);
+the other arms train on `[data]`, which a plan of recall arms alone may leave out.
+
 Instead of records, `[data]` may name text (`text = "${DATA_DIR}"`: a folder with
 train.txt, valid.txt and test.txt, or one file, split by lines 90% / 5% / 5%) with
 `batch_size`, `seq_len` and either an existing tokenizer (`sp_model_prefix`) or the size
@@ -48,7 +54,20 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 #: Keys a plan may hold, at the top and in [data] and in an arm's table.
-TOP_KEYS = ("description", "seeds", "reference", "flags", "data", "arms")
+TOP_KEYS = ("description", "seeds", "reference", "flags", "data", "mqar", "arms")
+#: Keys of the [mqar] table, each a `partf-build-data --task=mqar` setting.
+MQAR_KEYS = (
+    "seq_len",
+    "batch_size",
+    "vocab_size",
+    "pairs",
+    "eval_pairs",
+    "train_examples",
+    "eval_examples",
+    "seed",
+)
+#: The tasks an arm may train on.
+TASKS = ("text", "mqar")
 RECORD_KEYS = ("train", "valid", "test", "sp_model_prefix")
 TEXT_KEYS = ("text", "sp_model_prefix", "vocab_size", "batch_size", "seq_len")
 ARM_KEYS = (
@@ -59,6 +78,7 @@ ARM_KEYS = (
     "stage2_init",
     "control",
     "matched",
+    "task",
 )
 #: Flags the study sets itself for every run.
 OWN_FLAGS = (
@@ -107,6 +127,7 @@ class Arm:
     stage2_init: bool = False
     control: bool = False
     matched: str | None = None
+    task: str = "text"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +141,7 @@ class Run:
         flags: its flags, but the output folder and its name.
         after: the search run it derives from (stage 2), else None.
         init_from: the run whose weights it starts from, else None.
+        task: "text" (the plan's [data]) or "mqar" (its [mqar] task).
     """
 
     name: str
@@ -128,6 +150,7 @@ class Run:
     flags: tuple[str, ...]
     after: str | None = None
     init_from: str | None = None
+    task: str = "text"
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -164,7 +187,7 @@ class Plan:
     Attributes:
         path: the plan file.
         description: one line saying what the study asks.
-        data: the records or text.
+        data: the records or text, or None (a plan of recall arms alone).
         flags: partf-train flags every run shares.
         arms: the arms, in the plan's order.
         seeds: the seeds each arm runs with.
@@ -173,11 +196,12 @@ class Plan:
 
     path: Path
     description: str
-    data: DataSpec
+    data: DataSpec | None
     flags: tuple[str, ...]
     arms: tuple[Arm, ...]
     seeds: tuple[int, ...]
     reference: str | None
+    mqar: dict[str, Any] | None = None  # the [mqar] settings, when arms train on it
 
     def runs(self) -> list[Run]:
         """Every run of the study: first stage, then stage 2; seed by seed, so that a
@@ -189,6 +213,7 @@ class Plan:
                 seed,
                 self.flags + arm.flags,
                 init_from=f"{arm.init_from}-s{seed}" if arm.init_from else None,
+                task=arm.task,
             )
             for seed in self.seeds
             for arm in self.arms
@@ -201,6 +226,7 @@ class Plan:
                 arm.stage2_flags,
                 after=f"{arm.name}-s{seed}",
                 init_from=f"{arm.name}-s{seed}" if arm.stage2_init else None,
+                task=arm.task,
             )
             for seed in self.seeds
             for arm in self.arms
@@ -353,6 +379,9 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
         matched = value.get("matched")
         if matched is not None and not isinstance(matched, str):
             raise _fail(path, f"arms.{name}.matched must name an arm of the plan.")
+        task = value.get("task", "text")
+        if task not in TASKS:
+            raise _fail(path, f"arms.{name}.task must be one of {', '.join(TASKS)}, not {task!r}.")
         return Arm(
             name,
             _flags(path, f"arms.{name}.flags", value.get("flags", "")),
@@ -362,8 +391,30 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
             stage2_init,
             control,
             matched,
+            task,
         )
     return Arm(name, _flags(path, f"arms.{name}", value))
+
+
+def _mqar(path: Path, table: Any) -> dict[str, Any]:
+    """The [mqar] settings, checked for form (partf-build-data checks their sense)."""
+    if not isinstance(table, dict):
+        raise _fail(path, "[mqar] must be a table of settings (seq_len, pairs, ...).")
+    _unknown(path, "[mqar]", table, MQAR_KEYS)
+    for key in ("seq_len", "batch_size", "pairs"):
+        if key not in table:
+            raise _fail(path, f"[mqar] needs {key}.")
+    settings = {}
+    for key, value in table.items():
+        values = value if key == "pairs" and isinstance(value, list) else [value]
+        if not values or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seed" else 1)
+            for v in values
+        ):
+            kind = "a positive integer or a list of them" if key == "pairs" else "an integer"
+            raise _fail(path, f"[mqar] {key} must be {kind}, not {value!r}.")
+        settings[key] = value
+    return settings
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -423,6 +474,11 @@ def load_plan(path: str | Path) -> Plan:
                 f"arms.{arm.name}.matched {arm.matched!r} is not another arm; name the arm "
                 f"trained as long as it with nothing removed, one of {list(by_name)}.",
             )
+    mqar = _mqar(path, table["mqar"]) if "mqar" in table else None
+    recall = [arm.name for arm in arms if arm.task == "mqar"]
+    if recall and mqar is None:
+        raise _fail(path, f"arm {recall[0]} has task = 'mqar' but the plan has no [mqar] table.")
+    text_arms = len(recall) < len(arms)
     reference = table.get("reference")
     if reference is not None and reference not in arms_table:
         raise _fail(
@@ -431,9 +487,10 @@ def load_plan(path: str | Path) -> Plan:
     return Plan(
         path=path,
         description=str(table.get("description", "")),
-        data=_data(path, table.get("data")),
+        data=_data(path, table.get("data")) if text_arms or "data" in table else None,
         flags=_flags(path, "flags", table.get("flags", "")),
         arms=arms,
         seeds=tuple(seeds),
         reference=reference,
+        mqar=mqar,
     )

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from partf.study.plan import Plan
+from partf.study.recall import cost_lines, recall_plot, recall_table
 from partf.study.runner import StudyPaths, newest_step
 
 #: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
@@ -511,6 +512,16 @@ def write_report(
         )
         if drawn:
             lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
+        recall_lines = recall_table(rows)
+        if recall_lines:
+            lines += ["", f"### Recall ({where})", "", *recall_lines]
+            searches = [arm.name for arm in plan.arms if arm.stage2]
+            recall_png = "recall.png" if index == 0 else f"recall-{index + 1}.png"
+            if recall_plot(rows, paths.out / recall_png, title, controls, searches):
+                lines += ["", f"![MQAR accuracy against training time per token]({recall_png})"]
+    prices = cost_lines(records, paths.checkpoints)
+    if prices:
+        lines += ["", "## Measured costs of each search (--search_cost=time)", "", *prices]
     searches = [r for r in records if r.finished and r.results.get("search")]
     if searches:
         lines += ["", "## pi during each search", ""]

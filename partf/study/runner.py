@@ -111,9 +111,62 @@ def build_command(plan: Plan, paths: StudyPaths, into: Path) -> list[str]:
     return command
 
 
+def mqar_folders(paths: StudyPaths) -> dict[str, str]:
+    """The splits of the plan's [mqar] task, which the study writes once."""
+    base = paths.out / "data" / "mqar" / "mqar"
+    return {split: f"{base}_{split}" for split in ("train", "valid", "test")}
+
+
+def mqar_command(plan: Plan, into: Path) -> list[str]:
+    """partf-build-data's command that writes the plan's [mqar] splits into `into`."""
+    settings = dict(plan.mqar or {})
+    pairs = settings.pop("pairs")
+    pairs = pairs if isinstance(pairs, list) else [pairs]
+    flag = {
+        "eval_pairs": "mqar_eval_pairs",
+        "train_examples": "mqar_train_examples",
+        "eval_examples": "mqar_eval_examples",
+        "seed": "mqar_seed",
+    }
+    return [
+        sys.executable,
+        "-m",
+        "partf.cli.build_data",
+        "--task=mqar",
+        f"--tfrecords_directory={into / 'mqar'}",
+        f"--mqar_pairs={','.join(str(n) for n in pairs)}",
+        *(f"--{flag.get(key, key)}={value}" for key, value in settings.items()),
+    ]
+
+
+def _build_aside(
+    command: list[str], final: Path, partial: Path, what: str, say: Callable[[str], None]
+) -> None:
+    """Runs a partf-build-data `command` into `partial`, then renames it `final`, so an
+    interrupted build starts over rather than leaving half."""
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    say(f"building {what} into {final}")
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:
+        raise PlanError(
+            f"partf-build-data failed (status {done.returncode}) on {what}; see its message above."
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(final)
+
+
 def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> None:
-    """Checks the records exist, or builds them from the plan's text (once: built aside
-    and renamed, so an interrupted build starts over rather than leaving half)."""
+    """Checks the records exist, or builds them from the plan's text, and writes the
+    splits of its [mqar] task (each once: built aside and renamed)."""
+    if plan.mqar is not None:
+        final = paths.out / "data" / "mqar"
+        if not (final / "mqar_train" / "mqar.json").is_file():
+            partial = paths.out / "data" / "mqar.partial"
+            _build_aside(mqar_command(plan, partial), final, partial, "the MQAR splits", say)
+    if plan.data is None:
+        return
     if plan.data.records is not None:
         for split, folder in plan.data.records.items():
             if not Path(folder).is_dir():
@@ -141,7 +194,13 @@ def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> N
             f"partf-build-data failed (status {done.returncode}) on {plan.data.text}; see its "
             "message above."
         )
-    partial.replace(final)
+    # The MQAR splits may be in `final` already: move the records in beside them.
+    final.mkdir(parents=True, exist_ok=True)
+    for item in partial.iterdir():
+        if (final / item.name).exists():  # left by a build that was cut short
+            shutil.rmtree(final / item.name)
+        item.replace(final / item.name)
+    partial.rmdir()
 
 
 # ------------------------------------------------------------------ commands
@@ -152,6 +211,10 @@ def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
         own.append(f"--init_from={paths.checkpoints(run.init_from)}")
     if run.after is not None:  # stage 2: the search's data, settings and seed
         return [f"--from_search={paths.checkpoints(run.after)}", *own, *run.flags]
+    if run.task == "mqar":
+        folders = mqar_folders(paths)
+        return [*(f"--{k}_directory={v}" for k, v in folders.items()), *run.flags,
+                f"--seed={run.seed}", *own]  # fmt: skip
     records = records_of(plan, paths)
     data = [f"--{split}_directory={folder}" for split, folder in records.items()]
     for split in ("valid", "test"):

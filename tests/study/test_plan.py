@@ -14,7 +14,9 @@ from partf.study.runner import StudyPaths, train_args
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
-@pytest.mark.parametrize("name", ["tiny.toml", "base.toml", "long_context.toml", "eva_mask.toml"])
+@pytest.mark.parametrize(
+    "name", ["tiny.toml", "base.toml", "long_context.toml", "eva_mask.toml", "recall.toml"]
+)
 def test_shipped_plans_load_and_their_flags_parse(name):
     plan = load_plan(STUDIES / name)
     check_flags(plan)  # every run's flags as partf-train parses them
@@ -199,3 +201,86 @@ def test_a_conversion_starts_from_the_same_seed_of_its_source(tmp_path):
 def test_bad_conversion_keys_are_refused(tmp_path, arm, message):
     with pytest.raises(PlanError, match=message):
         load_plan(write(tmp_path, CONVERSIONS + f"[arms.x]\nflags = ''\n{arm}\n"))
+
+
+RECALL_HEAD = """
+seeds = [0]
+flags = "--d_model=16"
+"""
+MQAR = """
+[mqar]
+seq_len = 64
+batch_size = 8
+pairs = [4, 8]
+eval_pairs = 8
+"""
+RECALL_ARMS = """
+[arms]
+soft = { task = "mqar", flags = "--architecture='A D'" }
+"""
+
+
+def test_recall_arms_read_the_studys_mqar_splits_and_need_no_text(tmp_path):
+    from partf.study.runner import mqar_command
+
+    plan = load_plan(write(tmp_path, RECALL_HEAD + MQAR + RECALL_ARMS))
+    assert plan.data is None and plan.mqar["pairs"] == [4, 8]
+    paths = StudyPaths(tmp_path / "out")
+    (run,) = plan.runs()
+    args = train_args(plan, paths, run)
+    base = tmp_path / "out" / "data" / "mqar" / "mqar"
+    for split in ("train", "valid", "test"):
+        assert f"--{split}_directory={base}_{split}" in args
+    assert not any(a.startswith("--sp_model_prefix") for a in args)
+    command = mqar_command(plan, tmp_path / "into")
+    assert "--task=mqar" in command and "--mqar_pairs=4,8" in command
+    assert "--mqar_eval_pairs=8" in command and "--seq_len=64" in command
+
+
+def test_a_plan_mixing_text_and_recall_arms_gives_each_its_data(tmp_path):
+    extra = '[arms.r]\ntask = "mqar"\nflags = "--architecture=\'A D\'"\n'
+    plan = load_plan(write(tmp_path, GOOD + extra + MQAR))
+    runs = {run.name: run for run in plan.runs()}
+    paths = StudyPaths(tmp_path / "out")
+    assert runs["r-s1"].task == "mqar" and runs["a-s1"].task == "text"
+    assert any("mqar_train" in a for a in train_args(plan, paths, runs["r-s1"]))
+    assert not any("mqar" in a for a in train_args(plan, paths, runs["a-s1"]))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ('task = "mqar"', r"has no \[mqar\] table"),
+        ('task = "vision"', "task must be one of text, mqar"),
+    ],
+)
+def test_bad_task_keys_are_refused(tmp_path, change, message):
+    with pytest.raises(PlanError, match=message):
+        load_plan(write(tmp_path, GOOD + f"[arms.r]\nflags = ''\n{change}\n"))
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("seq_len = 64\nbatch_size = 8", "needs pairs"),
+        ("seq_len = 64\nbatch_size = 8\npairs = [4, 0]", "pairs must be a positive"),
+        ("seq_len = 64\nbatch_size = 8\npairs = 4\nwidth = 3", "unknown key 'width'"),
+        ("seq_len = 'long'\nbatch_size = 8\npairs = 4", "seq_len must be an integer"),
+    ],
+)
+def test_bad_mqar_tables_are_refused(tmp_path, table, message):
+    text = RECALL_HEAD + "[mqar]\n" + table + "\n" + RECALL_ARMS
+    with pytest.raises(PlanError, match=message):
+        load_plan(write(tmp_path, text))
+
+
+def test_the_recall_plans_search_never_holds_identity_and_keeps_its_dense_blocks():
+    from partf.models.config import parse_block_candidates
+
+    plan = load_plan(STUDIES / "recall.toml")
+    for arm in plan.arms:
+        flag = next(f for f in arm.flags if f.startswith("--architecture="))
+        blocks = parse_block_candidates(flag.split("=", 1)[1])
+        assert all("identity" not in block for block in blocks), arm.name
+        assert blocks[1::2] == (("dense",),) * 4, arm.name
+        assert all("dense" not in block for block in blocks[0::2]), arm.name

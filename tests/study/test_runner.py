@@ -22,8 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "studies" / "tiny.toml"
 RUNS = [
-    *(f"{arm}-s{seed}" for seed in (0, 1) for arm in ("txl", "par", "conv")),
-    *(f"{arm}-stage2-s{seed}" for seed in (0, 1) for arm in ("par", "conv")),
+    *(f"{arm}-s{seed}" for seed in (0, 1) for arm in ("txl", "par", "conv", "recall")),
+    *(f"{arm}-stage2-s{seed}" for seed in (0, 1) for arm in ("par", "conv", "recall")),
 ]
 
 
@@ -99,7 +99,7 @@ def derived(search: dict) -> str:
     return searched_architecture(search["pi"], search["candidates"])
 
 
-@pytest.mark.slow  # the module fixture runs the ten-run plan: about 4 minutes
+@pytest.mark.slow  # the module fixture runs the 14-run plan: about 5 minutes
 def test_the_plan_runs_to_the_end_with_two_workers(whole):
     out, status, output, *_ = whole
     assert status == 0, output
@@ -121,17 +121,32 @@ def test_the_plan_runs_to_the_end_with_two_workers(whole):
         assert tuned["architecture"] == derived(conv)
         log = (out / "runs" / f"conv-s{seed}" / "console.log").read_text()
         assert "block 0 <- block 0: relative from relative, identity" in log
+        # The recall arm trains on the study's MQAR splits, priced by measured time, and
+        # is scored by accuracy; its stage 2 keeps every attention place.
+        recall, fixed = results(out, f"recall-s{seed}"), results(out, f"recall-stage2-s{seed}")
+        assert "mqar_train" in recall["config"]["training"]["train_directory"]
+        assert 0.0 <= recall["test"]["accuracy"] <= 1.0
+        assert fixed["architecture"] == derived(recall)
+        assert fixed["architecture"].split()[1::2] == ["D", "D"]
+        assert "identity" not in recall["candidates"]
+        table = out / "runs" / f"recall-s{seed}" / "checkpoints" / f"recall-s{seed}"
+        assert set(json.loads((table / "cost_table.json").read_text())["costs"]) == {
+            "dense", "identity", "norm", "relative"
+        }  # fmt: skip
     # Two at once: some run started before another had finished.
     starts = [line for line in output.splitlines() if ": starting (2 running" in line]
     assert starts, output
     assert (out / "pareto.png").stat().st_size > 0
+    assert (out / "recall.png").stat().st_size > 0
+    report = (out / "report.md").read_text()
+    assert "### Recall (" in report and "- recall-s0: dense " in report
 
 
 @pytest.mark.slow  # reads the whole plan run
 def test_a_second_invocation_trains_nothing(whole):
     out, _, _, again_status, again, seconds = whole
     assert again_status == 0, again
-    assert "10 of 10 runs finished before; 0 to go" in again
+    assert "14 of 14 runs finished before; 0 to go" in again
     assert "starting" not in again and "resuming" not in again
     assert seconds < 60
 
@@ -145,7 +160,9 @@ def test_the_report_means_are_the_runs_own(whole):
         for line in report.splitlines()
         if line.startswith("| ") and not line.startswith("| arm")
     }
-    assert set(rows) == {"txl", "par", "par-stage2", "conv", "conv-stage2"}
+    assert set(rows) == {
+        "txl", "par", "par-stage2", "conv", "conv-stage2", "recall", "recall-stage2"
+    }  # fmt: skip
     for arm, names in {
         "txl": ["txl-s0", "txl-s1"],
         "par": ["par-s0", "par-s1"],
@@ -186,7 +203,8 @@ def test_a_killed_study_resumes_to_the_same_results(whole, interrupted):
     # --list before anything ran: the first-stage runs of seed 0, not yet the stage 2.
     assert listed[0] == 0
     lines = [line for line in listed[1].splitlines() if line.startswith("partf-train ")]
-    assert [line.split("--model_name=")[1].split()[0] for line in lines] == ["txl-s0", "par-s0"]
+    names = [line.split("--model_name=")[1].split()[0] for line in lines]
+    assert names == ["txl-s0", "par-s0", "recall-s0"]
     assert term[0] == 128 + signal.SIGTERM, term[1]
     assert "resumes next time" in term[1]
     assert final[0] == 0, final[1]

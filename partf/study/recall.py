@@ -1,0 +1,168 @@
+"""The recall part of a study's report: for arms trained on the plan's MQAR task, answer
+accuracy beside measured training time, the prices each search paid, and a plot.
+
+`recall_table`: one row per arm, test and validation accuracy (answers exactly right,
+in %) as mean and min-max over the finished seeds, the arm's measured training time
+per token (microseconds, from the median of the run's logged tokens/s: the run's own
+machine and load), the attention blocks of each run's final architecture and their
+kinds. `cost_lines`: each search's measured cost table (`cost_table.json`, the
+forward-and-backward microseconds per token of every candidate at the run's batch
+shape). `recall_plot`: test accuracy against training microseconds per token, a dot per
+run and each arm's mean, marked by the kind of placement.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: Mechanisms that are softmax attention over the whole context (the rest are
+#: sliding-window or linear).
+SOFTMAX = ("relative", "softmax", "attention", "A")
+
+#: Plot markers by the kind of placement an arm is.
+MARKERS = {"search": "*", "stage2": "P", "control": "o", "other": "s"}
+
+
+def accuracy(run: Any, split: str) -> float | None:
+    """A finished run's accuracy on `split` in %, or None (not a recall run)."""
+    value = run.value(split, "accuracy")
+    return None if value is None else 100.0 * value
+
+
+def train_us_per_token(run: Any) -> float | None:
+    """Microseconds per training token from the run's median logged rate, or None."""
+    shape = (run.results or {}).get("data") or {}
+    if run.steps_per_second and shape.get("batch_size") and shape.get("seq_len"):
+        return 1e6 / (run.steps_per_second * shape["batch_size"] * shape["seq_len"])
+    return None
+
+
+def softmax_blocks(architecture: str | None) -> str:
+    """ "k of n": blocks of softmax attention among the attention places (blocks that are
+    neither dense nor identity) of an architecture string."""
+    if not architecture:
+        return "-"
+    places = [t for t in architecture.split() if t not in ("D", "I", "dense", "identity")]
+    return f"{sum(t in SOFTMAX for t in places)} of {len(places)}"
+
+
+def _spread(values: Sequence[float], digits: int = 1) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def recall_rows(rows: Sequence[Any]) -> list[Any]:
+    """The rows (report `ArmRow`s) whose runs were scored by accuracy."""
+    return [row for row in rows if any(accuracy(r, "valid") is not None for r in row.runs)]
+
+
+def recall_table(rows: Sequence[Any]) -> list[str]:
+    """Markdown lines of the recall table (empty when no row has accuracy)."""
+    rows = recall_rows(rows)
+    if not rows:
+        return []
+    lines = [
+        "| arm | seeds | test accuracy % | valid accuracy % | train us/token "
+        "| softmax blocks | architectures |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for row in rows:
+        test = [v for r in row.runs if (v := accuracy(r, "test")) is not None]
+        valid = [v for r in row.runs if (v := accuracy(r, "valid")) is not None]
+        times = [v for r in row.runs if (v := train_us_per_token(r)) is not None]
+        archs = [(r.results or {}).get("architecture") for r in row.runs]
+        kinds = sorted({softmax_blocks(a) for a in archs})
+        shown = "; ".join(f"`{a}`" for a in dict.fromkeys(archs) if a)
+        lines.append(
+            f"| {row.arm} | {len(row.runs)}/{row.planned} | {_spread(test)} | {_spread(valid)} "
+            f"| {_spread(times, 2)} | {', '.join(kinds)} | {shown or '-'} |"
+        )
+    return lines
+
+
+def cost_lines(records: Sequence[Any], checkpoints_of: Any) -> list[str]:
+    """One line per finished search with a measured cost table: its prices."""
+    lines = []
+    for record in records:
+        if not record.finished or not (record.results or {}).get("search"):
+            continue
+        path = Path(checkpoints_of(record.name)) / "cost_table.json"
+        try:
+            table = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        costs = ", ".join(f"{k} {v:.3g}" for k, v in sorted(table.get("costs", {}).items()))
+        lines.append(
+            f"- {record.name}: {costs} (us/token, forward and backward, batch "
+            f"{table.get('batch_size')} x {table.get('seq_len')}, {table.get('backend')} on "
+            f"{table.get('machine')})"
+        )
+    return lines
+
+
+def kind_of(arm: str, controls: Sequence[str], searches: Sequence[str]) -> str:
+    if arm.endswith("-stage2"):
+        return "stage2"
+    if arm in searches:
+        return "search"
+    return "control" if arm in controls else "other"
+
+
+def recall_plot(
+    rows: Sequence[Any], path: Path, title: str, controls: Sequence[str], searches: Sequence[str]
+) -> bool:
+    """Writes test accuracy against training microseconds per token; False when no recall
+    run has both figures."""
+    rows = recall_rows(rows)
+    points = [
+        (row.arm, t, a)
+        for row in rows
+        for r in row.runs
+        if (t := train_us_per_token(r)) is not None and (a := accuracy(r, "test")) is not None
+    ]
+    if not points:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, row in enumerate(rows):
+        mine = [(t, a) for arm, t, a in points if arm == row.arm]
+        if not mine:
+            continue
+        color = colors[i % len(colors)]
+        xs, ys = zip(*mine, strict=True)
+        axes.scatter(xs, ys, s=12, color=color, alpha=0.4)
+        kind = kind_of(row.arm, controls, searches)
+        axes.scatter(
+            [statistics.fmean(xs)],
+            [statistics.fmean(ys)],
+            s=80,
+            marker=MARKERS[kind],
+            color=color,
+            edgecolors="black",
+            linewidths=0.5,
+            label=f"{row.arm} ({kind}, n={len(mine)})",
+        )
+    axes.set_xlabel("measured training time per token (us; median logged rate)")
+    axes.set_ylabel("MQAR test accuracy (%)")
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=6, loc="best", ncol=2)
+    figure.tight_layout()
+    partial = path.with_name(path.stem + ".partial.png")
+    figure.savefig(partial, dpi=120)
+    plt.close(figure)
+    partial.replace(path)
+    return True
