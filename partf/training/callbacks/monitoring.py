@@ -357,13 +357,16 @@ class ValidationCallback(EveryNSteps):
         }
         write_scalars(self.writer, step, scalars)
         self.writer.flush()
+        accuracy = report.get("accuracy")  # a recall task's exact answers
         logger.info(
-            "validation at step %d%s: loss %.4f, perplexity %.2f (original's figure %.2f) in %.1fs",
+            "validation at step %d%s: loss %.4f, perplexity %.2f (original's figure %.2f)%s in "
+            "%.1fs",
             step,
             how,
             report["loss"],
             report["perplexity"],
             report["perplexity_original"],
+            "" if accuracy is None else f", accuracy {100 * accuracy:.2f}%",
             time.perf_counter() - start,
         )
         return report
