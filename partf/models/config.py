@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from partf.attention import attention_names, get_attention_class
@@ -24,11 +25,6 @@ from partf.layers.candidates import (
 )
 from partf.layers.stochastic_block import BlockSettings
 from partf.layers.temperature import validate_temperature
-from partf.models.attention_defaults import (
-    ATTENTION_DEFAULTS,
-    ATTENTION_GENERATIONS,
-    resolve_options,
-)
 from partf.settings import setting
 
 #: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
@@ -166,6 +162,36 @@ def architecture_token(name: str) -> str:
     return _LETTER_OF.get(name, name)
 
 
+#: Options a block gives its attentions from the config's own fields (mem_len, clamp_len,
+#: dropout_rate): they are not attention options to resolve.
+BLOCK_ARGUMENTS = frozenset({"mem_len", "clamp_len", "dropout_rate"})
+
+
+def resolve_options(options: dict[str, Any], mechanisms: Sequence[str]) -> dict[str, Any]:
+    """Attention options with every option of each mechanism written out.
+
+    Each option of each mechanism in `mechanisms` is stored as `<mechanism>_<option>`:
+    the mechanism's own value if set, else the shared `<option>` if set, else its
+    default. A config holding the result builds the same attentions whatever the
+    defaults of a later partf (a change of default makes a new format, and the saved
+    file says which it has). The options given are kept, so that a stray one can still
+    be reported.
+
+    Example:
+        >>> resolve_options({"window_size": 8}, ["diag"])["diag_diag_activation"]
+        'relu'
+        >>> resolve_options({}, ["local"])
+        {'local_window_size': 128}
+    """
+    resolved = dict(options)
+    for name in mechanisms:
+        for option, (default, _) in get_attention_class(name).options.items():
+            own = f"{name}_{option}"
+            if option not in BLOCK_ARGUMENTS and own not in resolved:
+                resolved[own] = options.get(option, default)
+    return resolved
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Settings of a `PARTransformerXL`, or with `causal=False` of the bidirectional
@@ -211,15 +237,6 @@ class ModelConfig:
     clamp_len: int | None = setting(None, "largest relative distance encoded (unset: no clamp)")
     attention: str = setting("relative", "attention mechanism of the 'attention' candidate")
     attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
-    attention_defaults: str = setting(
-        "authors",
-        "what attention options left unset mean: authors (the newest, stored as authors_v2: "
-        "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
-        "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
-        "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
-        "chunk_mask partf); a saved model keeps its own, and a run resumes only with its own",
-        choices=ATTENTION_DEFAULTS,
-    )
     candidates: tuple[str, ...] = setting(
         ("attention", "dense", "identity"), "per-block choices, comma-separated or repeated"
     )
@@ -289,17 +306,10 @@ class ModelConfig:
             for name, value in (("mem_len", 0), ("cutoffs", ()), ("proj_dims", None)):
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
-        if self.attention_defaults not in ATTENTION_DEFAULTS:
-            raise ValueError(
-                f"unknown attention_defaults {self.attention_defaults!r}; choose one of "
-                f"{', '.join(ATTENTION_DEFAULTS)}."
-            )
         # A preset is only a name for an architecture string: store the string.
         if isinstance(self.architecture, str):
             expanded = expand_architecture(self.architecture, self.num_layers)
             object.__setattr__(self, "architecture", expanded)
-        if self.attention_defaults == "authors":
-            object.__setattr__(self, "attention_defaults", ATTENTION_GENERATIONS[-1])
         self._validate()
         if not self.has_data:
             # A run's model before its data: it may still change its architecture
@@ -309,9 +319,7 @@ class ModelConfig:
             return
         # Every option of the chosen mechanisms, written out: a saved config builds the
         # same attentions whatever the defaults of a later partf.
-        resolved = resolve_options(
-            self.attention_options, self.attention_mechanisms, self.attention_defaults
-        )
+        resolved = resolve_options(self.attention_options, self.attention_mechanisms)
         object.__setattr__(self, "attention_options", resolved)
         if self.position == "auto":
             object.__setattr__(self, "position", self.recommended_position)
