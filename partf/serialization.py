@@ -1,8 +1,8 @@
 """Keras registration of every partf layer and model, and the format of partf's files.
 
 Every file partf writes for later reading says which format it is in (`FORMAT_KEY`): a
-`.keras` model's config, each checkpoint's record and results.json. `check_format`
-refuses a file of another format in one line.
+`.keras` model's config, each checkpoint's record, a run's config.json and
+results.json. `check_format` refuses a file of another format in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ PACKAGE = "partf"
 #: The format of the files partf writes. A change that a file of the format before could
 #: not be read by as it stands (a variable that moves or is renamed, a config field that
 #: changes meaning or goes) makes the next format; files of another one are refused.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 #: The key that holds the format in a saved record.
 FORMAT_KEY = "format"
@@ -38,7 +38,7 @@ def format_problem(record: Any, what: str) -> str | None:
         what: the file, for the message ("checkpoint ckpt-00000012.npz").
 
     Example:
-        >>> format_problem({"format": 2}, "run.keras") is None
+        >>> format_problem({"format": FORMAT_VERSION}, "run.keras") is None
         True
         >>> format_problem({}, "run.keras")[:62]
         'run.keras was written by an earlier partf (format none; this p'

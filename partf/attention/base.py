@@ -156,18 +156,6 @@ class Attention(keras.layers.Layer):
     #: option -> (default, help), built when the class is defined: the default is read
     #: from the constructor's signature, so it is written in one place only.
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
-    #: What a configuration written before an option existed, or before its default
-    #: changed, meant by leaving it out: option -> that earlier value. `from_config` fills
-    #: a missing key with it, and `ModelConfig(attention_defaults="partf_v1")` pins it, so
-    #: a model saved before the change keeps the behaviour it was trained with.
-    previous_defaults: ClassVar[dict[str, Any]] = {}
-    #: The same for the later generations of partf's attention defaults
-    #: (`partf.models.config.ATTENTION_GENERATIONS`, all but the first): generation ->
-    #: option -> what leaving the option unset meant in that generation, for each
-    #: option whose default changed after it (the first generation's is
-    #: `previous_defaults`). A `ModelConfig` of that generation pins them, so a
-    #: checkpoint saved then resumes as it was trained.
-    generation_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     #: Whether the mechanism reads values; False builds no value projection
     #: (such a mechanism overrides `call`).
     uses_values: ClassVar[bool] = True
@@ -401,13 +389,6 @@ class Attention(keras.layers.Layer):
             for name, (shape, dtype) in self.state_spec(x.shape[0] or 1).items()
         }
         return out, spec
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Attention:
-        """The layer `get_config` describes; an option the config lacks (it was saved
-        before the option existed) takes its `previous_defaults` value, not today's
-        default."""
-        return super().from_config({**cls.previous_defaults, **config})
 
     def get_config(self) -> dict[str, Any]:
         # A mechanism's own arguments are its options (kept as attributes of the same

@@ -180,10 +180,6 @@ class EVAAttention(Attention):
         "exact part's chunks before its own) or partf (only those before its exact part); "
         "non-causal: the same mask",
     }
-    # Saved before chunk_mask existed: partf's mask.
-    previous_defaults = {"chunk_mask": "partf"}
-    # The authors' defaults before the mask became the authors' (issue 37): partf's.
-    generation_defaults = {"authors_v1": {"chunk_mask": "partf"}}
 
     def __init__(
         self,

@@ -149,8 +149,6 @@ class FastformerAttention(Attention):
         "conv_form": "fastformer: the convolution, seed (layer norm, then no bias) or partf "
         "(bias, then GELU)",
     }
-    # Saved before conv_form existed: partf's convolution with bias and GELU.
-    previous_defaults = {"conv_form": "partf"}
 
     def __init__(
         self,

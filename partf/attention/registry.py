@@ -8,6 +8,7 @@ up without importing every mechanism first.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 from partf.attention.base import Attention
@@ -86,6 +87,36 @@ def mechanism_option(name: str, key: str) -> str | None:
         return None
     option = key[len(prefix) :]
     return option if option in get_attention_class(name).options else None
+
+
+#: Options a block gives its attentions from the config's own fields (mem_len, clamp_len,
+#: dropout_rate): they are not attention options to resolve.
+BLOCK_ARGUMENTS = frozenset({"mem_len", "clamp_len", "dropout_rate"})
+
+
+def resolve_options(options: dict[str, Any], mechanisms: Sequence[str]) -> dict[str, Any]:
+    """Attention options with every option of each mechanism written out.
+
+    Each option of each mechanism in `mechanisms` is stored as `<mechanism>_<option>`:
+    the mechanism's own value if set, else the shared `<option>` if set, else its
+    default. A config holding the result builds the same attentions whatever the
+    defaults of a later partf (a change of default makes a new format, and the saved
+    file says which it has). The options given are kept, so that a stray one can still
+    be reported.
+
+    Example:
+        >>> resolve_options({"window_size": 8}, ["diag"])["diag_diag_activation"]
+        'relu'
+        >>> resolve_options({}, ["local"])
+        {'local_window_size': 128}
+    """
+    resolved = dict(options)
+    for name in mechanisms:
+        for option, (default, _) in get_attention_class(name).options.items():
+            own = f"{name}_{option}"
+            if option not in BLOCK_ARGUMENTS and own not in resolved:
+                resolved[own] = options.get(option, default)
+    return resolved
 
 
 def create_attention(

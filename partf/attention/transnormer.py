@@ -25,8 +25,7 @@ models' unitary relative position encoding of q and k): partf has no URPE.
 
 Before these defaults partf used softmax within blocks followed by the norm, a
 pairing the authors never shipped, and the RMS norm x / sqrt(mean(x^2) + 1e-6)
-(`rms_form="partf"`); both stay available by option, and configurations saved
-before the change keep them (`previous_defaults`).
+(`rms_form="partf"`); both stay available by option.
 
 Blocks sit at fixed positions of the stream, counted in real tokens (padding
 takes no place, so a left-padded prompt is cut as the unpadded one), so
@@ -140,8 +139,6 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
         "norm_type": "norm/diag: output normalisation (simple_rms, layer, none)",
         "rms_form": RMS_FORM_HELP,
     }
-    # Saved before rms_form existed: partf's first RMS norm.
-    previous_defaults = {"rms_form": "partf"}
 
     def __init__(
         self,
@@ -216,8 +213,6 @@ class DiagAttention(_NormalizedOutput, Attention):
         "norm_type": "norm/diag: output normalisation (simple_rms, layer, none)",
         "rms_form": RMS_FORM_HELP,
     }
-    # Before the authors' transnormer_t1 became the default: softmax, partf's RMS norm.
-    previous_defaults = {"diag_activation": "softmax", "rms_form": "partf"}
 
     def __init__(
         self,

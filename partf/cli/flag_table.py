@@ -229,17 +229,6 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
     Setting("clamp_len", "int", None, "largest relative distance encoded (unset: no clamp)"),
     Setting("attention", "str", "relative", "attention mechanism of the 'attention' candidate"),
     Setting(
-        "attention_defaults",
-        "str",
-        "authors",
-        "what attention options left unset mean: authors (the newest, stored as authors_v2: "
-        "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
-        "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
-        "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
-        "chunk_mask partf); a saved model keeps its own, and a run resumes only with its own",
-        choices=("authors", "authors_v2", "authors_v1", "partf_v1"),
-    ),
-    Setting(
         "candidates",
         "names",
         ("attention", "dense", "identity"),

@@ -39,7 +39,10 @@ class RuntimeExit(Exception):
 
 
 def _read_run_config(run_dir: Path) -> dict[str, Any] | None:
-    """The run's config.json ({"model": ..., "training": ...}), or None if absent."""
+    """The run's config.json ({"format": ..., "model": ..., "training": ...}), or None if
+    absent; one of another partf format is refused (`RuntimeExit`)."""
+    from partf.serialization import format_problem
+
     path = run_dir / "config.json"
     if not path.is_file():
         return None
@@ -47,7 +50,12 @@ def _read_run_config(run_dir: Path) -> dict[str, Any] | None:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise RuntimeExit(f"cannot read {path} ({e}); pass --sp_model and a .keras file") from None
-    return config if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        return None
+    problem = format_problem(config, str(path))
+    if problem is not None:
+        raise RuntimeExit(problem)
+    return config
 
 
 def _load_keras(path: Path) -> Any:

@@ -63,17 +63,12 @@ class Backbone(keras.layers.Layer):
         self.position = config.position
         self.max_positions = config.max_positions
         self.causal = config.causal
-        # The layers are made in the order each model made them before the backbone:
-        # an unseeded initializer or seed generator draws its seed when it is made, so
-        # this order keeps a fresh model of a given seed (keras.utils.set_random_seed)
-        # starting from the weights it started from. The encoder made its position table
-        # after its embedding, the causal model after its blocks.
+        # An unseeded initializer or seed generator draws its seed when it is made, so
+        # this order (embedding, dropout, blocks, position table) fixes the weights a
+        # model of a given seed (keras.utils.set_random_seed) starts from.
         self.embedding = keras.layers.Embedding(
             config.vocab_size, config.d_model, dtype=policy, name="embedding"
         )
-        self.position_embedding = None
-        if not self.causal:
-            self._add_position_table()
         self.input_dropout = Dropout(config.dropout_rate, dtype=policy, name="input_dropout")
         self.blocks = [
             StochasticBlock(
@@ -85,13 +80,10 @@ class Backbone(keras.layers.Layer):
             )
             for i, candidates in enumerate(config.block_candidates)
         ]
-        if self.causal:
-            self._add_position_table()
-
-    def _add_position_table(self) -> None:
+        self.position_embedding = None
         if self.position == "learned":
             self.position_embedding = keras.layers.Embedding(
-                self.max_positions, self.d_model, dtype=self.dtype_policy, name="position_embedding"
+                self.max_positions, self.d_model, dtype=policy, name="position_embedding"
             )
 
     def build(self, input_shape: Any = None) -> None:
@@ -99,11 +91,9 @@ class Backbone(keras.layers.Layer):
         (None, None))."""
         tokens = (None, None) if input_shape is None else tuple(input_shape)
         self.embedding.build(tokens)
-        if self.position_embedding is not None and not self.causal:
-            self.position_embedding.build(tokens)
         for block in self.blocks:
             block.build((*tokens, self.d_model))
-        if self.position_embedding is not None and self.causal:
+        if self.position_embedding is not None:
             self.position_embedding.build(tokens)
         self.built = True
 

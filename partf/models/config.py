@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from partf.attention import attention_names, get_attention_class
-from partf.attention.registry import COMMON_ARGUMENTS
+from partf.attention.registry import COMMON_ARGUMENTS, resolve_options
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.candidates import (
     ARCH_PARAMETERIZATIONS,
@@ -32,11 +32,6 @@ from partf.models.architecture import (  # noqa: F401  (re-exported: callers imp
     is_searched_architecture,
     parse_architecture,
     parse_block_candidates,
-)
-from partf.models.attention_defaults import (
-    ATTENTION_DEFAULTS,
-    ATTENTION_GENERATIONS,
-    resolve_options,
 )
 from partf.settings import setting
 
@@ -117,15 +112,6 @@ class ModelConfig:
     clamp_len: int | None = setting(None, "largest relative distance encoded (unset: no clamp)")
     attention: str = setting("relative", "attention mechanism of the 'attention' candidate")
     attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
-    attention_defaults: str = setting(
-        "authors",
-        "what attention options left unset mean: authors (the newest, stored as authors_v2: "
-        "the seed authors' released configurations, e.g. TransNormer's transnormer_t1 and "
-        "EVA's causal chunk mask), authors_v1 (the same but EVA chunk_mask partf) or partf_v1 "
-        "(partf's first defaults: diag softmax, RMS norm x / sqrt(mean square + 1e-6), EVA "
-        "chunk_mask partf); a saved model keeps its own, and a run resumes only with its own",
-        choices=ATTENTION_DEFAULTS,
-    )
     candidates: tuple[str, ...] = setting(
         ("attention", "dense", "identity"), "per-block choices, comma-separated or repeated"
     )
@@ -205,17 +191,10 @@ class ModelConfig:
             for name, value in (("mem_len", 0), ("cutoffs", ()), ("proj_dims", None)):
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
-        if self.attention_defaults not in ATTENTION_DEFAULTS:
-            raise ValueError(
-                f"unknown attention_defaults {self.attention_defaults!r}; choose one of "
-                f"{', '.join(ATTENTION_DEFAULTS)}."
-            )
         # A preset is only a name for an architecture string: store the string.
         if isinstance(self.architecture, str):
             expanded = expand_architecture(self.architecture, self.num_layers)
             object.__setattr__(self, "architecture", expanded)
-        if self.attention_defaults == "authors":
-            object.__setattr__(self, "attention_defaults", ATTENTION_GENERATIONS[-1])
         self._validate()
         if not self.has_data:
             # A run's model before its data: it may still change its architecture
@@ -225,9 +204,7 @@ class ModelConfig:
             return
         # Every option of the chosen mechanisms, written out: a saved config builds the
         # same attentions whatever the defaults of a later partf.
-        resolved = resolve_options(
-            self.attention_options, self.attention_mechanisms, self.attention_defaults
-        )
+        resolved = resolve_options(self.attention_options, self.attention_mechanisms)
         object.__setattr__(self, "attention_options", resolved)
         if self.position == "auto":
             object.__setattr__(self, "position", self.recommended_position)

@@ -81,11 +81,6 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
         before = saved_model.get(key, defaults.get(key))
         if before != current["model"].get(key):
             differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
-    if not any(line.startswith("attention_options:") for line in differences):
-        # The generation of attention defaults counts through the options it resolves to
-        # (one that changed no option of the run's mechanisms resumes), and is named
-        # beside them when they differ: the flag to pass.
-        differences = [line for line in differences if not line.startswith("attention_defaults:")]
     defaults = _defaults(TrainConfig)
     for key in sorted(set(saved["training"]) | set(current["training"])):
         if key in RESUMABLE_CHANGES or key == "model":

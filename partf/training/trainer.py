@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION
 from partf.training.build import Built, build_model
 from partf.training.callbacks.console_progress import ConsoleProgress
 from partf.training.callbacks.progress import RunProgress, StopReason
@@ -140,9 +141,10 @@ def _model_summary(model: keras.Model) -> str:
 
 def log_run_start(paths: RunPaths, built: Built, data: RunData, start_step: int) -> None:
     """Writes config.json and puts the configuration and the model in training.log."""
-    atomic_write_text(
-        paths.checkpoints / "config.json", json.dumps(built.full_config, indent=2) + "\n"
-    )
+    # config.json says its format, as every file partf reads back does: partf-generate
+    # prefers it to the checkpoint's own record.
+    record = {FORMAT_KEY: FORMAT_VERSION, **built.full_config}
+    atomic_write_text(paths.checkpoints / "config.json", json.dumps(record, indent=2) + "\n")
     logger.info("configuration:\n%s", json.dumps(built.full_config, indent=2))
     logger.info("model summary:\n%s", _model_summary(built.model))
     logger.info(

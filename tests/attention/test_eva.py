@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -250,16 +249,6 @@ def test_the_noncausal_form_has_one_mask_under_both_names():
     layers[1].set_weights(layers[0].get_weights())
     authors, partf = (to_np(layer.attend(q, k, v, {}, mask=mask)[0]) for layer in layers)
     np.testing.assert_allclose(authors, partf, rtol=1e-6, atol=1e-7)
-
-
-def test_a_config_saved_before_chunk_mask_keeps_partfs_mask():
-    """A layer config written since the option existed names the mask; one without it
-    (written before) reads as partf's, the mask it was trained with."""
-    layer = create_attention("eva", 8, 2, window_size=4, chunk_size=2, mem_chunks=3)
-    serialized = keras.saving.serialize_keras_object(layer)
-    assert serialized["config"]["chunk_mask"] == "authors"
-    serialized["config"].pop("chunk_mask")
-    assert keras.saving.deserialize_keras_object(serialized).chunk_mask == "partf"
 
 
 def test_training_samples_the_proposals_from_the_seed_generator():

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import math
 
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from partf.attention import create_attention
 from partf.attention.fastformer import FastformerAttention, causal_convolution
-from partf.models.config import ModelConfig
 from tests.attention import references
 from tests.attention.helpers import (
     assert_causal,
@@ -158,31 +156,3 @@ def test_config_round_trip_and_default_variables():
 def test_bad_groups_are_refused():
     with pytest.raises(ValueError, match="must be positive and divide d_model"):
         FastformerAttention(8, 2, convolve=True, groups=3)
-
-
-def test_a_config_saved_before_conv_form_keeps_partfs_convolution():
-    """A layer config as partf wrote it before `conv_form` existed loads with the
-    convolution it was trained with (bias and GELU), and its weights load into it."""
-    layer = make_layer()
-    serialized = keras.saving.serialize_keras_object(layer)
-    serialized["config"].pop("conv_form")
-    restored = keras.saving.deserialize_keras_object(serialized)
-    assert restored.conv_form == "partf"
-    if not restored.built:
-        restored.build((None, None, 8))
-    restored.set_weights(layer.get_weights())
-    x, mask = random_tokens(2, 9, 8, seed=8)
-    np.testing.assert_allclose(to_np(restored(x, mask=mask)[0]), to_np(layer(x, mask=mask)[0]))
-
-
-def test_a_model_config_of_partfs_first_defaults_keeps_partfs_convolution():
-    """A ModelConfig dict of --attention_defaults=partf_v1 builds Fastformer's
-    convolution in partf's form; a new one in the seed's."""
-    new = ModelConfig(vocab_size=50, cutoffs=(), attention="fastformer")
-    saved = {**new.to_dict(), "attention_defaults": "partf_v1"}
-    saved["attention_options"] = {"convolve": True}
-    old = ModelConfig.from_dict(saved)
-    assert old.attention_options["convolve"] is True
-    assert old.attention_options["fastformer_conv_form"] == "partf"
-    assert create_attention("fastformer", 8, 2, **old.attention_options).conv_form == "partf"
-    assert create_attention("fastformer", 8, 2, **new.attention_options).conv_form == "seed"

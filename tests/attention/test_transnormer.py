@@ -1,6 +1,5 @@
 """TransNormer's NormAttention and DiagAttention against independent references."""
 
-import keras
 import numpy as np
 import pytest
 
@@ -198,32 +197,11 @@ def test_all_zero_output_has_finite_gradients():
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
-@pytest.mark.parametrize("name", ["diag", "norm"])
-def test_a_config_saved_before_rms_form_keeps_partfs_norm(name):
-    """A layer config as partf wrote it before `rms_form` existed (today's keys less
-    that one; diag then defaulted to softmax, which its config records) loads with the
-    behaviour it was trained with: partf's RMS norm, checked against the reference."""
-    old_options = {"diag_activation": "softmax"} if name == "diag" else {}
-    layer = create_attention(name, 8, 2, **SIZES[name], **old_options)
-    serialized = keras.saving.serialize_keras_object(layer)
-    serialized["config"].pop("rms_form")
-    restored = keras.saving.deserialize_keras_object(serialized)
-    assert restored.rms_form == "partf"
-    if not restored.built:
-        restored.build((None, None, 8))
-    q, k, v = random_heads(2, 11, 2, 4)
-    _, mask = random_tokens(2, 11, 1, seed=1)
-    state = random_state(restored, 2)
-    config = {"norm_type": "simple_rms", "rms_form": "partf", **SIZES[name]}
-    config.update({"diag_activation": "softmax"} if name == "diag" else {"feature_map": "elu"})
-    check_attend(restored, getattr(references, name), config, q, k, v, state, mask, rtol=2e-4)
-
-
-def test_model_config_of_partfs_first_defaults_keeps_partfs():
-    """A ModelConfig of --attention_defaults=partf_v1, saved and read back, builds
-    partf's first attentions (diag: softmax and partf's RMS norm; norm: partf's RMS
-    norm), keeping options it set; a new one builds transnormer_t1."""
-    new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=4, architecture="transnormer")
+def test_a_model_config_builds_transnormer_t1_and_keeps_the_options_it_sets():
+    """A ModelConfig of the transnormer preset, saved and read back, builds the authors'
+    transnormer_t1; an option it sets, shared or for one mechanism, is kept."""
+    fields = dict(vocab_size=50, cutoffs=(), num_layers=4, architecture="transnormer")
+    new = ModelConfig(**fields)
     assert new.architecture == "diag D norm D"
     assert ModelConfig.from_dict(new.to_dict()) == new
 
@@ -238,16 +216,8 @@ def test_model_config_of_partfs_first_defaults_keeps_partfs():
     )
     assert (norm.feature_map, norm.norm_type, norm.rms_form) == ("elu", "simple_rms", "authors")
 
-    fields = dict(vocab_size=50, cutoffs=(), num_layers=4, architecture="transnormer")
-    old = ModelConfig(**fields, attention_defaults="partf_v1")
-    assert old.attention_defaults == "partf_v1"
-    assert ModelConfig.from_dict(old.to_dict()) == old
-    old.check_attention_options()
-    diag, norm = built(old, "diag"), built(old, "norm")
-    assert (diag.diag_activation, diag.rms_form) == ("softmax", "partf")
-    assert norm.rms_form == "partf"
-
-    options = {"diag_activation": "relu", "norm_rms_form": "authors"}
-    kept = ModelConfig(**fields, attention_defaults="partf_v1", attention_options=options)
+    options = {"diag_activation": "softmax", "norm_rms_form": "partf"}
+    kept = ModelConfig(**fields, attention_options=options)
+    kept.check_attention_options()
     diag, norm = built(kept, "diag"), built(kept, "norm")
-    assert (diag.diag_activation, diag.rms_form, norm.rms_form) == ("relu", "partf", "authors")
+    assert (diag.diag_activation, diag.rms_form, norm.rms_form) == ("softmax", "authors", "partf")

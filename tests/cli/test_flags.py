@@ -175,13 +175,6 @@ ADDED_FLAGS = {
     ),
     "--attn_compat": ("attn_compat", "str", None),
     "--attn_relative_compat": ("attn_relative_compat", "str", None),
-    # The seed authors' code as the reference (issue 37).
-    "--attention_defaults": (
-        "attention_defaults",
-        "str",
-        None,
-        ("authors", "authors_v2", "authors_v1", "partf_v1"),
-    ),
     "--attn_rms_form": ("attn_rms_form", "str", None),
     "--attn_diag_rms_form": ("attn_diag_rms_form", "str", None),
     "--attn_norm_rms_form": ("attn_norm_rms_form", "str", None),

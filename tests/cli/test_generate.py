@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import keras
 import numpy as np
 import pytest
 
 from partf.cli.generate import run
+from partf.serialization import FORMAT_VERSION
 from tests.data.helpers import wiki_lines, write_text
 
 PROMPT = "the game was released"
@@ -60,6 +62,7 @@ def workspace(tmp_path_factory) -> dict:
     run_dir.mkdir(parents=True)
     model.save(run_dir / "tiny.keras")
     config = {
+        "format": FORMAT_VERSION,
         "model": model.config.to_dict(),
         "training": {"sp_model_prefix": "data/tokenizer/tiny", "output_dir": "runs"},
     }
@@ -179,6 +182,27 @@ def test_missing_model_exits_2(tmp_path, capsys):
     # An empty folder holds no model either.
     assert run(["--model", str(tmp_path)]) == 2
     assert "no .keras file and no checkpoint" in error_line(capsys)
+
+
+@pytest.mark.parametrize("found", [None, FORMAT_VERSION - 1], ids=["none", "earlier"])
+def test_a_config_json_of_another_format_is_refused_in_one_line(workspace, tmp_path, capsys, found):
+    """A run's config.json holds the format (one written before format 3 holds none) and
+    partf-generate prefers it to the checkpoint's own record: one of another format is
+    refused in one line naming both formats, exit status 1."""
+    folder = tmp_path / "earlier"
+    shutil.copytree(workspace["ckpt_dir"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("format")
+    if found is not None:
+        config["format"] = found
+    (folder / "config.json").write_text(json.dumps(config))
+    argv = ["--model", str(folder), f"--sp_model={workspace['sp_model']}", "--prompt", PROMPT]
+    assert run(argv) == 1
+    shown = "none" if found is None else found
+    assert (
+        f"{folder / 'config.json'} was written by an earlier partf (format {shown}; "
+        f"this partf reads format {FORMAT_VERSION})"
+    ) in error_line(capsys)
 
 
 def test_verbose_adds_the_traceback(tmp_path, capsys):

@@ -113,60 +113,29 @@ def _eva_mask(config, name="eva"):
     ],
     ids=["fixed", "search_candidate"],
 )
-def test_each_generation_fills_the_options_and_a_saved_dict_keeps_them(fields):
-    """attention_defaults "authors" stands for the newest generation and is stored by that
-    generation's name (authors_v2: EVA's chunk_mask is the authors'); authors_v1 and
-    partf_v1 fill in partf's mask. The options are written out when the config is made,
-    so its dict builds the same EVA whatever defaults come later; an option set stays."""
+def test_the_options_are_written_out_and_a_saved_dict_keeps_them(fields):
+    """Every option of the chosen mechanisms is written out with its default when the
+    config is made (EVA's chunk_mask is the authors'), so its dict builds the same EVA
+    whatever the defaults later: the saved options, not the defaults, decide what is
+    built; an option set stays."""
     new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=2, **fields)
-    assert new.attention_defaults == "authors_v2"
-    assert new.to_dict()["attention_defaults"] == "authors_v2"
     assert ModelConfig.from_dict(json.loads(json.dumps(new.to_dict()))) == new
     eva = get_attention_class("eva").options
     for option, (default, _) in eva.items():
         assert new.attention_options[f"eva_{option}"] == default
     assert _eva_mask(new) == "authors"
 
-    for generation in ("authors_v1", "partf_v1"):
-        old = ModelConfig(
-            vocab_size=50, cutoffs=(), num_layers=2, attention_defaults=generation, **fields
-        )
-        assert old.attention_options["eva_chunk_mask"] == "partf"
-        assert _eva_mask(old) == "partf"
-        saved = json.loads(json.dumps(old.to_dict()))
-        assert ModelConfig.from_dict(saved) == old  # and it stays so when saved again
-        # The saved options, not today's defaults, decide what is built.
-        assert _eva_mask(ModelConfig.from_dict({**saved, "attention_defaults": "authors"})) == (
-            "partf"
-        )
-        old.check_attention_options()
+    saved = json.loads(json.dumps(new.to_dict()))
+    saved["attention_options"] = {**saved["attention_options"], "eva_chunk_mask": "partf"}
+    assert _eva_mask(ModelConfig.from_dict(saved)) == "partf"
 
     chosen = ModelConfig(
-        vocab_size=50, cutoffs=(), num_layers=2, attention_defaults="authors_v1",
-        attention_options={"chunk_mask": "authors"}, **fields,
+        vocab_size=50, cutoffs=(), num_layers=2, attention_options={"chunk_mask": "partf"},
+        **fields,
     )  # fmt: skip
-    assert _eva_mask(chosen) == "authors"
-    assert chosen.attention_options["eva_chunk_mask"] == "authors"
-
-
-def test_attention_defaults_names_a_generation():
-    """The newest generation by "authors" or its name, an earlier one by its name; the
-    options each fills in (diag: partf_v1's softmax; EVA: partf's mask before v2)."""
-    fields = dict(vocab_size=50, cutoffs=(), num_layers=4, architecture="diag D eva D")
-    options = {
-        name: ModelConfig(attention_defaults=name, **fields).attention_options
-        for name in ("authors", "authors_v2", "authors_v1", "partf_v1")
-    }
-    assert options["authors"] == options["authors_v2"]
-    changed = {
-        name: {key for key in options[name] if options[name][key] != options["authors"][key]}
-        for name in options
-    }
-    assert changed["authors_v1"] == {"eva_chunk_mask"}
-    assert changed["partf_v1"] == {"diag_diag_activation", "diag_rms_form", "eva_chunk_mask"}
-    assert options["partf_v1"]["diag_diag_activation"] == "softmax"
-    with pytest.raises(ValueError, match="unknown attention_defaults 'authors_v3'"):
-        ModelConfig(attention_defaults="authors_v3", **fields)
+    chosen.check_attention_options()
+    assert _eva_mask(chosen) == "partf"
+    assert chosen.attention_options["eva_chunk_mask"] == "partf"
 
 
 def test_a_non_causal_config_records_no_memory_and_no_adaptive_softmax():
@@ -232,7 +201,7 @@ def test_a_config_without_its_data_checks_the_rest_and_cannot_build_a_model():
     [
         {"position": "auto", "architecture": "softmax D eva D", "num_layers": 4},
         {"attention": "eva", "attention_options": {"window_size": 8}},
-        {"attention_defaults": "authors_v1", "architecture": "transnormer", "num_layers": 4},
+        {"architecture": "transnormer", "num_layers": 4},
     ],
 )
 def test_for_data_makes_the_config_made_with_the_data_at_once(fields):

@@ -323,9 +323,14 @@ def test_variable_paths_and_the_keras_file_layout_are_format_1(tmp_path):
     ("found", "said"),
     [
         (None, "an earlier partf (format none;"),
+        (
+            FORMAT_VERSION - 1,
+            f"an earlier partf (format {FORMAT_VERSION - 1}; "
+            f"this partf reads format {FORMAT_VERSION})",
+        ),
         (FORMAT_VERSION + 1, f"a newer partf (format {FORMAT_VERSION + 1};"),
     ],
-    ids=["none", "newer"],
+    ids=["none", "earlier", "newer"],
 )
 def test_a_keras_file_of_another_format_is_refused_in_one_line(tmp_path, found, said):
     """A .keras file's config holds the format; one of another is refused, by Keras's

@@ -96,9 +96,14 @@ def _rewrite_format(path, found):
     ("found", "said"),
     [
         (None, "an earlier partf (format none;"),
+        (
+            FORMAT_VERSION - 1,
+            f"an earlier partf (format {FORMAT_VERSION - 1}; "
+            f"this partf reads format {FORMAT_VERSION})",
+        ),
         (FORMAT_VERSION + 1, f"a newer partf (format {FORMAT_VERSION + 1};"),
     ],
-    ids=["none", "newer"],
+    ids=["none", "earlier", "newer"],
 )
 def test_a_checkpoint_of_another_format_is_refused_in_one_line_not_skipped(tmp_path, found, said):
     """Each record holds the format; one of another format is not damage (no fall back to

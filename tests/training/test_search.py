@@ -75,8 +75,10 @@ def test_no_finished_search(tmp_path):
 def test_a_search_of_another_format_is_refused_in_one_line(tmp_path):
     folder = _write_search(tmp_path / "s", _SEARCHED_MODEL)
     results = json.loads((folder / "results.json").read_text())
+    earlier = FORMAT_VERSION - 1
     for found, said in (
         (None, "an earlier partf (format none;"),
+        (earlier, f"an earlier partf (format {earlier}; this partf reads format {FORMAT_VERSION})"),
         (FORMAT_VERSION + 1, f"a newer partf (format {FORMAT_VERSION + 1};"),
     ):
         results["format"] = found

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from partf.serialization import FORMAT_VERSION
 from partf.training.callbacks.progress import Segment
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
@@ -122,7 +123,8 @@ def _scalars(folder):
 
 def test_every_artifact_is_written(run):
     config, results, paths = run
-    assert json.loads((paths.checkpoints / "config.json").read_text())["model"]["d_model"] == 16
+    written = json.loads((paths.checkpoints / "config.json").read_text())
+    assert written["model"]["d_model"] == 16 and written["format"] == FORMAT_VERSION
     steps = [step for step, _ in CheckpointManager(paths.checkpoints).checkpoints()]
     assert steps[-1] == 24 and 1 < len(steps) <= 5
     assert json.loads(paths.results.read_text()) == json.loads(json.dumps(results))
@@ -335,40 +337,6 @@ def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
     assert config_differences(saved, current) == []
     changed = {**current, "model": {**model, "search_cost_weight": 0.5}}
     assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
-
-
-EVA_FIELDS = {
-    **TINY,
-    "architecture": "eva D",
-    "attention_options": {"window_size": 8, "chunk_size": 2, "mem_chunks": 4},
-}
-
-
-def test_a_run_of_an_earlier_attention_generation_resumes_only_with_it():
-    """--attention_defaults is a setting of the run: a checkpoint trained with authors_v1
-    (EVA's chunk_mask partf) resumes with it, and without it is refused, naming the
-    generation beside the options it changes; a run whose mechanisms no generation
-    changed (relative attention) resumes with either."""
-    from partf.training.resume import config_differences
-
-    training = TrainConfig().to_dict()
-
-    def model(fields, **more):
-        config = TrainConfig(model={**fields, **more}).model
-        return config.for_data(vocab_size=VOCAB, batch_size=8, tau_steps=24).to_dict()
-
-    v1 = model(EVA_FIELDS, attention_defaults="authors_v1")
-    saved = {"model": v1, "training": training}
-    assert config_differences(saved, {"model": v1, "training": training}) == []
-    differences = config_differences(saved, {"model": model(EVA_FIELDS), "training": training})
-    assert differences[0] == "attention_defaults: 'authors_v1' -> 'authors_v2'"
-    assert differences[1].startswith("attention_options: {'window_size': 8, ")
-    assert "'eva_chunk_mask': 'partf'" in differences[1].split(" -> ")[0]
-    assert "'eva_chunk_mask': 'authors'" in differences[1].split(" -> ")[1]
-    assert len(differences) == 2
-    relative = {**TINY, "architecture": "A D"}
-    saved = {"model": model(relative, attention_defaults="partf_v1"), "training": training}
-    assert config_differences(saved, {"model": model(relative), "training": training}) == []
 
 
 def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
