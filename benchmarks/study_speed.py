@@ -21,6 +21,7 @@ It uses only what partf's public interface had when the long-context study was p
 so it measures a pinned study with the pinned code: run it with that worktree's Python.
 
 Run: python benchmarks/study_speed.py DIR [--runs txl-s0 txl4-s0] [--repeats 3]
+     python benchmarks/study_speed.py DIR --seq_len 1024 --context 4096 --out DIR/speed_1024.json
 Pause other work on the machine while it runs.
 """
 
@@ -68,6 +69,9 @@ class Measured:
         results = json.loads((path.parent / "results.json").read_text())
         shape = results["data"]
         self.batch, self.seq_len = int(shape["batch_size"]), int(shape["seq_len"])
+        if args.seq_len:  # another length, the same tokens per batch (at least one row)
+            self.batch = max(self.batch * self.seq_len // args.seq_len, 1)
+            self.seq_len = args.seq_len
         self.model = keras.saving.load_model(path, compile=False)
         vocab = self.model.config.vocab_size
         rng = np.random.default_rng(0)
@@ -125,6 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval_batches", type=int, default=16)
     parser.add_argument("--context", type=int, default=256, help="tokens before generation")
     parser.add_argument("--tokens", type=int, default=32, help="tokens generated per timing")
+    parser.add_argument(
+        "--seq_len",
+        type=int,
+        default=0,
+        help="time at this length instead of the run's, with as many tokens per batch "
+        "(fewer rows); for models without XL memory, e.g. the recall study's",
+    )
+    parser.add_argument("--out", help="where to write the figures (default: DIR/speed.json)")
     args = parser.parse_args(argv)
     study = Path(args.study)
     runs = finished_runs(study, args.runs)
@@ -152,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": vars(args),
         "runs": {name: model.best for name, model in measured.items()},
     }
-    path = study / "speed.json"
+    path = Path(args.out) if args.out else study / "speed.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     for name, best in out["runs"].items():
         print(

@@ -133,3 +133,45 @@ def test_altered_or_broken_files_are_refused_naming_the_file(tmp_path):
     path.write_text(json.dumps(record))
     with pytest.raises(DataError, match="format version 99"):
         read_mqar(folder)
+
+
+@pytest.mark.slow  # two 500-step trainings: about a minute
+def test_softmax_attention_learns_recall_and_linear_attention_of_its_size_does_not(tmp_path):
+    """The task needs attention: at 64 tokens and 8 pairs, an all-softmax model of width
+    64 answers (nearly) every query after 500 steps, an all-linear one (TransNormer's
+    norm attention) of the same size stays near guessing (1 in 64 values)."""
+    from partf.training.config import TrainConfig
+    from partf.training.trainer import train
+
+    settings = MQARSettings(
+        seq_len=64, pairs=(4, 8), eval_pairs=8, vocab_size=128, batch_size=32,
+        train_examples=500 * 32, eval_examples=256,
+    )  # fmt: skip
+    folders = write_mqar(tmp_path / "mq", settings)
+    accuracy = {}
+    for name, architecture in (("softmax", "A D A D"), ("linear", "norm D norm D")):
+        config = TrainConfig(
+            train_directory=str(folders["train"]),
+            valid_directory=str(folders["valid"]),
+            test_directory="",
+            sp_model_prefix="",
+            model_name=name,
+            output_dir=str(tmp_path / name),
+            max_lr=1e-3,
+            warmup_steps=50,
+            lr_schedule="constant",
+            opt_name="adam",
+            max_steps=500,
+            steps_per_execution=50,
+            log_every=100,
+            eval_every=1000,
+            jit_compile=False,
+            model=dict(
+                vocab_size=None, batch_size=None, tau_steps=None, d_model=64, num_heads=2,
+                d_ffn=128, num_layers=4, architecture=architecture, mem_len=0,
+                dropout_rate=0.0, cutoffs=(),
+            ),
+        )  # fmt: skip
+        accuracy[name] = train(config)["valid"]["accuracy"]
+    assert accuracy["softmax"] >= 0.9, accuracy
+    assert accuracy["linear"] <= 0.2, accuracy
