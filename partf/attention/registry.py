@@ -18,7 +18,8 @@ from partf.attention.base import Attention
 from partf.declarations import declared
 from partf.serialization import register
 
-#: The encodings a mechanism can ask `position="auto"` for (partf.models.config).
+#: The position encodings of a model (`ModelConfig.position` adds "auto": the one its
+#: mechanisms ask for, each in its `register_attention`).
 POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 
 _REGISTRY: dict[str, type[Attention]] = {}
@@ -30,8 +31,8 @@ def register_attention(name: str, *, position: str = "none"):
     (benchmarks/positions.py, README "Positions"), rotary where it was at least as good as
     none; relative attention keeps its own encoding ("none").
 
-    It also registers the class as Keras-serializable (package `partf`). Write the
-    arguments as literals: `partf.declarations` reads them from the source.
+    It also registers the class as Keras-serializable (package `partf`). Write the name
+    as a literal: `partf.declarations` reads it from the source.
     """
 
     def decorator(cls: type[Attention]) -> type[Attention]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS, resolve_options
+from partf.attention.registry import POSITIONS as MECHANISM_POSITIONS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.candidates import (
     ARCH_PARAMETERIZATIONS,
@@ -45,7 +46,7 @@ SEARCH_ESTIMATORS = ("mixture", "sampled")
 SEARCH_COSTS = ("flops", "time")
 
 #: How tokens learn where they are (see `ModelConfig.position`).
-POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
+POSITIONS = (*MECHANISM_POSITIONS, "auto")
 
 
 @dataclasses.dataclass(frozen=True)
