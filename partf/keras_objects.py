@@ -9,7 +9,9 @@ one-line errors of partf-build-data and the scripts). Instead, `import partf` ca
 `register_on_keras_import`:
 
 * once Keras is imported (now, if it already is; otherwise right after the program
-  imports it), each name of `SAVED_CLASSES` not registered yet gets a stand-in;
+  imports it), each saved class not registered yet gets a stand-in: the classes
+  decorated with `partf.serialization.register` or `register_attention`, found by
+  reading the source (`partf.declarations`), so no list repeats them;
 * a stand-in's `from_config` imports the class's module (which registers the class
   itself, replacing the stand-in) and builds the object with the real class.
 
@@ -27,40 +29,10 @@ import importlib
 import sys
 from typing import Any
 
+from partf.declarations import declared
 from partf.lazy import ImportHook, hooked
 
 PACKAGE = "partf"
-
-#: Registered class name -> the module that defines (and registers) it. Every class
-#: decorated with `partf.serialization.register` must be here (a test checks).
-SAVED_CLASSES = {
-    "PARTransformerXL": "partf.models.par_transformer_xl",
-    "Encoder": "partf.models.encoder",
-    "MaskedLanguageModel": "partf.models.masked_lm",
-    "StochasticBlock": "partf.layers.stochastic_block",
-    "AdaptiveSoftmax": "partf.layers.adaptive_softmax",
-    "FeedForward": "partf.layers.feed_forward",
-    "Temperature": "partf.layers.temperature",
-    "Dropout": "partf.random",
-    "Projection": "partf.attention.base",
-    "RelativeAttention": "partf.attention.relative",
-    "SoftmaxAttention": "partf.attention.softmax",
-    "LocalAttention": "partf.attention.local",
-    "LinearAttention": "partf.attention.linear",
-    "PerformerAttention": "partf.attention.performer",
-    "FastformerAttention": "partf.attention.fastformer",
-    "NormAttention": "partf.attention.transnormer",
-    "DiagAttention": "partf.attention.transnormer",
-    "PrimalAttention": "partf.attention.primal",
-    "EVAAttention": "partf.attention.eva",
-    "LaraAttention": "partf.attention.lara",
-    # The learning-rate schedules and optimizer of a model saved compiled.
-    "WarmupCosine": "partf.training.lr_schedules",
-    "InverseSqrt": "partf.training.lr_schedules",
-    "Constant": "partf.training.lr_schedules",
-    "Delayed": "partf.training.lr_schedules",
-    "ArchSplitOptimizer": "partf.training.optimizer",
-}
 
 
 class StandIn:
@@ -86,7 +58,7 @@ class StandIn:
 
 
 def register_stand_ins() -> list[str]:
-    """Registers a stand-in for every class of `SAVED_CLASSES` Keras does not know yet.
+    """Registers a stand-in for every declared saved class Keras does not know yet.
 
     Needs Keras imported. Returns the names that got one.
     """
@@ -94,7 +66,7 @@ def register_stand_ins() -> list[str]:
 
     registered = keras.saving.get_custom_objects()
     added = []
-    for name, module in SAVED_CLASSES.items():
+    for name, module in declared().saved.items():
         key = f"{PACKAGE}>{name}"
         if key not in registered:
             registered[key] = StandIn(name, module)

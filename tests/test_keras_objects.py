@@ -90,12 +90,14 @@ def test_import_partf_loads_neither_keras_nor_tensorflow():
 
 
 def test_every_registered_partf_class_has_a_stand_in():
-    """SAVED_CLASSES lists every class partf registers, under its defining module."""
+    """The declarations read from the source name every class partf registers, under its
+    defining module (a class registered otherwise than by its decorator would be
+    missing)."""
     import importlib
     import pkgutil
 
     import partf
-    from partf.keras_objects import SAVED_CLASSES
+    from partf.declarations import declared
 
     for module in pkgutil.walk_packages(partf.__path__, "partf."):
         importlib.import_module(module.name)
@@ -106,4 +108,4 @@ def test_every_registered_partf_class_has_a_stand_in():
         if key.startswith("partf>") and isinstance(value, type)
         and value.__module__.startswith("partf.")
     }  # fmt: skip
-    assert registered == SAVED_CLASSES
+    assert registered == declared().saved

@@ -125,7 +125,7 @@ def chunk_log_weights(keys: Any, omega: Any, head_dim: int) -> Any:
     return (dots - 0.5 * ops.sum(ops.square(keys), axis=-1)) / math.sqrt(head_dim)
 
 
-@register_attention("eva")
+@register_attention("eva", position="rotary")
 class EVAAttention(Attention):
     """Causal EVA: exact softmax within a window, control variates for earlier chunks.
 

@@ -110,7 +110,8 @@ def causal_additive_pool(
     )
 
 
-@register_attention("fastformer")
+# position: none (no rotary; sinusoidal and learned cost 9 to 32%, benchmarks/positions.py).
+@register_attention("fastformer", position="none")
 class FastformerAttention(Attention):
     """Causal Fastformer (additive attention) with running sums as state.
 

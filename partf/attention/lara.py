@@ -49,7 +49,7 @@ def landmark_segments(length: Any, num_landmarks: int) -> Any:
     return ops.one_hot(segment, num_landmarks, dtype="float32")
 
 
-@register_attention("lara")
+@register_attention("lara", position="none")
 class LaraAttention(Attention):
     """Non-causal LARA attention (multiple importance sampling over landmarks).
 

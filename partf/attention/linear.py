@@ -179,7 +179,7 @@ def elu_plus_one(x: Any) -> Any:
     return ops.elu(ops.cast(x, "float32")) + 1.0
 
 
-@register_attention("linear")
+@register_attention("linear", position="rotary")
 class LinearAttention(FeatureMapAttention):
     """Causal linear attention with phi(x) = elu(x) + 1 (Katharopoulos et al., 2020).
 

@@ -23,7 +23,7 @@ from partf.attention.windowed import (
 )
 
 
-@register_attention("local")
+@register_attention("local", position="rotary")
 class LocalAttention(Attention):
     """Causal sliding-window softmax attention with the last window as state.
 

@@ -68,7 +68,7 @@ def favor_log_features(x: Any, projection: Any) -> Any:
     return projected - 0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True)
 
 
-@register_attention("performer")
+@register_attention("performer", position="rotary")
 class PerformerAttention(FeatureMapAttention):
     """Causal FAVOR+ attention (positive orthogonal random features).
 

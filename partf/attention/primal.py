@@ -47,7 +47,8 @@ def l2_normalize(x: Any, axis: int = -1, eps: float = 1e-12) -> Any:
     return x / ops.maximum(norm, eps)
 
 
-@register_attention("primal")
+# position: none (no rotary; sinusoidal and learned cost 9 to 32%, benchmarks/positions.py).
+@register_attention("primal", position="none")
 class PrimalAttention(Attention):
     """Causal Primal-Attention with the KSVD regulariser added as a layer loss.
 

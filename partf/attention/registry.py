@@ -1,8 +1,11 @@
 """Name -> attention class, so configs and command lines name mechanisms by string.
 
-Each mechanism module decorates its class with `@register_attention("name")`.
-The table below says which module defines each name, so a name can be looked
-up without importing every mechanism first.
+Each mechanism module declares its class with
+`@register_attention("name", position="rotary")`: its name, that it is saved in
+`.keras` files, and the position encoding `position="auto"` gives it. The registry
+finds the module of each name in those declarations, read from the source without
+importing it (`partf.declarations`), so a name is looked up without importing every
+mechanism first, and a new module is all a new mechanism needs.
 """
 
 from __future__ import annotations
@@ -12,30 +15,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from partf.attention.base import Attention
+from partf.declarations import declared
 from partf.serialization import register
 
-# name -> module that registers it. Keep sorted by family.
-_MODULES: dict[str, str] = {
-    "relative": "partf.attention.relative",
-    "softmax": "partf.attention.softmax",
-    "local": "partf.attention.local",
-    "linear": "partf.attention.linear",
-    "performer": "partf.attention.performer",
-    "fastformer": "partf.attention.fastformer",
-    "norm": "partf.attention.transnormer",
-    "diag": "partf.attention.transnormer",
-    "primal": "partf.attention.primal",
-    "eva": "partf.attention.eva",
-    "lara": "partf.attention.lara",
-}
+#: The position encodings of a model (`ModelConfig.position` adds "auto": the one its
+#: mechanisms ask for, each in its `register_attention`).
+POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 
 _REGISTRY: dict[str, type[Attention]] = {}
 
 
-def register_attention(name: str):
-    """Class decorator: registers an `Attention` subclass under `name`.
+def register_attention(name: str, *, position: str = "none"):
+    """Class decorator: registers an `Attention` subclass under `name`, with `position`
+    the encoding `position="auto"` gives it: the best of those measured for it
+    (benchmarks/positions.py, README "Positions"), rotary where it was at least as good as
+    none; relative attention keeps its own encoding ("none").
 
-    It also registers the class as Keras-serializable (package `partf`).
+    It also registers the class as Keras-serializable (package `partf`). Write the name
+    as a literal: `partf.declarations` reads it from the source.
     """
 
     def decorator(cls: type[Attention]) -> type[Attention]:
@@ -43,7 +40,10 @@ def register_attention(name: str):
             raise TypeError(f"{cls.__name__} must subclass partf.attention.Attention.")
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"attention name {name!r} is already registered.")
+        if position not in POSITIONS or (position == "rotary" and not cls.supports_rotary):
+            raise ValueError(f"{name} attention cannot recommend position {position!r}.")
         cls.registry_name = name
+        cls.recommended_position = position
         _REGISTRY[name] = register(cls)
         return cls
 
@@ -51,20 +51,21 @@ def register_attention(name: str):
 
 
 def attention_names() -> list[str]:
-    """All attention names, registered or known to the lazy table."""
-    return sorted(set(_MODULES) | set(_REGISTRY))
+    """All attention names, registered or declared."""
+    return sorted(set(declared().mechanisms) | set(_REGISTRY))
 
 
 def builtin_attention_names() -> list[str]:
-    """The mechanisms partf itself defines, without those registered by user code or
-    tests (what partf-train's generated flag table covers)."""
-    return sorted(_MODULES)
+    """The mechanisms declared in partf's source, without those registered by user code
+    or tests (what partf-train's generated flag table covers)."""
+    return sorted(declared().mechanisms)
 
 
 def get_attention_class(name: str) -> type[Attention]:
     """The class registered as `name`; unknown names list the valid ones."""
-    if name not in _REGISTRY and name in _MODULES:
-        importlib.import_module(_MODULES[name])
+    mechanisms = declared().mechanisms
+    if name not in _REGISTRY and name in mechanisms:
+        importlib.import_module(mechanisms[name])
     if name not in _REGISTRY:
         raise ValueError(
             f"unknown attention {name!r}; valid names: {', '.join(attention_names())}."

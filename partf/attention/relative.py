@@ -97,7 +97,7 @@ def relative_shift(scores: Any, key_len: int) -> Any:
 COMPAT_MODES = ("transformer_xl", "original")
 
 
-@register_attention("relative")
+@register_attention("relative", position="none")
 class RelativeAttention(Attention):
     """Transformer-XL multi-head attention with relative positions and memory.
 

@@ -18,7 +18,7 @@ from partf.attention.masking import masked_softmax, valid_tokens
 from partf.attention.registry import register_attention
 
 
-@register_attention("softmax")
+@register_attention("softmax", position="rotary")
 class SoftmaxAttention(Attention):
     """Causal softmax attention over a key/value memory and the segment.
 

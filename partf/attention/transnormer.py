@@ -108,7 +108,8 @@ class _NormalizedOutput:
         return x
 
 
-@register_attention("norm")
+# position: none, as rotary cost 23% perplexity here (benchmarks/positions.py).
+@register_attention("norm", position="none")
 class NormAttention(_NormalizedOutput, FeatureMapAttention):
     """Causal NormAttention: unnormalised linear attention, then a normalisation.
 
@@ -177,7 +178,7 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
         return self._normalize(out)
 
 
-@register_attention("diag")
+@register_attention("diag", position="rotary")
 class DiagAttention(_NormalizedOutput, Attention):
     """Causal block-diagonal attention over fixed blocks of `window_size` tokens.
 

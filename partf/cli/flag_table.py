@@ -1,9 +1,9 @@
 """partf-train's settings and the attention mechanisms' options, as plain values.
 
 Written by `python -m partf.cli.make_flag_table` from `TrainConfig`, `ModelConfig` and
-the attention classes; do not edit by hand. partf-train builds its parser from these,
-so `--help` and flag errors need neither Keras nor TensorFlow; tests/cli/test_quiet.py
-checks that they still equal their sources.
+the attention classes the source declares (partf.declarations); do not edit by hand.
+partf-train builds its parser from these, so `--help` and flag errors need neither Keras
+nor TensorFlow; tests/cli/test_quiet.py checks that they still equal their sources.
 """
 
 from typing import Any

@@ -5,8 +5,9 @@
 partf-train builds its parser from that table, so that `--help` and a mistyped flag
 answer without importing the configurations (and with them Keras and TensorFlow). The
 table is written from `TrainConfig` and `ModelConfig` (`partf.cli.flags.settings_of`)
-and from each attention mechanism's `options` (its `option_help` and constructor
-defaults); run this after changing any of them. tests/cli/test_quiet.py fails while the
+and, for each mechanism the source declares (`partf.declarations`), from its class's
+`options` (its `option_help` and constructor defaults); run this after changing any of
+them, or adding a mechanism. tests/cli/test_quiet.py fails while the
 table differs from them.
 """
 
@@ -28,9 +29,9 @@ LINE_LENGTH = 100  # ruff.toml's
 HEADER = '''"""partf-train's settings and the attention mechanisms' options, as plain values.
 
 Written by `python -m partf.cli.make_flag_table` from `TrainConfig`, `ModelConfig` and
-the attention classes; do not edit by hand. partf-train builds its parser from these,
-so `--help` and flag errors need neither Keras nor TensorFlow; tests/cli/test_quiet.py
-checks that they still equal their sources.
+the attention classes the source declares (partf.declarations); do not edit by hand.
+partf-train builds its parser from these, so `--help` and flag errors need neither Keras
+nor TensorFlow; tests/cli/test_quiet.py checks that they still equal their sources.
 """
 
 from typing import Any
@@ -42,7 +43,7 @@ from partf.cli.flags import Setting
 
 def mechanism_options() -> dict[str, dict[str, tuple[Any, str]]]:
     """Mechanism name -> its `options` (option -> (default, help)), for every mechanism
-    (imports them all)."""
+    declared in the source (imports them all)."""
     from partf.attention import get_attention_class
     from partf.attention.registry import builtin_attention_names
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS, resolve_options
+from partf.attention.registry import POSITIONS as MECHANISM_POSITIONS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.candidates import (
     ARCH_PARAMETERIZATIONS,
@@ -45,26 +46,7 @@ SEARCH_ESTIMATORS = ("mixture", "sampled")
 SEARCH_COSTS = ("flops", "time")
 
 #: How tokens learn where they are (see `ModelConfig.position`).
-POSITIONS = ("none", "sinusoidal", "learned", "rotary", "auto")
-
-#: The position encoding `position="auto"` picks for each mechanism: the best of those
-#: measured for it (benchmarks/positions.py, README "Positions"). Rotary where it was
-#: at least as good as none; none for norm (rotary cost 23% perplexity there) and for
-#: Fastformer and Primal (no rotary; sinusoidal and learned positions cost 9 to 32%);
-#: relative attention keeps its own encoding.
-RECOMMENDED_POSITION = {
-    "relative": "none",
-    "softmax": "rotary",
-    "local": "rotary",
-    "diag": "rotary",
-    "linear": "rotary",
-    "performer": "rotary",
-    "eva": "rotary",
-    "norm": "none",
-    "fastformer": "none",
-    "primal": "none",
-    "lara": "none",
-}
+POSITIONS = (*MECHANISM_POSITIONS, "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,10 +375,11 @@ class ModelConfig:
     @property
     def recommended_position(self) -> str:
         """The position encoding `position="auto"` stands for with these mechanisms: the
-        `RECOMMENDED_POSITION` they share; none when they differ (one encoding serves the
-        whole model), without attention, or with relative attention only."""
+        `recommended_position` their classes declare and share; none when they differ (one
+        encoding serves the whole model), without attention, or with relative attention
+        only."""
         wanted = {
-            RECOMMENDED_POSITION.get(name, "none")
+            get_attention_class(name).recommended_position
             for name in self.attention_mechanisms
             if not get_attention_class(name).encodes_positions
         }

@@ -1,0 +1,112 @@
+"""What partf's modules declare about their classes, read from the source without
+importing it.
+
+A class declares itself with its decorator, and nothing else lists it:
+
+* `@register` (`partf.serialization`): the class can be saved in a `.keras` file, under
+  the name "partf>ClassName";
+* `@register_attention("name", position="rotary")` (`partf.attention.registry`): the
+  class is also an attention mechanism, named "name" in configs and on the command
+  line, and `position="auto"` gives it that position encoding (default none).
+
+The decorators do the work when a module is imported. Some of it is needed before: the
+registry finds the module of a mechanism named in a config without importing every
+mechanism, and Keras must know every partf class by name before a file is loaded,
+without `import partf` importing Keras (`partf.keras_objects`). So this module reads
+the decorators from the source with `ast` (stdlib only, no import of the modules; only
+files that contain "@register" are parsed, a few milliseconds); a mechanism's name must
+be a literal, which this reading enforces. The position is read from the class once
+imported (`recommended_position`, set by the decorator). partf-train's `--help` reads
+the mechanisms and their options from the table `python -m partf.cli.make_flag_table`
+writes from these declarations and the classes (it needs the classes' options, which
+only an import gives).
+
+Adding a mechanism is writing its module in partf/attention/ (or anywhere under
+`PACKAGES`) with the decorator on its class, and its tests.
+
+Example:
+    >>> declared().mechanisms["eva"]
+    'partf.attention.eva'
+    >>> declared().saved["Projection"]
+    'partf.attention.base'
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+from pathlib import Path
+
+#: (package, its folder): the source read for declarations. Tests append a package of
+#: their own to show a mechanism added by one module.
+PACKAGES: list[tuple[str, Path]] = [("partf", Path(__file__).parent)]
+
+#: The decorators read: `register` saves a class, `register_attention` also names it.
+SAVE, MECHANISM = "register", "register_attention"
+
+
+@dataclasses.dataclass(frozen=True)
+class Declarations:
+    """Everything declared in `PACKAGES`."""
+
+    saved: dict[str, str]  # class name -> its module, for every saved class
+    mechanisms: dict[str, str]  # mechanism name -> the module of its class
+
+
+def declared() -> Declarations:
+    """The declarations of `PACKAGES` as their source says now (read once per set of
+    packages)."""
+    return _read(tuple(PACKAGES))
+
+
+def mechanism_name(decorator: ast.expr, where: str) -> str | None:
+    """The name a `register_attention("name", ...)` decorator gives; None for another
+    decorator.
+
+    Raises:
+        ValueError: a name that is not a string literal.
+    """
+    if not (isinstance(decorator, ast.Call) and _called(decorator.func) == MECHANISM):
+        return None
+    first = decorator.args[0] if decorator.args else None
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        raise ValueError(f"{where}: {MECHANISM}() must name the mechanism by a literal")
+    return first.value
+
+
+def _called(node: ast.expr) -> str | None:
+    """The name a decorator calls or is (`register`, `registry.register_attention`)."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+@functools.cache
+def _read(packages: tuple[tuple[str, Path], ...]) -> Declarations:
+    saved: dict[str, str] = {}
+    mechanisms: dict[str, str] = {}
+    for package, folder in packages:
+        for path in sorted(folder.rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if "@register" not in text:
+                continue
+            parts = path.relative_to(folder).with_suffix("").parts
+            module = ".".join((package, *parts)).removesuffix(".__init__")
+            for node in ast.parse(text, filename=str(path)).body:
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                where = f"{module}.{node.name}"
+                for decorator in node.decorator_list:
+                    name = mechanism_name(decorator, where)
+                    if name is None and _called(decorator) != SAVE:
+                        continue
+                    if saved.setdefault(node.name, module) != module:
+                        raise ValueError(f"{where}: {node.name} is saved by two modules")
+                    if name is not None:
+                        if name in mechanisms:
+                            raise ValueError(f"{where}: attention name {name!r} is taken")
+                        mechanisms[name] = module
+    return Declarations(saved, mechanisms)
