@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -113,6 +114,14 @@ class CheckpointError(ValueError):
 
 class CheckpointFormatError(CheckpointError, FormatError):
     """A checkpoint of another partf format: readable, but not by this partf."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedCheckpoint:
+    """A checkpoint on disk: the step it holds and its path."""
+
+    step: int
+    path: str
 
 
 class CheckpointManager:

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from partf.training.build import Built
-from partf.training.callbacks.checkpointer import SavedCheckpoint
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
+    SavedCheckpoint,
     matched_arrays,
     restore_variables,
     saved_paths,

@@ -1,33 +1,14 @@
 """Saving a run: `CheckpointWriter`, the `save` the `Checkpointer` callback calls (it
-writes `Built.state_groups()` with the run's configuration), and `Clock`, the run's wall
-time across resumes.
+writes `Built.state_groups()` with the run's configuration).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from partf.training.build import Built
-from partf.training.callbacks.progress import attach_fit_state
 from partf.training.checkpoint import CheckpointManager
-
-
-@dataclasses.dataclass(frozen=True)
-class Clock:
-    """The run's wall time, across resumes.
-
-    Attributes:
-        started: `time.perf_counter()` when this process's part of the run began.
-        before: seconds spent before a resume.
-    """
-
-    started: float
-    before: float = 0.0
-
-    def seconds(self) -> float:
-        """Seconds the run has taken so far."""
-        return self.before + (time.perf_counter() - self.started)
+from partf.training.run_state import Clock, attach_fit_state
 
 
 @dataclasses.dataclass(frozen=True)

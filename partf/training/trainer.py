@@ -62,7 +62,6 @@ import keras
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
 from partf.training.build import Built, build_model
 from partf.training.callbacks.console_progress import ConsoleProgress
-from partf.training.callbacks.progress import RunProgress, StopReason
 from partf.training.callbacks.run_callbacks import make_callbacks
 from partf.training.checkpoint import CheckpointManager, atomic_write_text
 from partf.training.config import ConfigError, TrainConfig, model_error
@@ -76,7 +75,8 @@ from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
 from partf.training.results import Trained, finish
 from partf.training.resume import Resumed, restore
-from partf.training.save import CheckpointWriter, Clock
+from partf.training.run_state import Clock, RunProgress, StopReason
+from partf.training.save import CheckpointWriter
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
 
 __all__ = [

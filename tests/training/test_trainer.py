@@ -20,11 +20,11 @@ import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from partf.serialization import FORMAT_VERSION
-from partf.training.callbacks.progress import Segment
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.lr_schedules import WarmupCosine
+from partf.training.run_state import Segment
 from partf.training.trainer import RunPaths, TrainingInterrupted, plan_segments, train
 
 VOCAB = 200

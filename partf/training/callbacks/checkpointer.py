@@ -1,5 +1,6 @@
 """Checkpoints during a run: `Checkpointer` saves every N steps, at epoch ends and on
-SIGINT/SIGTERM, which `SignalWatch` records; `SavedCheckpoint` is one on disk.
+SIGINT/SIGTERM, which `SignalWatch` records; what it saved is a `SavedCheckpoint`
+(partf.training.checkpoint).
 
 The callback only decides when: `save` (partf.training.save.CheckpointWriter) writes.
 """
@@ -7,7 +8,6 @@ The callback only decides when: `save` (partf.training.save.CheckpointWriter) wr
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import signal
@@ -15,13 +15,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from partf.training.callbacks.progress import (
-    EveryNSteps,
-    RunProgress,
-    RunStopper,
-    StopReason,
-    read_loss,
-)
+from partf.training.callbacks.progress import EveryNSteps, RunStopper
+from partf.training.checkpoint import SavedCheckpoint
+from partf.training.run_state import RunProgress, StopReason, read_loss
 
 logger = logging.getLogger("partf.training")
 
@@ -68,14 +64,6 @@ class SignalWatch:
         if self.received is None:
             return None
         return StopReason("signal", step, signum=self.received)
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedCheckpoint:
-    """A checkpoint on disk: the step it holds and its path."""
-
-    step: int
-    path: str
 
 
 class Checkpointer(EveryNSteps, RunStopper):

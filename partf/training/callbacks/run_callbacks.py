@@ -22,10 +22,11 @@ from partf.training.callbacks.monitoring import (
     SpikeMonitor,
     ValidationCallback,
 )
-from partf.training.callbacks.progress import ProgressTracker, RunProgress, StopReason, first_stop
+from partf.training.callbacks.progress import ProgressTracker, first_stop
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
 from partf.training.resume import Resumed
+from partf.training.run_state import RunProgress, StopReason
 from partf.training.save import CheckpointWriter
 from partf.training.splits import RunData
 from partf.training.summaries import open_writer

@@ -12,14 +12,8 @@ import tensorflow as tf
 from partf.training.callbacks.checkpointer import Checkpointer, SignalWatch
 from partf.training.callbacks.memory_reset import MemoryReset
 from partf.training.callbacks.monitoring import MetricsLogger
-from partf.training.callbacks.progress import (
-    EveryNSteps,
-    ProgressTracker,
-    RunProgress,
-    Segment,
-    StopReason,
-    first_stop,
-)
+from partf.training.callbacks.progress import EveryNSteps, ProgressTracker, first_stop
+from partf.training.run_state import RunProgress, Segment, StopReason
 
 
 class FakeModel:
