@@ -22,8 +22,8 @@ import numpy as np
 
 from partf.models.cost import expected_flops, model_flops, training_flops_per_token
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
+from partf.training.atomic import atomic_write_text
 from partf.training.build import Built
-from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
 from partf.training.evaluation.perplexity import score
 from partf.training.paths import RunPaths

@@ -37,8 +37,8 @@ The modules:
 - `memory_reset`: `MemoryReset`.
 - `monitoring`: the callbacks that report on a run: `MetricsLogger`, `SpikeMonitor`,
   `PiPlotter`, `ValidationCallback`.
-- `checkpointer`: `Checkpointer`, which decides when a checkpoint is written and stops
-  on a signal (`SignalWatch`).
+- `checkpointer`: `Checkpointer`, which decides when a checkpoint is written (by
+  partf.training.checkpoint) and stops on a signal (partf.training.signals).
 - `console_progress`: `ConsoleProgress`, progress lines on the console.
 - `run_callbacks`: `make_callbacks`, which builds them all for one run (`RunCallbacks`).
 """
