@@ -126,3 +126,26 @@ def test_the_map_has_no_cycle():
 def test_the_checker_sees_imports_inside_functions():
     tree = ast.parse("def f():\n    from partf.cli.train import main\nimport partf.models.config\n")
     assert sorted(_imported_units(tree)) == [(2, "cli"), (3, "models")]
+
+
+def test_only_the_trainer_imports_the_callbacks_it_drives():
+    """The run's state is the trainer's (partf.training.run_state), so no other module of
+    partf/training/ reaches up into partf.training.callbacks; the trainer builds them."""
+    bad = []
+    for path in sorted((PACKAGE_ROOT / "training").rglob("*.py")):
+        relative = path.relative_to(PACKAGE_ROOT / "training")
+        if relative.parts[0] == "callbacks" or relative == Path("trainer.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            bad += [
+                f"training/{relative}:{node.lineno}: {name}"
+                for name in names
+                if name.startswith("partf.training.callbacks")
+            ]
+    assert not bad, "\n".join(bad)

@@ -1,110 +1,59 @@
-"""Training checkpoints for exact resume, written atomically.
+"""Checkpoints for exact resume: writing them, reading them, and resuming a run.
 
-A checkpoint is one `.npz` file, `ckpt-<step>.npz`, holding every variable a run needs to
-continue bit for bit: the model's (weights, XL memory and other state, the step counter,
-the random generators' states), the optimizer's, and the running loss metric's; plus a
-JSON `meta` record (step, epoch, position in the epoch, configuration, variable paths).
+- `CheckpointManager`: saves, lists, prunes and loads the `ckpt-<step>.npz` of one folder.
+- `CheckpointWriter`: the `save` the `Checkpointer` callback calls during a run
+  (`Built.state_groups()` with the run's configuration); `SavedCheckpoint` is what it saved.
+- `restore(folder, keep, built, batches_per_epoch) -> Resumed`: loads the newest
+  checkpoint into the built model and says where the run picks up; `config_differences`
+  names what a resume would change in the saved settings.
 
-Atomicity: the file is written under a temporary name in the same folder, flushed to disk
-(`fsync`), then renamed over its final name (`os.replace`, atomic on POSIX), and the folder
-is synced. A kill at any moment leaves either the old set of checkpoints or the new one,
-never a half-written `ckpt-*.npz`; leftover temporary files are ignored and cleaned up.
-On load the newest checkpoint that reads back completely (zip CRCs checked) is used, so
-even a file damaged later on disk falls back to the one before.
+A checkpoint holds every variable a run needs to continue bit for bit: the model's
+(weights, XL memory and other state, the step counter, the random generators' states),
+the optimizer's, and the running loss metric's; plus a JSON `meta` record (step,
+configuration, variable paths, format). It is written atomically (partf.training.atomic):
+a kill leaves the old set of checkpoints or the new one, never a half-written file, and
+leftover temporary files are cleaned up. On load the newest checkpoint that reads back
+completely (zip CRCs checked) is used, so a file damaged later falls back to the one before.
 
 Restore by path: each variable is saved with its path (`layout` in the meta record) and
 restored from the array of the same key (`variable_key`: the path less the model's and
 optimizer's names and Keras's per-process numbers), so models may make their variables
 in any order. Every live variable must find one saved array and every array a variable,
 else `CheckpointError` says which, in one line. Keys that collide are matched in order
-among themselves (see `restore_variables`).
+among themselves (see `matched_arrays`).
 
 Format: the meta record holds the format it was written in
 (`partf.serialization.FORMAT_VERSION`); a checkpoint of another format is refused
-(`CheckpointFormatError`), not skipped. A version that moves or renames variables
-writes the next format.
-
-Example:
-    >>> manager = CheckpointManager("checkpoints/base", keep=5)
-    >>> manager.save(step, {"model": model.variables}, meta={"epoch": 0})
-    >>> arrays, meta = manager.load_latest()
+(`CheckpointFormatError`), not skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
 import os
 import re
-import time
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION, FormatError, format_problem
+from partf.training.atomic import TMP_PREFIX, atomic_write_bytes
+from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
+from partf.training.run_state import Clock, attach_fit_state
+
+if TYPE_CHECKING:
+    from partf.training.build import Built
 
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^ckpt-(\d+)\.npz$")
-_TMP_PREFIX = ".tmp-"
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes `data` to `path` so that readers see the old file or the new one, never half.
-
-    Args:
-        path: destination; its folder must exist.
-        data: the complete contents.
-    """
-    path = Path(path)
-    tmp = path.with_name(f"{_TMP_PREFIX}{os.getpid()}-{path.name}")
-    try:
-        with open(tmp, "wb") as f:
-            _write_all(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-
-
-def _write_all(f: Any, data: bytes) -> None:
-    """Writes `data` in two halves. Between them, the interruption tests make the writer
-    pause (PARTF_TEST_WRITE_PAUSE seconds) so that a kill lands mid-write."""
-    half = len(data) // 2
-    f.write(data[:half])
-    pause = os.environ.get("PARTF_TEST_WRITE_PAUSE")
-    if pause:
-        f.flush()
-        time.sleep(float(pause))
-    f.write(data[half:])
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every platform can open a folder.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class CheckpointError(ValueError):
@@ -113,6 +62,14 @@ class CheckpointError(ValueError):
 
 class CheckpointFormatError(CheckpointError, FormatError):
     """A checkpoint of another partf format: readable, but not by this partf."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedCheckpoint:
+    """A checkpoint on disk: the step it holds and its path."""
+
+    step: int
+    path: str
 
 
 class CheckpointManager:
@@ -179,9 +136,9 @@ class CheckpointManager:
         for _, path in self.checkpoints()[: -self.keep]:
             with contextlib.suppress(OSError):
                 path.unlink()
-        for path in self.directory.glob(f"{_TMP_PREFIX}*"):
+        for path in self.directory.glob(f"{TMP_PREFIX}*"):
             # Temporary files of a writer that was killed (ours are renamed at once).
-            if not path.name.startswith(f"{_TMP_PREFIX}{os.getpid()}-"):
+            if not path.name.startswith(f"{TMP_PREFIX}{os.getpid()}-"):
                 with contextlib.suppress(OSError):
                     path.unlink()
 
@@ -387,3 +344,152 @@ def restore_variables(
     """
     for variable, value in matched_arrays(variables, arrays, what, saved_paths, **keys):
         variable.assign(value)
+
+
+# ------------------------------------------------------------- during a run
+@dataclasses.dataclass(frozen=True)
+class CheckpointWriter:
+    """Writes a checkpoint of the current state: the `Checkpointer`'s `save`.
+
+    Args:
+        manager: the run's `CheckpointManager` (it keeps the newest few).
+        built: the run's model; what is saved is `built.state_groups()`.
+        clock: the run's wall time, recorded for a resume.
+    """
+
+    manager: CheckpointManager
+    built: Built
+    clock: Clock
+
+    def __call__(self, step: int, train_loss: float | None) -> str:
+        """Writes the checkpoint of `step` and returns its path (see `CheckpointManager.save`)."""
+        attach_fit_state(self.built.model)  # JAX: the values fit holds, in the variables
+        meta = {
+            "config": self.built.full_config,
+            "train_loss": train_loss,
+            "elapsed_seconds": self.clock.seconds(),
+            "architecture": self.built.model.architecture_string(),
+            "model_name": self.built.model.name,  # dropped from the keys on restore
+        }
+        return str(self.manager.save(step, self.built.state_groups(), meta))
+
+
+# ----------------------------------------------------------------- resuming
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """Where a run picks up: from scratch (the defaults) or from a checkpoint.
+
+    Attributes:
+        step: updates already done.
+        checkpoint: the checkpoint restored, or None.
+        elapsed_seconds: wall time spent before the resume.
+        train_loss: the running training loss the checkpoint recorded.
+        metrics: (variable, value) pairs of the running loss's sums, to put back when a
+            resumed epoch begins; empty unless the checkpoint is mid-epoch.
+    """
+
+    step: int = 0
+    checkpoint: SavedCheckpoint | None = None
+    elapsed_seconds: float = 0.0
+    train_loss: float | None = None
+    metrics: tuple[tuple[Any, Any], ...] = ()
+
+
+def _defaults(config_class: type) -> dict[str, Any]:
+    """Each field's default, JSON-safe (tuples as lists, as `to_dict` writes them)."""
+    defaults = {}
+    for field in dataclasses.fields(config_class):
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            continue
+        defaults[field.name] = list(value) if isinstance(value, tuple) else value
+    return defaults
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The settings that differ between a checkpoint's configuration and this run's.
+
+    A setting added to `ModelConfig` or `TrainConfig` after the checkpoint was written
+    counts as its default, so checkpoints of earlier versions of the same format resume.
+
+    Args:
+        saved: the checkpoint's full configuration.
+        current: this run's (`Built.full_config`).
+
+    Returns:
+        "name: before -> after" lines; settings a run may change on resume are left out.
+    """
+    from partf.models.config import ModelConfig
+
+    differences = []
+    defaults = _defaults(ModelConfig)
+    saved_model = saved["model"]
+    for key in sorted(set(saved_model) | set(current["model"])):
+        before = saved_model.get(key, defaults.get(key))
+        if before != current["model"].get(key):
+            differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
+    defaults = _defaults(TrainConfig)
+    for key in sorted(set(saved["training"]) | set(current["training"])):
+        if key in RESUMABLE_CHANGES or key == "model":
+            continue
+        before = saved["training"].get(key, defaults.get(key))
+        if before != current["training"].get(key):
+            differences.append(f"{key}: {before!r} -> {current['training'].get(key)!r}")
+    return differences
+
+
+def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Resumed:
+    """Loads the newest checkpoint in `folder` into the built model, if there is one.
+
+    Args:
+        folder: checkpoints/<model_name>/.
+        keep: how many checkpoints the folder keeps (--keep_checkpoints).
+        built: the run's model; its variables receive the checkpoint's values.
+        batches_per_epoch: B, to tell whether the checkpoint is mid-epoch.
+
+    Returns:
+        `Resumed()` when the folder holds no checkpoint, else where the run picks up.
+
+    Raises:
+        CheckpointError: checkpoints exist but none can be read.
+        ConfigError: the checkpoint is of a run with another configuration.
+    """
+    manager = CheckpointManager(folder, keep=keep)
+    latest = manager.load_latest()
+    if latest is None:
+        if manager.checkpoints():
+            raise CheckpointError(
+                f"no checkpoint in {folder} can be read; move the folder "
+                "away or pass --overwrite to start again."
+            )
+        return Resumed()
+    groups, meta, path = latest
+    differences = config_differences(meta["config"], built.full_config)
+    if differences:
+        raise ConfigError(
+            f"{folder} holds a run with another configuration "
+            f"({'; '.join(differences[:3])}); pass --overwrite to start again or choose "
+            "another --model_name."
+        )
+    live = built.state_groups()
+    # Each variable takes the saved array of its own path (checkpoint.variable_key).
+    keys = {"root": built.model.name, "saved_model_root": saved_root(meta)}
+    for name in live:
+        restore_variables(live[name], groups.get(name, []), name, saved_paths(meta, name), **keys)
+    step = int(meta["step"])
+    metrics: tuple[tuple[Any, Any], ...] = ()
+    if step % batches_per_epoch:
+        # Mid-epoch: fit() will zero the running loss; hand back its saved sums.
+        variables, paths = built.model.metrics_variables, saved_paths(meta, "metrics")
+        metrics = tuple(matched_arrays(variables, groups["metrics"], "metrics", paths, **keys))
+    logger.info("resumed from %s at step %d", path, step)
+    return Resumed(
+        step=step,
+        checkpoint=SavedCheckpoint(step, str(path)),
+        elapsed_seconds=float(meta.get("elapsed_seconds", 0.0)),
+        train_loss=meta.get("train_loss"),
+        metrics=metrics,
+    )

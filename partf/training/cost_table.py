@@ -31,7 +31,7 @@ import keras
 import numpy as np
 
 from partf.models.cost import cost_key
-from partf.training.checkpoint import atomic_write_text
+from partf.training.atomic import atomic_write_text
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.splits import RunData
 

@@ -176,7 +176,7 @@ def read_selection(checkpoints: Path) -> Selection | None:
 
 def write_selection(checkpoints: Path, selection: Selection) -> None:
     """Writes selection.json (atomically) into the run's checkpoint folder."""
-    from partf.training.checkpoint import atomic_write_text
+    from partf.training.atomic import atomic_write_text
 
     atomic_write_text(
         checkpoints / SELECTION_FILE, json.dumps(selection.to_dict(), indent=2) + "\n"

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.callbacks.progress import RunProgress, Segment
 from partf.training.distribution import distribute_rows
+from partf.training.run_state import RunProgress, Segment
 from partf.training.splits import RunData
 
 if TYPE_CHECKING:

@@ -22,14 +22,13 @@ import numpy as np
 
 from partf.models.cost import expected_flops, model_flops, training_flops_per_token
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
+from partf.training.atomic import atomic_write_text
 from partf.training.build import Built
-from partf.training.callbacks.progress import read_tau
-from partf.training.checkpoint import atomic_write_text
 from partf.training.config import TrainConfig
 from partf.training.evaluation.perplexity import score
 from partf.training.paths import RunPaths
 from partf.training.plots import make_gif, save_pi_heatmap
-from partf.training.save import Clock
+from partf.training.run_state import Clock, read_tau
 from partf.training.splits import RunData
 from partf.training.summaries import write_scalars
 

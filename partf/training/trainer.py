@@ -8,10 +8,10 @@ reads top to bottom):
 2. `build_model(config, data, strategy) -> Built` (partf.training.build): the model
    (`ModelConfig` = the user's fields + those), the learning-rate schedule and the
    optimizer; `compile(jit_compile=..., steps_per_execution=...)`.
-3. `restore(...) -> Resumed`: the newest checkpoint of `checkpoints/<model_name>/`, if
-   there is one with the same configuration: weights, memory, optimizer, random
-   generators, the running loss, and the position in the data stream (the consumed
-   batches of the current epoch are skipped).
+3. `restore(...) -> Resumed` (partf.training.checkpoint): the newest checkpoint of
+   `checkpoints/<model_name>/`, if there is one with the same configuration: weights,
+   memory, optimizer, random generators, the running loss, and the position in the data
+   stream (the consumed batches of the current epoch are skipped).
 4. `run_fit(...) -> history`: `fit`, one call per `Segment`, with the callbacks of
    `partf.training.callbacks`: memory reset at each epoch start, TensorBoard and
    `training.log` every `log_every` steps, validation, checkpoints, pi heatmaps. A NaN
@@ -60,11 +60,11 @@ from typing import TYPE_CHECKING, Any
 import keras
 
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
+from partf.training.atomic import atomic_write_text
 from partf.training.build import Built, build_model
 from partf.training.callbacks.console_progress import ConsoleProgress
-from partf.training.callbacks.progress import RunProgress, StopReason
 from partf.training.callbacks.run_callbacks import make_callbacks
-from partf.training.checkpoint import CheckpointManager, atomic_write_text
+from partf.training.checkpoint import CheckpointManager, CheckpointWriter, Resumed, restore
 from partf.training.config import ConfigError, TrainConfig, model_error
 from partf.training.cost_table import cost_table, needs_table, write_cost_table
 from partf.training.distribution import build_strategy
@@ -75,8 +75,7 @@ from partf.training.fitting import plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
 from partf.training.results import Trained, finish
-from partf.training.resume import Resumed, restore
-from partf.training.save import CheckpointWriter, Clock
+from partf.training.run_state import Clock, RunProgress, StopReason
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
 
 __all__ = [

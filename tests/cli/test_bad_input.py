@@ -313,13 +313,13 @@ def test_train_unreadable_checkpoints(ws, tmp_path, capsys):
 
 def test_train_disk_full_leaves_no_partial_checkpoint(ws, tmp_path, monkeypatch, capsys):
     """ENOSPC half-way through the checkpoint: exit 1, no ckpt-*.npz and no temp file."""
-    import partf.training.checkpoint as checkpoint
+    import partf.training.atomic as atomic
 
     def half_then_full(f, data):
         f.write(data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "_write_all", half_then_full)
+    monkeypatch.setattr(atomic, "_write_all", half_then_full)
     assert train_cli.main(train_argv(ws["root"], "full", tmp_path)) == 1
     line = one_error_line(capsys, "partf-train")
     assert "no space left on the device" in line and "run the same command again" in line

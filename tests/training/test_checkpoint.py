@@ -1,24 +1,26 @@
-"""Checkpoints: round trip, pruning, and no unloadable latest checkpoint after a crash."""
+"""Checkpoints: round trip, pruning, no unloadable latest checkpoint after a crash, and
+which saved settings a resume may not change."""
 
 from __future__ import annotations
 
 import json
-import os
 
 import keras
 import numpy as np
 import pytest
 
 from partf.errors import DataError
+from partf.models.config import ModelConfig
 from partf.serialization import FORMAT_VERSION
-from partf.training import checkpoint as checkpoint_module
+from partf.training import atomic
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointFormatError,
     CheckpointManager,
-    atomic_write_text,
+    config_differences,
     restore_variables,
 )
+from partf.training.config import TrainConfig
 
 
 def _variables():
@@ -56,7 +58,7 @@ def test_crash_before_the_rename_leaves_the_previous_checkpoint(tmp_path, monkey
     def killed(src, dst):
         raise KeyboardInterrupt  # the process dies between writing and renaming
 
-    monkeypatch.setattr(checkpoint_module.os, "replace", killed)
+    monkeypatch.setattr(atomic.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         manager.save(2, {"model": _variables()}, meta={"n": 2})
     monkeypatch.undo()
@@ -135,9 +137,38 @@ def test_restore_refuses_another_configuration(tmp_path):
         restore_variables(wider[:1], groups["model"], "model")
 
 
-def test_atomic_text_write_replaces_whole_files(tmp_path):
-    target = tmp_path / "results.json"
-    atomic_write_text(target, "old")
-    atomic_write_text(target, "new")
-    assert target.read_text() == "new"
-    assert os.listdir(tmp_path) == ["results.json"]
+#: A tiny model's settings, for the configurations compared below.
+TINY = {
+    "d_model": 16,
+    "num_heads": 2,
+    "d_ffn": 32,
+    "num_layers": 2,
+    "mem_len": 8,
+    "cutoffs": (50, 120),
+}
+VOCAB = 200
+
+
+def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
+    model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
+    training = TrainConfig().to_dict()
+    current = {"model": model, "training": training}
+    # A checkpoint of a version without search_cost_weight and spike_factor.
+    saved = {
+        "model": {k: v for k, v in model.items() if k != "search_cost_weight"},
+        "training": {k: v for k, v in training.items() if k != "spike_factor"},
+    }
+    assert config_differences(saved, current) == []
+    changed = {**current, "model": {**model, "search_cost_weight": 0.5}}
+    assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
+
+
+def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
+    model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
+    saved = {"model": model, "training": TrainConfig(model_name="probs").to_dict()}
+    moved = TrainConfig(model_name="probs_seed0", output_dir="/elsewhere").to_dict()
+    assert config_differences(saved, {"model": model, "training": moved}) == []
+    changed = TrainConfig(model_name="probs_seed0", max_lr=2e-4).to_dict()
+    assert config_differences(saved, {"model": model, "training": changed}) == [
+        "max_lr: 0.0001 -> 0.0002"
+    ]

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from partf.training.callbacks.monitoring import SpikeMonitor
-from partf.training.callbacks.progress import RunProgress
+from partf.training.run_state import RunProgress
 from partf.training.spike_guard import SpikeGuard
 
 BATCH, STEPS, SPIKE, NAN = 8, 12, 6, 9

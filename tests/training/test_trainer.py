@@ -20,11 +20,11 @@ import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from partf.serialization import FORMAT_VERSION
-from partf.training.callbacks.progress import Segment
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.lr_schedules import WarmupCosine
+from partf.training.run_state import Segment
 from partf.training.trainer import RunPaths, TrainingInterrupted, plan_segments, train
 
 VOCAB = 200
@@ -320,34 +320,3 @@ def test_resuming_with_another_configuration_is_refused(resumed, records):
 )
 def test_plan_segments(start, total, expected):
     assert plan_segments(start, 10, total) == expected
-
-
-def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
-    from partf.models.config import ModelConfig
-    from partf.training.resume import config_differences
-
-    model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
-    training = TrainConfig().to_dict()
-    current = {"model": model, "training": training}
-    # A checkpoint of a version without search_cost_weight and spike_factor.
-    saved = {
-        "model": {k: v for k, v in model.items() if k != "search_cost_weight"},
-        "training": {k: v for k, v in training.items() if k != "spike_factor"},
-    }
-    assert config_differences(saved, current) == []
-    changed = {**current, "model": {**model, "search_cost_weight": 0.5}}
-    assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
-
-
-def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():
-    from partf.models.config import ModelConfig
-    from partf.training.resume import config_differences
-
-    model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
-    saved = {"model": model, "training": TrainConfig(model_name="probs").to_dict()}
-    moved = TrainConfig(model_name="probs_seed0", output_dir="/elsewhere").to_dict()
-    assert config_differences(saved, {"model": model, "training": moved}) == []
-    changed = TrainConfig(model_name="probs_seed0", max_lr=2e-4).to_dict()
-    assert config_differences(saved, {"model": model, "training": changed}) == [
-        "max_lr: 0.0001 -> 0.0002"
-    ]

@@ -23,20 +23,22 @@ SpikeMonitor on a spike) records a typed `StopReason` in its own `outcome` and s
 `model.stop_training`; after `fit` the trainer asks `first_stop(callbacks)` why the run
 stopped. A signal is an outside event, not a callback's finding: `SignalWatch` records it,
 the Checkpointer asks it at each execution end, and the trainer asks it afterwards. The
-only state the callbacks share is the position, `RunProgress`, written by one of them.
+only state the callbacks share is the position, `RunProgress`, written by one of them; it
+is the trainer's (partf.training.run_state, with `Segment` and `StopReason`), so nothing
+outside this package imports from it but the trainer that builds the callbacks.
 
 "Every N steps" is `EveryNSteps` (`progress`): the first execution end at or past each
 multiple of N. After partf's own the trainer adds `ConsoleProgress`, then the caller's.
 
 The modules:
 
-- `progress`: the run's position (`RunProgress`, `Segment`) and what every callback is
-  built from: `ProgressTracker`, `EveryNSteps`, `StopReason` and `RunStopper`.
+- `progress`: what every callback is built from: `ProgressTracker`, `EveryNSteps`,
+  `RunStopper` and `first_stop`.
 - `memory_reset`: `MemoryReset`.
 - `monitoring`: the callbacks that report on a run: `MetricsLogger`, `SpikeMonitor`,
   `PiPlotter`, `ValidationCallback`.
-- `checkpointer`: `Checkpointer`, the checkpoints it writes (`SavedCheckpoint`) and the
-  signals it stops on (`SignalWatch`).
+- `checkpointer`: `Checkpointer`, which decides when a checkpoint is written (by
+  partf.training.checkpoint) and stops on a signal (partf.training.signals).
 - `console_progress`: `ConsoleProgress`, progress lines on the console.
 - `run_callbacks`: `make_callbacks`, which builds them all for one run (`RunCallbacks`).
 """

@@ -1,81 +1,24 @@
 """Checkpoints during a run: `Checkpointer` saves every N steps, at epoch ends and on
-SIGINT/SIGTERM, which `SignalWatch` records; `SavedCheckpoint` is one on disk.
+SIGINT/SIGTERM, which `SignalWatch` (partf.training.signals) records.
 
-The callback only decides when: `save` (partf.training.save.CheckpointWriter) writes.
+The callback only decides when: `save` (partf.training.checkpoint.CheckpointWriter)
+writes, and what it wrote is a `SavedCheckpoint`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import math
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from partf.training.callbacks.progress import (
-    EveryNSteps,
-    RunProgress,
-    RunStopper,
-    StopReason,
-    read_loss,
-)
+from partf.training.callbacks.progress import EveryNSteps, RunStopper
+from partf.training.checkpoint import SavedCheckpoint
+from partf.training.run_state import RunProgress, StopReason, read_loss
+from partf.training.signals import SignalWatch
 
 logger = logging.getLogger("partf.training")
-
-
-class SignalWatch:
-    """Records SIGINT and SIGTERM while `installed()`.
-
-    The first signal asks the run to stop: the `Checkpointer` saves and stops `fit` at
-    the next execution end. A second SIGINT aborts at once (KeyboardInterrupt).
-
-    Attributes:
-        received: the first signal's number, or None.
-    """
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[SignalWatch]:
-        """Installs the handlers for the block, then puts the previous ones back."""
-        previous = {}
-        try:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous[signum] = signal.signal(signum, self._request_stop)
-        except ValueError:  # not the main thread: leave signals alone
-            previous = {}
-        try:
-            yield self
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-
-    def _request_stop(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = signum
-        logger.warning(
-            "%s received: saving a checkpoint and stopping after the current steps.",
-            signal.Signals(signum).name,
-        )
-
-    def stop_reason(self, step: int) -> StopReason | None:
-        """The "signal" reason at `step` when a signal arrived, else None."""
-        if self.received is None:
-            return None
-        return StopReason("signal", step, signum=self.received)
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedCheckpoint:
-    """A checkpoint on disk: the step it holds and its path."""
-
-    step: int
-    path: str
 
 
 class Checkpointer(EveryNSteps, RunStopper):

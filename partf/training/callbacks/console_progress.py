@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import keras
 
 from partf.console import rate_text, write_line
-from partf.training.callbacks.progress import RunProgress, read_loss, read_tau
+from partf.training.run_state import RunProgress, read_loss, read_tau
 
 
 class ConsoleProgress(keras.callbacks.Callback):

@@ -10,7 +10,7 @@ from typing import Any
 
 import keras
 
-from partf.training.callbacks.progress import RunProgress
+from partf.training.run_state import RunProgress
 
 
 class MemoryReset(keras.callbacks.Callback):

@@ -18,17 +18,16 @@ import keras
 import numpy as np
 
 from partf.models.cost import candidate_flops
-from partf.training.callbacks.progress import (
-    EveryNSteps,
+from partf.training.callbacks.progress import EveryNSteps, RunStopper
+from partf.training.evaluation.perplexity import Evaluator, score
+from partf.training.plots import save_pi_heatmap
+from partf.training.run_state import (
     RunProgress,
-    RunStopper,
     StopReason,
     attach_fit_state,
     read_loss,
     read_tau,
 )
-from partf.training.evaluation.perplexity import Evaluator, score
-from partf.training.plots import save_pi_heatmap
 from partf.training.summaries import write_image, write_scalars
 
 logger = logging.getLogger("partf.training")

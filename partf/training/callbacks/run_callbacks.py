@@ -14,7 +14,7 @@ from typing import Any
 import keras
 
 from partf.training.build import Built
-from partf.training.callbacks.checkpointer import Checkpointer, SignalWatch
+from partf.training.callbacks.checkpointer import Checkpointer
 from partf.training.callbacks.memory_reset import MemoryReset
 from partf.training.callbacks.monitoring import (
     MetricsLogger,
@@ -22,11 +22,12 @@ from partf.training.callbacks.monitoring import (
     SpikeMonitor,
     ValidationCallback,
 )
-from partf.training.callbacks.progress import ProgressTracker, RunProgress, StopReason, first_stop
+from partf.training.callbacks.progress import ProgressTracker, first_stop
+from partf.training.checkpoint import CheckpointWriter, Resumed
 from partf.training.config import TrainConfig
 from partf.training.paths import RunPaths
-from partf.training.resume import Resumed
-from partf.training.save import CheckpointWriter
+from partf.training.run_state import RunProgress, StopReason
+from partf.training.signals import SignalWatch
 from partf.training.splits import RunData
 from partf.training.summaries import open_writer
 

@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from partf.training.callbacks.checkpointer import Checkpointer, SignalWatch
+from partf.training.callbacks.checkpointer import Checkpointer
 from partf.training.callbacks.memory_reset import MemoryReset
 from partf.training.callbacks.monitoring import MetricsLogger
-from partf.training.callbacks.progress import (
-    EveryNSteps,
-    ProgressTracker,
-    RunProgress,
-    Segment,
-    StopReason,
-    first_stop,
-)
+from partf.training.callbacks.progress import EveryNSteps, ProgressTracker, first_stop
+from partf.training.run_state import RunProgress, Segment, StopReason
+from partf.training.signals import SignalWatch
 
 
 class FakeModel:

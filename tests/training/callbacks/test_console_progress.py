@@ -6,7 +6,7 @@ import io
 import re
 
 from partf.training.callbacks.console_progress import ConsoleProgress
-from partf.training.callbacks.progress import RunProgress
+from partf.training.run_state import RunProgress
 
 
 class Clock:

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from partf.models import PARTransformerXL
 from partf.models.cost import expected_flops
 from partf.training.callbacks.monitoring import MetricsLogger, PiPlotter
-from partf.training.callbacks.progress import RunProgress
+from partf.training.run_state import RunProgress
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ import tensorflow as tf
 from partf.generation.model_helpers import reconfigure
 from partf.models import MaskedLanguageModel, PARTransformerXL
 from partf.training.callbacks.monitoring import ValidationCallback
-from partf.training.callbacks.progress import RunProgress
 from partf.training.evaluation.block_weights import expected_evaluator
 from partf.training.evaluation.perplexity import Evaluator, SplitStats
+from partf.training.run_state import RunProgress
 
 VOCAB = 50
 

@@ -1,0 +1,72 @@
+"""Files written atomically: a reader sees the old file or the new one, never half.
+
+The file is written under a temporary name in the same folder (`.tmp-<pid>-<name>`),
+flushed to disk (`fsync`), then renamed over its final name (`os.replace`, atomic on
+POSIX), and the folder is synced. Checkpoints, `config.json`, `results.json`, the cost
+table, the drop selection and the plots are all written this way; a checkpoint folder
+cleans up the temporary files a killed writer left (partf.training.checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+#: The prefix of a file being written; it is renamed once complete.
+TMP_PREFIX = ".tmp-"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Writes `data` to `path` so that readers see the old file or the new one, never half.
+
+    Args:
+        path: destination; its folder must exist.
+        data: the complete contents.
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")
+    try:
+        with open(tmp, "wb") as f:
+            _write_all(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    """Writes `data` in two halves. Between them, the interruption tests make the writer
+    pause (PARTF_TEST_WRITE_PAUSE seconds) so that a kill lands mid-write."""
+    half = len(data) // 2
+    f.write(data[:half])
+    pause = os.environ.get("PARTF_TEST_WRITE_PAUSE")
+    if pause:
+        f.flush()
+        time.sleep(float(pause))
+    f.write(data[half:])
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every platform can open a folder.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
