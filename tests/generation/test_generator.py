@@ -1,4 +1,5 @@
-"""Generation: carried state equals recomputation, sampling filters, seeds, padding."""
+"""Generation: carried state equals recomputation, greedy and seeded decoding, padding,
+refused arguments, and the compiled loop on JAX."""
 
 from __future__ import annotations
 
@@ -9,51 +10,16 @@ import numpy as np
 import pytest
 from keras import ops
 
-from partf.generation import (
-    Generator,
-    Sampling,
-    filter_log_probs,
-    generate,
-    reconfigure,
-    sample_tokens,
-)
+from partf.generation import Generator, Sampling, generate, reconfigure
 from partf.models import PARTransformerXL
+from tests.generation.helpers import TINY, VOCAB, full_pass_log_probs, with_random_arch
 from tests.test_jax_backend import run_on_jax
-
-VOCAB = 40
-TINY = dict(
-    vocab_size=VOCAB,
-    d_model=16,
-    num_heads=2,
-    d_ffn=32,
-    num_layers=2,
-    cutoffs=(12,),
-    dropout_rate=0.1,  # must be off in generation
-    batch_size=3,
-    eval_mode="expected",  # every candidate contributes, deterministically
-)
-LENGTH = 8
-
-
-def _with_random_arch(model: PARTransformerXL) -> PARTransformerXL:
-    # Zero logits mix candidates equally; random ones make each block different.
-    rng = np.random.default_rng(5)
-    for var in model.arch_variables:
-        var.assign(rng.normal(size=var.shape).astype("float32"))
-    return model
-
-
-@pytest.fixture(scope="module")
-def relative_model() -> PARTransformerXL:
-    keras.utils.set_random_seed(11)
-    # Memory longer than any sequence here, so carried state sees everything.
-    return _with_random_arch(PARTransformerXL(TINY, attention="relative", mem_len=16))
 
 
 @pytest.fixture(scope="module")
 def linear_model() -> PARTransformerXL:
     keras.utils.set_random_seed(12)
-    return _with_random_arch(
+    return with_random_arch(
         PARTransformerXL(TINY, attention="linear", mem_len=0, attention_options={"chunk_size": 4})
     )
 
@@ -81,20 +47,9 @@ def model(request, relative_model, linear_model) -> PARTransformerXL:
     keras.utils.set_random_seed(13)
     options = dict(STATEFUL[name])
     mem_len = options.pop("mem_len", 0)
-    return _with_random_arch(
+    return with_random_arch(
         PARTransformerXL(TINY, attention=name, mem_len=mem_len, attention_options=options)
     )
-
-
-@pytest.fixture(scope="module")
-def tokens() -> np.ndarray:
-    return np.random.default_rng(0).integers(1, VOCAB, (2, LENGTH)).astype("int32")
-
-
-def full_pass_log_probs(model: PARTransformerXL, tokens: np.ndarray) -> np.ndarray:
-    """One forward over the whole sequence: [B, T, V] next-token log-probabilities."""
-    hidden, _ = model.forward(tokens, model.initial_state(tokens.shape[0]), training=False)
-    return ops.convert_to_numpy(model.log_probs(hidden))
 
 
 # ---------------------------------------------------------------- equivalence
@@ -188,57 +143,6 @@ def test_top_k_one_is_greedy(relative_model, tokens):
     check_greedy(relative_model, tokens[:, :5], Sampling(temperature=1.3, top_k=1))
 
 
-# ----------------------------------------------------------------- sampling
-def numpy_filter(log_probs: np.ndarray, temperature: float, top_k: int, top_p: float):
-    """Reference: temperature, then top-k, then top-p on the renormalised top-k."""
-    out = []
-    for row in np.asarray(log_probs, np.float64):
-        logits = row / temperature
-        order = np.argsort(-logits)
-        keep = np.zeros(logits.shape, bool)
-        keep[order[: top_k or len(logits)]] = True
-        probs = np.where(keep, np.exp(logits - logits.max()), 0.0)
-        probs /= probs.sum()
-        cumulative = 0.0
-        nucleus = np.zeros(logits.shape, bool)
-        for index in order:
-            if not keep[index] or cumulative >= top_p:
-                break
-            nucleus[index] = True
-            cumulative += probs[index]
-        final = np.where(nucleus, np.exp(logits - logits.max()), 0.0)
-        out.append(final / final.sum())
-    return np.stack(out)
-
-
-@pytest.mark.parametrize(
-    "temperature, top_k, top_p",
-    [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.0, 0, 0.6), (1.5, 12, 0.8), (1.0, 3, 0.99), (0.5, 0, 0.05)],
-)
-def test_filter_matches_numpy_reference(temperature, top_k, top_p):
-    logits = np.random.default_rng(top_k).normal(size=(6, VOCAB)).astype("float32") * 2.0
-    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    expected = numpy_filter(log_probs, temperature, top_k, top_p)
-    got = np.exp(
-        ops.convert_to_numpy(filter_log_probs(log_probs, Sampling(temperature, top_k, top_p)))
-    )
-    np.testing.assert_allclose(got, expected, atol=1e-5)
-    allowed = expected > 0
-    if top_k:
-        assert (allowed.sum(-1) <= top_k).all()
-
-
-def test_samples_follow_filtered_distribution():
-    probs = np.array([0.3, 0.25, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01], "float32")
-    sampling = Sampling(temperature=1.0, top_k=5, top_p=0.8)
-    expected = numpy_filter(np.log(probs)[None], 1.0, 5, 0.8)[0]  # tokens 0..3
-    rows = np.tile(np.log(probs), (4000, 1))
-    draws = ops.convert_to_numpy(sample_tokens(rows, sampling, keras.random.SeedGenerator(7)))
-    assert set(np.unique(draws)) <= set(np.flatnonzero(expected > 0))
-    frequencies = np.bincount(draws, minlength=len(probs)) / len(draws)
-    np.testing.assert_allclose(frequencies, expected, atol=0.03)
-
-
 def test_padding_is_never_drawn(relative_model):
     generator = Generator(relative_model, compiled=False)
     log_probs, state = generator.start([[2, 5, 7]])
@@ -266,21 +170,6 @@ def test_same_seed_same_text(relative_model, tokens):
     assert not np.array_equal(first.tokens, other)
 
 
-# -------------------------------------------------------------- validation
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(temperature=-0.1), "temperature"),
-        (dict(top_k=-1), "top_k"),
-        (dict(top_p=0.0), "top_p"),
-        (dict(top_p=1.5), "top_p"),
-    ],
-)
-def test_bad_sampling_settings(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        Sampling(**kwargs)
-
-
 def test_bad_generator_arguments(relative_model):
     with pytest.raises(ValueError, match="mode"):
         Generator(relative_model, mode="cached")
@@ -290,16 +179,6 @@ def test_bad_generator_arguments(relative_model):
         Generator(relative_model, compiled=False).generate(np.zeros((1, 0), "int32"), 3)
     with pytest.raises(ValueError, match="recompute"):
         Generator(reconfigure(relative_model, mem_len=0), mode="carried")
-
-
-def test_reconfigure_keeps_weights_and_refuses_shape_changes(relative_model, tokens):
-    longer = reconfigure(relative_model, mem_len=64, batch_size=1)
-    assert longer.config.mem_len == 64
-    np.testing.assert_allclose(
-        full_pass_log_probs(longer, tokens), full_pass_log_probs(relative_model, tokens), atol=1e-5
-    )
-    with pytest.raises(ValueError, match="weights"):
-        reconfigure(relative_model, d_ffn=64)
 
 
 # ------------------------------------------------------- the fast carried path
