@@ -555,6 +555,27 @@ def lara(config, params, q, k, v, state, mask, noise=None):
     return out, {}
 
 
+# ------------------------------------------------------------------------- rotary
+def rotate_reference(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Each pair (x_k, x_{k + D/2}) at position p times the 2x2 rotation by
+    p / 10000^(2k / D), one token, head and pair at a time."""
+    x = f64(x)
+    out = np.empty_like(x)
+    batch, length, heads, dim = x.shape
+    half = dim // 2
+    for b in range(batch):
+        for t in range(length):
+            for k in range(half):
+                angle = float(positions[b, t]) / 10000.0 ** (2.0 * k / dim)
+                rotation = np.array(
+                    [[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]]
+                )
+                for h in range(heads):
+                    pair = rotation @ np.array([x[b, t, h, k], x[b, t, h, k + half]])
+                    out[b, t, h, k], out[b, t, h, k + half] = pair
+    return out
+
+
 # ------------------------------------------------------------------------ relative
 def sinusoid(distances: Array, width: int) -> Array:
     """Transformer-XL's encoding of a distance d: [sin(d f_k), cos(d f_k)], with
