@@ -1,5 +1,4 @@
-"""Architecture presets, per-mechanism attention options, and the Primal KSVD term in
-the training logs."""
+"""Per-mechanism attention options, and the Primal KSVD term in the training logs."""
 
 from __future__ import annotations
 
@@ -8,34 +7,8 @@ import numpy as np
 import pytest
 
 from partf.models import ModelConfig, PARTransformerXL
-from partf.models.config import expand_architecture
 
 TINY = dict(vocab_size=40, d_model=8, num_heads=2, d_ffn=16, mem_len=4, cutoffs=(), batch_size=2)
-
-
-@pytest.mark.parametrize(
-    "preset,layers,expected",
-    [
-        ("plain", 4, "A D A D"),
-        ("transnormer", 8, "diag D diag D norm D norm D"),
-        ("transnormer", 6, "diag D diag D norm D"),
-        ("TransNormer", 4, "diag D norm D"),
-        ("primal_hybrid", 6, "softmax D softmax D primal D"),
-        ("primal_hybrid", 2, "primal D"),
-    ],
-)
-def test_presets_name_architecture_strings(preset, layers, expected):
-    assert expand_architecture(preset, layers) == expected
-    config = ModelConfig(**TINY, num_layers=layers, architecture=preset)
-    assert config.architecture == expected  # stored as the string it stands for
-    assert ModelConfig.from_dict(config.to_dict()) == config
-
-
-def test_a_preset_needs_pairs_of_blocks_and_names_stay_attentions():
-    with pytest.raises(ValueError, match="num_layers must be even, got 5"):
-        ModelConfig(**TINY, num_layers=5, architecture="transnormer")
-    # An attention name is one block of that attention, not a preset.
-    assert ModelConfig(**TINY, num_layers=1, architecture="primal").architecture == "primal"
 
 
 def test_per_mechanism_options_reach_their_own_layers():

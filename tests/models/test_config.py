@@ -5,7 +5,7 @@ import json
 import pytest
 
 from partf.attention import get_attention_class
-from partf.models.config import ModelConfig, architecture_token, parse_architecture
+from partf.models.config import ModelConfig
 
 
 def test_json_round_trip_with_non_defaults():
@@ -39,26 +39,6 @@ def test_json_round_trip_with_non_defaults():
     assert values["cutoffs"] == [50, 200]
     assert ModelConfig.from_dict(values) == config
     assert ModelConfig(**values).cutoffs == (50, 200)  # lists are stored as tuples
-
-
-def test_architecture_parsing():
-    assert parse_architecture("A a,D  I relative") == (
-        "attention",
-        "attention",
-        "dense",
-        "identity",
-        "relative",
-    )
-    assert [architecture_token(n) for n in ("attention", "dense", "identity", "performer")] == [
-        "A",
-        "D",
-        "I",
-        "performer",
-    ]
-    config = ModelConfig(vocab_size=100, cutoffs=(), num_layers=3, architecture="A D I")
-    assert config.block_candidates == (("attention",), ("dense",), ("identity",))
-    assert not config.is_stochastic
-    assert ModelConfig(vocab_size=100, cutoffs=()).is_stochastic
 
 
 @pytest.mark.parametrize(
@@ -149,31 +129,6 @@ def test_a_non_causal_config_records_no_memory_and_no_adaptive_softmax():
     assert ModelConfig(vocab_size=50, cutoffs=(20,)).causal
     with pytest.raises(ValueError, match="causal=False is the bidirectional Encoder's"):
         PARTransformerXL(config)
-
-
-# ------------------------------------------------------------ searched blocks ('A|I')
-def test_searched_blocks_are_parsed_per_block():
-    from partf.models.config import parse_architecture, parse_block_candidates
-
-    config = ModelConfig(vocab_size=300, num_layers=3, architecture="A|I D|I norm", cutoffs=())
-    assert config.block_candidates == (("attention", "identity"), ("dense", "identity"), ("norm",))
-    assert config.is_stochastic
-    assert config.search_candidates == ("attention", "identity", "dense", "norm")
-    assert parse_block_candidates("relative|norm|I D") == (
-        ("relative", "norm", "identity"),
-        ("dense",),
-    )
-    with pytest.raises(ValueError, match="fixed architecture names one candidate per block"):
-        parse_architecture("A|I D")
-    with pytest.raises(ValueError, match="names a candidate twice or none"):
-        parse_block_candidates("A|A D")
-    with pytest.raises(ValueError, match="unknown architecture token 'X'"):
-        parse_block_candidates("A|X D")
-    with pytest.raises(ValueError, match="only the causal model"):
-        ModelConfig(vocab_size=300, num_layers=2, architecture="A|I D", causal=False, cutoffs=())
-    # A fixed architecture is no search.
-    fixed = ModelConfig(vocab_size=300, num_layers=2, architecture="A D", cutoffs=())
-    assert not fixed.is_stochastic
 
 
 # ----------------------------------------------------- before the data is read
