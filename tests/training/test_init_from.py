@@ -1,73 +1,22 @@
-"""partf.training.init_from (`--init_from`) and partf.training.drop_selection
-(`--drop_attention`): weights copied from a finished run where the block types match,
-blocks aligned, scores of the source kept, and the training-free drop chosen by the
-validation loss computed directly.
+"""partf.training.init_from (`--init_from`): weights copied from a finished run where the
+block types match, blocks aligned, and scores of the source kept.
 
 The source is a tiny fixed Transformer-XL with random weights, saved as a finished run
-writes it (results.json and <name>.keras); no XLA.
+writes it (results.json and <name>.keras; tests/training/conftest.py); no XLA.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from partf.models.config import ModelConfig
-from partf.models.par_transformer_xl import PARTransformerXL
-from partf.serialization import FORMAT_VERSION
 from partf.training.config import ConfigError
-from partf.training.drop_selection import select_dropped
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.init_from import block_alignment, init_weights, load_source
-from partf.training.splits import Split
-
-VOCAB, BATCH, LENGTH = 64, 2, 6
-SIZES = dict(vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, mem_len=4, cutoffs=(20,))
-
-
-def build(architecture: str, seed: int = 0, **changes) -> PARTransformerXL:
-    keras.utils.set_random_seed(seed)
-    layers = len(architecture.split())
-    config = ModelConfig(
-        **{**SIZES, **changes}, num_layers=layers, architecture=architecture, batch_size=BATCH
-    )
-    model = PARTransformerXL(config, name="par_transformer_xl")
-    model.build((BATCH, LENGTH))
-    return model
-
-
-def finished_run(folder, model, name: str = "source"):
-    """`folder` as a finished partf-train run leaves it: results.json and <name>.keras."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps({"format": FORMAT_VERSION, "model_name": name}))
-    model.save(folder / f"{name}.keras")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """A trained-looking source: `A D A D` with random weights, LayerNorms moved off their
-    initial values so that a copied norm differs from a fresh one."""
-    model = build("A D A D", seed=1)
-    rng = np.random.default_rng(0)
-    for variable in model.trainable_weights:
-        if "gamma" in variable.path or "beta" in variable.path or "bias" in variable.path:
-            variable.assign(rng.normal(size=variable.shape).astype("float32"))
-    folder = finished_run(tmp_path_factory.mktemp("runs") / "source", model)
-    return model, folder
-
-
-@pytest.fixture(scope="module")
-def valid_split():
-    rng = np.random.default_rng(3)
-    batches = rng.integers(1, VOCAB, size=(3, BATCH, LENGTH + 1)).astype("int32")
-    dataset = tf.data.Dataset.from_tensor_slices((batches[:, :, :-1], batches[:, :, 1:]))
-    return Split(dataset, len(batches), BATCH, LENGTH, VOCAB, {})
+from tests.training.helpers import build, finished_run
 
 
 def values(layer) -> dict[str, np.ndarray]:
@@ -185,41 +134,3 @@ def test_another_width_or_no_finished_run_is_refused(tmp_path, source):
         init_weights(build("A D A D", d_model=8, d_ffn=8), folder)
     with pytest.raises(ConfigError, match="no finished run there"):
         init_weights(build("A D A D"), tmp_path / "nothing")
-
-
-def direct_loss(model, split, skip: int | None) -> float:
-    """Mean loss per token over the split, memory carried, computed here block by block
-    with block `skip` left out: the selection's score, written independently."""
-    states = model.backbone.initial_state(BATCH)
-    total, count = 0.0, 0
-    for inputs, targets in split.dataset:
-        x = model.embedding(inputs) * np.sqrt(model.config.d_model).astype("float32")
-        new_states = []
-        for b, (block, state) in enumerate(zip(model.blocks, states, strict=True)):
-            y, state = block(x, states=state, mask=inputs != 0, training=False)
-            new_states.append(state)
-            if b != skip:
-                x = y
-        states = new_states
-        nll = keras.ops.convert_to_numpy(model.token_nll(x, targets))
-        total += float(nll.astype(np.float64).sum())
-        count += nll.size
-    return total / count
-
-
-def test_the_drop_scores_are_the_validation_losses(source, valid_split):
-    """Each score is the validation loss with that attention block alone replaced by the
-    identity; the blocks dropped are those whose scores are lowest."""
-    model, folder = source
-    selection = select_dropped(folder, 1, valid_split, jit_compile=False)
-    assert sorted(selection.losses) == [0, 2]
-    for block, loss in selection.losses.items():
-        assert loss == pytest.approx(direct_loss(model, valid_split, block), rel=1e-5)
-    assert selection.baseline_loss == pytest.approx(direct_loss(model, valid_split, None), 1e-5)
-    best = min(selection.losses, key=selection.losses.get)
-    assert selection.dropped == (best,)
-    tokens = ["A", "D", "A", "D"]
-    tokens[best] = "I"
-    assert selection.architecture == " ".join(tokens)
-    with pytest.raises(ConfigError, match="has 2 attention blocks; give 1 to 2"):
-        select_dropped(folder, 3, valid_split, jit_compile=False)
