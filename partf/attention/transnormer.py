@@ -81,10 +81,14 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 class _NormalizedOutput:
     """Mixin: the output normalisation over all heads, [B, T, H, Dh] -> same."""
 
-    norm_type: str
-    rms_form: str
+    def _set_norm(self, norm_type: str, rms_form: str) -> None:
+        _check_choice("norm_type", norm_type, NORM_TYPES)
+        _check_choice("rms_form", rms_form, RMS_FORMS)
+        self.norm_type = norm_type
+        self.rms_form = rms_form
 
-    def _build_norm(self) -> None:
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
         if self.norm_type == "layer":
             self.output_norm = keras.layers.LayerNormalization(
                 axis=(-2, -1), dtype=self.dtype_policy, name="output_norm"
@@ -153,15 +157,8 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     ) -> None:
         super().__init__(d_model, num_heads, chunk_size=chunk_size, **kwargs)
         _check_choice("feature_map", feature_map, FEATURE_MAPS)
-        _check_choice("norm_type", norm_type, NORM_TYPES)
-        _check_choice("rms_form", rms_form, RMS_FORMS)
+        self._set_norm(norm_type, rms_form)
         self.feature_map = feature_map
-        self.norm_type = norm_type
-        self.rms_form = rms_form
-
-    def build(self, input_shape) -> None:
-        super().build(input_shape)
-        self._build_norm()
 
     def phi(self, x: Any) -> Any:
         x = ops.cast(x, "float32")
@@ -229,16 +226,9 @@ class DiagAttention(_NormalizedOutput, Attention):
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}.")
         _check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
-        _check_choice("norm_type", norm_type, NORM_TYPES)
-        _check_choice("rms_form", rms_form, RMS_FORMS)
+        self._set_norm(norm_type, rms_form)
         self.window_size = window_size
         self.diag_activation = diag_activation
-        self.norm_type = norm_type
-        self.rms_form = rms_form
-
-    def build(self, input_shape) -> None:
-        super().build(input_shape)
-        self._build_norm()
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         if not self.causal:  # one whole sequence per call: no open block to carry
@@ -284,11 +274,7 @@ class DiagAttention(_NormalizedOutput, Attention):
         logits = logits / math.sqrt(dim)
         causal = ops.arange(window)[:, None] >= ops.arange(window)[None, :]
         visible = ops.logical_and(causal[None, None, None], windows(valid_grid)[:, :, None, None])
-        if self.diag_activation == "softmax":
-            weights = masked_softmax(logits, visible)
-        else:
-            weights = ops.where(visible, ops.relu(logits), 0.0)
-        weights = self.dropout(weights, training=training)
+        weights = self._block_weights(logits, visible, training)
         out = ops.einsum("bnhij,bnjhd->bnihd", weights, windows(v_grid))
         out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length, place)
         out = self._normalize(out)
@@ -303,6 +289,13 @@ class DiagAttention(_NormalizedOutput, Attention):
         }
         return ops.cast(out, q.dtype), new_state
 
+    def _block_weights(self, logits: Any, visible: Any, training: Any) -> Any:
+        if self.diag_activation == "softmax":
+            weights = masked_softmax(logits, visible)
+        else:
+            weights = ops.where(visible, ops.relu(logits), 0.0)
+        return self.dropout(weights, training=training)
+
     def attend_blocks(self, q, k, v, mask=None, training=None) -> Any:
         """Non-causal form: each query sees every real token of its block."""
         window, heads, dim = self.window_size, self.num_heads, self.head_dim
@@ -313,11 +306,7 @@ class DiagAttention(_NormalizedOutput, Attention):
         v_blocks = split_blocks(ops.cast(v, "float32"), window)
         visible = split_blocks(valid, window)[:, :, None, None, :] > 0.5  # [B, n, 1, 1, W]
         logits = ops.einsum("bnihd,bnjhd->bnhij", q_blocks, k_blocks) / math.sqrt(dim)
-        if self.diag_activation == "softmax":
-            weights = masked_softmax(logits, visible)
-        else:
-            weights = ops.where(visible, ops.relu(logits), 0.0)
-        weights = self.dropout(weights, training=training)
+        weights = self._block_weights(logits, visible, training)
         # A pad's value gets weight 0, but 0 * inf would still be NaN.
         v_blocks = ops.where(visible[:, :, 0, 0, :, None, None], v_blocks, 0.0)
         out = ops.einsum("bnhij,bnjhd->bnihd", weights, v_blocks)

@@ -36,7 +36,6 @@ References:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -383,17 +382,6 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
         return [
             layer for block in self.blocks for _, layer in block.attentions() if layer.adds_loss()
         ]
-
-    @property
-    def primal_attentions(self) -> list[Any]:
-        """Deprecated: `loss_attentions` (every attention that adds a loss, not only
-        Primal's)."""
-        warnings.warn(
-            "PARTransformerXL.primal_attentions is deprecated; use loss_attentions.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.loss_attentions
 
     def compute_metrics(
         self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None
