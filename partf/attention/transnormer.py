@@ -1,37 +1,25 @@
 """TransNormer's two attentions: NormAttention and DiagAttention (Qin et al., 2022).
 
-The paper finds two faults in kernel linear attention: its denominator
-(the scaling) makes gradients unbounded, and over long sequences it spreads
-attention too thinly ("dilution"). TransNormer answers with
+The paper finds two faults in kernel linear attention: its denominator makes
+gradients unbounded, and over long sequences it spreads attention too thinly
+("dilution"). TransNormer answers with
 
 * NormAttention: linear attention *without* the denominator, phi(Q)(phi(K)^T V),
-  followed by a normalisation of the output. Causal form: the running sum
-  S = sum phi(k) v^T is the state.
-* DiagAttention: attention restricted to non-overlapping blocks of
-  `window_size` tokens (block-diagonal), so early layers look at neighbours
-  only, its output normalised as well.
+  followed by a normalisation of the output; the running sum S = sum phi(k) v^T is
+  the state.
+* DiagAttention: attention within non-overlapping blocks of `window_size` tokens at
+  fixed stream positions (counted in real tokens), so early layers look at
+  neighbours only, its output normalised as well; the open block's keys and values
+  are the state.
 
-The paper places DiagAttention in the early layers and NormAttention in the
-later ones (the first and second half of the stack in the released models).
-
-The defaults are the authors' released model `transnormer_t1` (OpenNLPLab's
-fairseq-evo): NormAttention with elu features, DiagAttention with relu scores,
-both followed by the authors' simple RMS norm x / (rms(x) + 1e-8), rms(x) =
-sqrt(mean(x^2)) over all heads of a token. Their other released model,
-`transnormer_t2`, is `feature_map="elu+1"` for NormAttention and
-`diag_activation="softmax", norm_type="none"` for DiagAttention (the authors
-skip the norm whenever softmax is on). Neither applies URPE here (the released
-models' unitary relative position encoding of q and k): partf has no URPE.
-
-Before these defaults partf used softmax within blocks followed by the norm, a
-pairing the authors never shipped, and the RMS norm x / sqrt(mean(x^2) + 1e-6)
-(`rms_form="partf"`); both stay available by option.
-
-Blocks sit at fixed positions of the stream, counted in real tokens (padding
-takes no place, so a left-padded prompt is cut as the unpadded one), so
-DiagAttention carries the open block's keys and values in its state and
-segments equal one call.
-"""
+The paper places DiagAttention in the early layers and NormAttention in the later ones.
+The defaults are the authors' released `transnormer_t1` (OpenNLPLab's fairseq-evo):
+elu features, relu block scores, both followed by the simple RMS norm
+x / (rms(x) + 1e-8) over all heads of a token. Their `transnormer_t2` is
+`feature_map="elu+1"` and `diag_activation="softmax", norm_type="none"`. Neither
+applies the released models' URPE (unitary relative position encoding): partf has
+none. `rms_form="partf"` (x / sqrt(mean(x^2) + 1e-6)) and softmax followed by a norm
+are partf's own pairings."""
 
 from __future__ import annotations
 
@@ -120,22 +108,16 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         chunk_size: tokens per chunk of the chunk-wise computation.
-        feature_map: phi for queries and keys: "elu" (the authors' transnormer_t1),
-            "elu+1" (their transnormer_t2) or "relu".
-        norm_type: output normalisation over the concatenated heads:
-            "simple_rms" (x / rms(x), both released models), "layer" or "none".
-        rms_form: the simple RMS norm's epsilon: "authors" (x / (rms(x) + 1e-8), the
-            released models) or "partf" (x / sqrt(mean(x^2) + 1e-6), partf's first).
+        feature_map: phi for queries and keys: "elu" (transnormer_t1), "elu+1"
+            (transnormer_t2) or "relu".
+        norm_type: output normalisation over the concatenated heads: "simple_rms"
+            (both released models), "layer" or "none".
+        rms_form: "authors" (x / (rms(x) + 1e-8)) or "partf" (x / sqrt(mean(x^2) + 1e-6)).
 
     State: `s` [B, H, Dh, Dh] = sum phi(k) v^T, float32. Exact. With `causal=False`,
     the sum is over the whole sequence and there is no state.
 
-    Example:
-        >>> layer = NormAttention(d_model=32, num_heads=4)
-        >>> y, state = layer(x)
-
-    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
-    """
+    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022."""
 
     normalize = False
     option_help = {
@@ -181,27 +163,16 @@ class DiagAttention(_NormalizedOutput, Attention):
 
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
-        window_size: W, tokens per block. Blocks start at stream positions
-            0, W, 2W, ... whatever the segment length, positions counting real
-            tokens only: a pad takes no place in a block, and gets output zero.
-        diag_activation: "relu" (the authors' transnormer_t1) or "softmax" (the
-            paper's text, and transnormer_t2 with `norm_type="none"`) on the scaled
-            scores q . k / sqrt(Dh).
-        norm_type: output normalisation, as for `NormAttention`. softmax followed by
-            a norm is partf's pairing (the authors skip the norm after softmax).
-        rms_form: the simple RMS norm's form, as for `NormAttention`.
+        window_size: W, tokens per block; blocks start at stream positions 0, W, 2W, ...
+            counting real tokens only (a pad takes no place and gets output zero).
+        diag_activation: "relu" (transnormer_t1) or "softmax" (the paper's text, and
+            transnormer_t2 with `norm_type="none"`) on the scores q . k / sqrt(Dh).
+        norm_type, rms_form: as for `NormAttention`.
 
-    State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open
-    block's first tokens, left-aligned) and `offset` [B] int32 (how many),
-    so segments equal one call. With `causal=False`, each query sees every real
-    token of its block, and there is no state (but the rotary position).
-
-    Example:
-        >>> layer = DiagAttention(d_model=32, num_heads=4, window_size=16)
-        >>> y, state = layer(x)
-
-    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
-    """
+    State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open block's first
+    tokens, left-aligned) and `offset` [B] int32, so segments equal one call. With
+    `causal=False` each query sees every real token of its block; no state (but the
+    rotary position)."""
 
     supports_rotary = True
     call_attend_options = {"skip_pads": True}
