@@ -128,20 +128,14 @@ class Attention(keras.layers.Layer):
         d_model: width D of the input and output.
         num_heads: number of heads H.
         head_dim: width Dh of each head; defaults to `d_model // num_heads`.
-        dropout_rate: dropout on attention weights (where the mechanism has
-            them) and on the output.
-        causal: whether position t may only see positions <= t. Language
-            modelling needs True; a mechanism that cannot be causal raises a
-            `ValueError` when asked to be. False (an encoder) lets every real
-            token see every other; a mechanism without such a form
-            (`supports_noncausal`) raises a `ValueError`.
+        dropout_rate: dropout on attention weights (where the mechanism has them) and
+            on the output.
+        causal: whether position t may only see positions <= t; False (an encoder)
+            needs `supports_noncausal`.
         use_bias: whether the projections have biases.
-        rotary: rotary position embedding (RoPE) of queries and keys, by each token's
-            absolute position in its stream (`partf.attention.positions`). The
-            position reached is carried in the state ("position", int32 [B]), so
-            segments still equal one call. Only mechanisms with a query-key dot
-            product take it (`supports_rotary`); others raise a `ValueError`.
-    """
+        rotary: rotary position embedding (RoPE) of queries and keys by each token's
+            absolute stream position (`partf.attention.positions`), carried in the state
+            ("position", int32 [B]); needs `supports_rotary`."""
 
     #: Whether the mechanism supports `causal=True`.
     supports_causal: ClassVar[bool] = True
@@ -343,15 +337,8 @@ class Attention(keras.layers.Layer):
         mask: Any | None = None,
         training: bool | None = None,
     ) -> tuple[Any, State]:
-        """Args:
-            x: [B, T, D] segment.
-            state: carried state from the previous segment, or None for empty.
-            mask: optional bool [B, T], True for real tokens.
-            training: enables dropout.
-
-        Returns:
-            (y [B, T, D], new_state).
-        """
+        """x [B, T, D], the previous segment's state (None: empty), an optional bool mask
+        [B, T] (True for real tokens) -> (y [B, T, D], new_state)."""
         x = ops.cast(x, self.compute_dtype)
         if state is None:
             state = self.get_initial_state(ops.shape(x)[0])

@@ -123,20 +123,13 @@ def _running_max(x: Any) -> Any:
 
 
 def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
-    """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over chunks (axis 2), P_{-1} = 0.
+    """Inclusive scan of P_c = decay_c * P_{c-1} + U_c over chunks (axis 2), P_{-1} = 0:
+    (product of the decays up to c [B, H, n], P [B, H, n, F, V]).
 
-    A sequential loop over the chunks: each step touches one [B, H, F, V]
-    state, so the cost is that of a cumulative sum (a log-depth parallel scan
-    passes over all chunk states log2(n) times, and its backward pass
-    dominated at long lengths). The doubling scan serves when the number of
-    chunks is unknown while tracing.
-
-    Args:
-        decay: [B, H, n]; update: [B, H, n, F, V].
-
-    Returns:
-        (product of the decays up to c [B, H, n], P [B, H, n, F, V]).
-    """
+    A sequential loop: each step touches one [B, H, F, V] state, the cost of a cumulative
+    sum (a log-depth parallel scan passes over all chunk states log2(n) times, and its
+    backward pass dominated at long lengths). The doubling scan serves when the number
+    of chunks is unknown while tracing."""
     if decay.shape[2] is None:
 
         def combine(earlier, later):
@@ -189,29 +182,18 @@ def causal_linear_attention(
     normalize: bool = True,
     prefix: str = "",
 ) -> tuple[Any, dict[str, Any]]:
-    """Chunk-wise causal linear attention with a carried state.
+    """Chunk-wise causal linear attention with a carried state: (out [B, T, H, Dv]
+    float32, new state with the same keys).
 
     Args:
-        q_feat: [B, T, H, F] query features f.
-        k_feat: [B, T, H, F] key features g (true feature g * exp(a)).
+        q_feat, k_feat: [B, T, H, F] query and key features f, g (true key feature
+            g * exp(a), `k_log_scale` a [B, T, H] when given).
         v: [B, T, H, Dv] values.
-        state: the previous segment's state, shapes from `linear_state_spec`
-            (zeros for "no context"), keys prefixed by `prefix`.
-        k_log_scale: optional [B, T, H] log-scales a of the key features.
+        state: the previous segment's state (`linear_state_spec`, zeros for no
+            context), its keys prefixed by `prefix` so one layer can hold several.
         mask: optional bool [B, T]; False keys contribute nothing.
         chunk_size: tokens per chunk; any length works (the last chunk is padded).
-        normalize: divide by f . z (a weighted average); False returns the
-            raw sum, as TransNormer's NormAttention does.
-        prefix: prefix of the state keys, so one layer can hold several states.
-
-    Returns:
-        (out [B, T, H, Dv] float32, new state with the same keys).
-
-    Example:
-        >>> f = g = ops.ones((2, 9, 4, 8)); v = ops.ones((2, 9, 4, 16))
-        >>> st = {k: ops.zeros(s) for k, (s, _) in linear_state_spec(2, 4, 8, 16).items()}
-        >>> out, st = causal_linear_attention(f, g, v, st, chunk_size=4)
-    """
+        normalize: divide by f . z; False returns the raw sum (TransNormer's)."""
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}.")
     log_scaled = k_log_scale is not None

@@ -1,59 +1,31 @@
-"""EVA: efficient attention via control variates, causal form (Zheng et al., 2023).
+"""EVA: efficient attention via control variates, causal form (Zheng et al., ICLR 2023).
 
-Softmax attention splits into the keys near the query and the rest. EVA
-computes the near part exactly and estimates the rest chunk by chunk:
+Softmax attention splits into the keys near the query and the rest. EVA computes
+the near part exactly and estimates the rest chunk by chunk:
 
-* Exact part: the query's own window, W tokens at fixed stream positions
-  0, W, 2W, ..., keys up to the query. Positions count real tokens only: a pad
-  takes no place in a window or chunk (and gets output zero), so a left-padded
-  prompt is cut as the unpadded one.
+* Exact part: the query's own window, W tokens at fixed stream positions 0, W, 2W,
+  ..., keys up to the query. Positions count real tokens only: a pad takes no place
+  in a window or chunk (and gets output zero).
 * Estimated part: every earlier chunk c of C tokens is summarised by one key
-  k_c = f_k(mean k) and one value beta_c, a self-normalised importance
-  sampling estimate of the chunk's values,
+  k_c = f_k(mean k) and one value beta_c, a self-normalised importance sampling
+  estimate of the chunk's values,
 
       beta_c = sum_{j in c} softmax_j((w_c . k_j - |k_j|^2 / 2) / sqrt(Dh)) v_j,
       w_c = mu_c + noise (training) or mu_c (evaluation),  mu_c = f_q(mean q) + f_k(mean k),
 
-  with f_q, f_k a linear map and a layer norm over the head width.
-  The chunk enters the softmax with the logit q . k_c / sqrt(Dh) (the
-  control-variate estimate of its share), normalised jointly with the exact
+  with f_q, f_k a linear map and a layer norm over the head width. The chunk enters
+  the softmax with the logit q . k_c / sqrt(Dh), normalised jointly with the exact
   keys.
 
-Departures from the authors' code: each query sees the `mem_chunks` most
-recent chunk summaries before its window (the authors' model sees all of them,
-which grows with the length), for a bounded state. With mem_chunks * chunk_size
-at least the segment length, no chunk of the segment before a query's window is
-left out.
+Departure from the authors' code: each query sees only the `mem_chunks` most recent
+chunk summaries before its window (the authors' see all), for a bounded state.
 
-Which chunks a query sees (`chunk_mask`): the authors' causal EVA gives a
-query the summary of every chunk before its own chunk, the chunks of its own
-window (and, with `overlap_window`, of the window before) among them, although
-the exact part sees those tokens already ("authors", the default). partf's mask
-leaves the chunks of the exact part to the exact part, so no token is counted
-twice ("partf"; the default until issue 37, kept by configurations saved before).
-At window 16 and chunk 4 the two differ by about 0.6 (relative 0.2) on random
-inputs; with chunks as large as the window they agree. The non-causal form has
-one mask, the authors' encoder's (every chunk outside the query's window), which
-both names stand for.
-
-State: the open window's queries, keys and values (the grid of
-`partf.attention.windowed`) and the last `mem_chunks` summaries. In
-evaluation mode EVA is deterministic and segments equal one call.
-
-Options of the authors' causal EVA:
-
-* `overlap_window`: the exact part also covers the whole window before the
-  query's own (the authors' extended window), so a query sees at least W earlier
-  tokens exactly; the summaries then start before that window.
-* `adaptive_proj`: the proposal maps f_q, f_k are a linear layer and a layer
-  norm ("qk", the default) or the linear layer alone ("no-ln").
-* `use_t5_rpe`: a learned bias on the exact part's logits by query-key distance,
-  in T5's buckets (exact for near distances, logarithmic beyond; one scalar per
-  bucket shared by the heads, scaled by 1 / sqrt(Dh)), as the authors' causal
-  language models use.
-* `chunk_mask`: "authors" (the default) adds the summaries of the exact part's
-  chunks before the query's own chunk, as above; "partf" leaves them out.
-"""
+`chunk_mask="authors"` gives a query the summary of every chunk before its own,
+those of its exact window among them, as the authors' causal EVA; "partf" leaves
+the exact part's chunks to the exact part, so no token counts twice (at window 16,
+chunk 4 the two differ by about 0.2 relative on random inputs; with chunks as large
+as the window they agree). The non-causal form has one mask, the authors' encoder's.
+In evaluation mode EVA is deterministic and segments equal one call."""
 
 from __future__ import annotations
 
@@ -92,24 +64,14 @@ CHUNK_MASKS = ("authors", "partf")
 
 
 def t5_buckets(distances: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:
-    """T5's causal relative-position buckets of distances (query minus key, >= 0).
-
-    The first half of the buckets hold one distance each; the rest cover distances up
-    to `max_distance` in logarithmically growing ranges; anything farther shares the
-    last bucket. Negative distances (keys after the query) go to bucket 0.
-
-    Args:
-        distances: int array, any shape.
-        num_buckets: buckets in all.
-        max_distance: the distance where the last bucket begins.
-
-    Returns:
-        int32 array of bucket indices, the shape of `distances`.
+    """T5's causal relative-position buckets (int32, the shape of `distances`) of
+    distances query minus key: the first half of the buckets hold one distance each,
+    the rest cover distances up to `max_distance` in logarithmically growing ranges,
+    anything farther shares the last bucket, negative distances go to bucket 0.
 
     Example:
         >>> t5_buckets(np.array([0, 1, 7, 8, 100]), 16, 64).tolist()
-        [0, 1, 7, 8, 15]
-    """
+        [0, 1, 7, 8, 15]"""
     n = np.maximum(np.asarray(distances), 0)
     exact = num_buckets // 2
     spread = max(math.log(max_distance / exact), 1e-6)
@@ -133,39 +95,26 @@ class EVAAttention(Attention):
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         window_size: W, tokens per exact window (fixed stream positions).
         chunk_size: C, tokens per summarised chunk; must divide W.
-        mem_chunks: M, summaries of the chunks before its window each query
-            sees; the state keeps that many (0: windows only).
-        overlap_window: the exact part also covers the previous window (its W
-            tokens), as the authors' extended window.
+        mem_chunks: M, summaries of the chunks before its window each query sees; the
+            state keeps that many (0: windows only).
+        overlap_window: the exact part also covers the previous window (the authors'
+            extended window); the summaries then start before that window.
         adaptive_proj: proposal maps, "qk" (linear + layer norm) or "no-ln".
-        use_t5_rpe: learned T5-style relative position bias on the exact logits.
-        chunk_mask: "authors" (a query also sees the summaries of the exact part's
-            chunks before its own chunk, as the authors' causal EVA; the default) or
-            "partf" (the exact part's chunks are left to the exact part). With
-            causal=False both are the authors' encoder mask.
+        use_t5_rpe: a learned bias on the exact logits by distance in T5's buckets (one
+            scalar per bucket shared by the heads, scaled by 1 / sqrt(Dh)), as the
+            authors' causal language models.
+        chunk_mask: "authors" or "partf" (module docstring).
         seed: seed of the layer's `SeedGenerator` (the proposal noise).
 
-    State: `buf_q`, `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W],
-    `offset` [B] int32 (the open window), and `mem_k`, `mem_v` [B, M, H, Dh],
-    `mem_valid` [B, M] (the chunk summaries), float32. With `overlap_window`, also
-    `prev_k`, `prev_v` [B, W, H, Dh] and `prev_valid` [B, W] (the window before the
-    open one), and the memory keeps W / C more summaries (those of that window).
-    With `rotary`, queries and keys are rotated first and `position` [B] int32
-    counts the tokens read.
+    State: `buf_q`, `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W], `offset` [B]
+    int32 (the open window), and `mem_k`, `mem_v` [B, M, H, Dh], `mem_valid` [B, M]
+    (the summaries), float32. With `overlap_window`, also `prev_k`, `prev_v`,
+    `prev_valid` (the window before) and W / C more summaries. With `rotary`,
+    `position` [B] int32.
 
-    With `causal=False` (the authors' encoder form) a query sees every real token of
-    its own window exactly and every chunk of the sequence outside it through its
-    summary (`mem_chunks` does not apply, and either `chunk_mask` gives this mask);
-    there is no state (but the rotary position), and `overlap_window` and
-    `use_t5_rpe` are refused.
-
-    Example:
-        >>> layer = EVAAttention(d_model=32, num_heads=4, window_size=16, chunk_size=4)
-        >>> y, state = layer(x)
-
-    Reference: Zheng et al., "Efficient Attention via Control Variates",
-    ICLR 2023.
-    """
+    With `causal=False` (the authors' encoder) a query sees its own window exactly and
+    every other chunk of the sequence through its summary; there is no state (but the
+    rotary position), and `overlap_window` and `use_t5_rpe` are refused."""
 
     supports_rotary = True
     call_attend_options = {"skip_pads": True}
@@ -301,15 +250,8 @@ class EVAAttention(Attention):
     def summarize(
         self, q: Any, k: Any, v: Any, valid: Any, training: bool | None
     ) -> tuple[Any, Any, Any]:
-        """Chunk summaries.
-
-        Args:
-            q, k, v: [B, n, C, H, Dh] float32 chunks; valid: float [B, n, C].
-
-        Returns:
-            (keys f_k(mean k) [B, n, H, Dh], values beta [B, n, H, Dh],
-             bool [B, n] chunks holding at least one token).
-        """
+        """Chunk summaries of [B, n, C, H, Dh] float32 chunks (valid: float [B, n, C]):
+        (keys f_k(mean k), values beta, both [B, n, H, Dh]; bool [B, n] non-empty chunks)."""
         count = ops.sum(valid, axis=2)  # [B, n]
         weight = (valid / ops.maximum(count, 1.0)[..., None])[..., None, None]
         q_bar = self.project_q(ops.sum(q * weight, axis=2))

@@ -5,32 +5,21 @@ alpha_i ~ exp(w_q . q_i / sqrt(Dh)), mixes it into every key (p_i = g_q * k_i),
 pools those into a global key the same way, and mixes that into every value:
 u_i = g_k * v_i. The output is a linear transform of u plus the query.
 
-For a language model every position needs its own global vectors built from
-its past only. Factoring out the softmax denominator (the causal derivation,
-equations 5 to 8 of the seed) gives running sums
+Causally every position pools its past only. Factoring out the softmax denominator
+(equations 5 to 8 of the seed) gives running sums
 
     s_i = s_{i-1} + exp(a_i) x_i,    z_i = z_{i-1} + exp(a_i),    g_i = s_i / z_i,
 
-which is causal linear attention with one constant feature and key
-log-scales a_i: the shared chunk-wise kernel computes it, relative to the
-running maximum of a so that exp never overflows. Two such states (query
-pooling and key pooling) carry the context to the next segment, exactly.
+causal linear attention with one constant feature and key log-scales a_i, which the
+shared chunk-wise kernel computes relative to the running maximum of a so that exp
+never overflows. Two such states (query and key pooling) carry the context exactly.
 
-Additive attention sees only global summaries, so the seed adds a causal
-convolution before it for local context (`convolve`): each position mixes
-itself and the `kernel_size - 1` inputs before it, the channels in `groups`
-independent groups, and the result is added to the input as a residual branch;
-the attention reads the sum. `conv_form` says what the branch is:
-
-* "seed" (the default): the seed's `CausalConvolution` at the commit its README
-  describes (mtanghu/Additive-Attention-Is-All-You-Need, eeadc53): a layer norm
-  over the width, then the grouped convolution without bias; no activation.
-* "partf": partf's first form, a grouped convolution with bias, then GELU.
-
-The convolution's last `kernel_size - 1` inputs (layer-normed ones in the seed's
-form) are carried in the state, so it stays exact across segments. There are
-no query-key products to rotate: rotary positions are not defined here.
-"""
+Additive attention sees only global summaries, so the seed adds a causal grouped
+convolution before it for local context (`convolve`), added to the input as a
+residual branch. `conv_form` "seed" (the default) is the seed's `CausalConvolution`
+(mtanghu/Additive-Attention-Is-All-You-Need, eeadc53): a layer norm, then the
+convolution without bias; "partf" is a convolution with bias, then GELU. There are no
+query-key products to rotate: rotary positions are not defined here."""
 
 from __future__ import annotations
 
@@ -52,25 +41,10 @@ CONV_FORMS = ("seed", "partf")
 
 
 def causal_convolution(x: Any, tail: Any, kernel: Any, bias: Any | None = None) -> tuple[Any, Any]:
-    """A grouped 1-D convolution over time that sees no future input.
-
-    y_t = sum_{i < K} x_{t - K + 1 + i} W_i (+ bias), each group of channels mixed by
-    its own weights; positions before the segment come from `tail`.
-
-    Args:
-        x: [B, T, D] inputs.
-        tail: [B, K - 1, D] the K - 1 inputs before the segment (zeros: none).
-        kernel: [K, G, D / G, D / G] weights per tap and group (tap K - 1 is the
-            current position).
-        bias: optional [D].
-
-    Returns:
-        (y [B, T, D] in x's dtype, the new tail [B, K - 1, D] in tail's dtype).
-
-    Example:
-        >>> y, tail = causal_convolution(ops.ones((2, 5, 4)), ops.zeros((2, 2, 4)),
-        ...                              ops.ones((3, 2, 2, 2)))
-    """
+    """A grouped 1-D convolution over time that sees no future input:
+    y_t = sum_{i < K} x_{t - K + 1 + i} W_i (+ bias), `kernel` [K, G, D / G, D / G] (tap
+    K - 1 the current position), the K - 1 inputs before the segment from `tail`
+    [B, K - 1, D]. Returns (y [B, T, D] in x's dtype, the new tail in tail's dtype)."""
     taps, groups, width = kernel.shape[0], kernel.shape[1], kernel.shape[2]
     batch, length = ops.shape(x)[0], ops.shape(x)[1]
     full = ops.concatenate([ops.cast(tail, x.dtype), x], axis=1)  # [B, K - 1 + T, D]
@@ -94,16 +68,9 @@ def causal_additive_pool(
     mask: Any | None = None,
     chunk_size: int = 64,
 ) -> tuple[Any, State]:
-    """g_i = sum_{j<=i} exp(a_j) x_j / sum_{j<=i} exp(a_j), carried in `state`.
-
-    Args:
-        x: [B, T, H, Dh] vectors to pool.
-        logits: [B, T, H] pooling logits a.
-        state: holds `{prefix}s` [B, H, 1, Dh], `{prefix}z` [B, H, 1], `{prefix}m` [B, H].
-
-    Returns:
-        (g [B, T, H, Dh] float32, new state entries).
-    """
+    """g_i = sum_{j<=i} exp(a_j) x_j / sum_{j<=i} exp(a_j) of x [B, T, H, Dh] and logits a
+    [B, T, H], carried in `state` (`{prefix}s`, `{prefix}z`, `{prefix}m`): (g float32,
+    new state entries)."""
     ones = ops.ones(ops.shape(logits) + (1,), dtype="float32")
     return causal_linear_attention(
         ones, ones, x, state, k_log_scale=logits, mask=mask, chunk_size=chunk_size, prefix=prefix
@@ -118,29 +85,16 @@ class FastformerAttention(Attention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         chunk_size: tokens per chunk of the chunk-wise computation.
-        convolve: a causal convolution before the additive attention (the seed's
-            `convolve`); the layer returns conv + attention(input + conv).
-        conv_form: "seed" (layer norm, then the convolution without bias, as the
-            seed's code) or "partf" (the convolution with bias, then GELU).
+        convolve: a causal convolution before the additive attention; the layer
+            returns conv + attention(input + conv).
+        conv_form: "seed" or "partf" (module docstring).
         groups: channel groups of the convolution (must divide d_model).
-        kernel_size: taps of the convolution (the current input and the
-            kernel_size - 1 before it).
+        kernel_size: taps of the convolution (the current input and those before).
 
-    State: `q_s` [B, H, 1, Dh], `q_z` [B, H, 1], `q_m` [B, H] for the global
-    query, and `k_*` alike for the global key, float32; with `convolve` and
-    kernel_size > 1, also `conv_tail` [B, kernel_size - 1, D], the last inputs the
-    convolution read (layer-normed in the seed's form).
-    Exact. With `causal=False` (Fastformer as published), the global query and key
-    pool every real token of the sequence, and there is no state; the convolution is
-    causal only.
-
-    Example:
-        >>> layer = FastformerAttention(d_model=32, num_heads=4)
-        >>> y, state = layer(x)
-
-    Reference: Wu et al., "Fastformer: Additive Attention Can Be All You
-    Need", 2021; causal form from mtanghu, "Additive Attention Is All You Need?".
-    """
+    State: `q_s` [B, H, 1, Dh], `q_z` [B, H, 1], `q_m` [B, H] for the global query, `k_*`
+    alike for the global key, float32, and with a convolution `conv_tail`
+    [B, kernel_size - 1, D]. Exact. With `causal=False` (as published) the global query
+    and key pool the whole sequence and there is no state; the convolution stays causal."""
 
     option_help = {
         "chunk_size": CHUNK_SIZE_HELP,

@@ -51,24 +51,17 @@ def landmark_segments(length: Any, num_landmarks: int) -> Any:
 
 @register_attention("lara", position="none")
 class LaraAttention(Attention):
-    """Non-causal LARA attention (multiple importance sampling over landmarks).
+    """Non-causal LARA attention (multiple importance sampling over landmarks); no state.
 
     Args:
         d_model, num_heads, head_dim, dropout_rate, use_bias: see `Attention`.
-        causal: must be False (the default here): LARA cannot be causal.
+        causal: must be False (the default here).
         num_landmarks: C, number of landmarks (segments) and proposals.
         alpha_coeff: weight of the query-dependent part of the mis-opt weights.
         seed: seed of the layer's `SeedGenerator` (the proposal samples).
 
-    State: none; every call sees its whole input.
-
-    Example:
-        >>> layer = LaraAttention(d_model=32, num_heads=4, num_landmarks=8)
-        >>> y, _ = layer(x)
-
-    Reference: Zheng et al., "Linear Complexity Randomized Self-attention
-    Mechanism", ICML 2022.
-    """
+    Reference: Zheng et al., "Linear Complexity Randomized Self-attention Mechanism",
+    ICML 2022."""
 
     supports_causal = False
     option_help = {

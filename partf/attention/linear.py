@@ -32,25 +32,15 @@ from partf.attention.registry import register_attention
 
 
 class FeatureMapAttention(Attention):
-    """Base of linear attentions phi(q) . phi(k), causal with running sums as state.
+    """Base of linear attentions phi(q) . phi(k), causal with running sums as state; with
+    `causal=False` every query reads the sums over the whole sequence
+    (`partf.attention.bidirectional`) and there is no state (but the rotary position).
 
-    With `causal=False` every query reads the sums over the whole sequence's real
-    keys (`partf.attention.bidirectional`), and there is no state (but the rotary
-    position, with `rotary`).
-
-    Subclasses implement `features` and may set `normalize` (divide by
-    phi(q) . z) and `log_scaled` (key features come with log-scales, see
-    `causal_linear_attention`).
-
-    Args:
-        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
-        chunk_size: tokens per chunk of the chunk-wise computation (a speed
-            knob only: the result does not depend on it).
-
-    With `rotary` (and features not log-scaled), the state holds the sums of the
-    rotated features, `s`, and, when normalising, the plain feature sum as
-    `den_s` [B, H, F, 1] in place of `z`.
-    """
+    Subclasses implement `features` and may set `normalize` (divide by phi(q) . z) and
+    `log_scaled` (key features come with log-scales, see `causal_linear_attention`).
+    `chunk_size` is a speed knob only. With `rotary` (and features not log-scaled), the
+    state holds the sums of the rotated features, `s`, and, when normalising, the plain
+    feature sum as `den_s` [B, H, F, 1] in place of `z`."""
 
     normalize: bool = True
     log_scaled: bool = False
@@ -181,22 +171,13 @@ def elu_plus_one(x: Any) -> Any:
 
 @register_attention("linear", position="rotary")
 class LinearAttention(FeatureMapAttention):
-    """Causal linear attention with phi(x) = elu(x) + 1 (Katharopoulos et al., 2020).
+    """Causal linear attention with phi(x) = elu(x) + 1. Arguments as `FeatureMapAttention`.
 
-    Args:
-        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
-        chunk_size: tokens per chunk of the chunk-wise computation.
+    State: `s` [B, H, Dh, Dh] = sum phi(k) v^T and `z` [B, H, Dh] = sum phi(k), float32.
+    Exact: segments with carried state equal one call.
 
-    State: `s` [B, H, Dh, Dh] = sum phi(k) v^T and `z` [B, H, Dh] = sum phi(k),
-    float32. Exact: segments with carried state equal one call.
-
-    Example:
-        >>> layer = LinearAttention(d_model=32, num_heads=4)
-        >>> y, state = layer(x)
-
-    Reference: Katharopoulos et al., "Transformers are RNNs: Fast
-    Autoregressive Transformers with Linear Attention", ICML 2020.
-    """
+    Reference: Katharopoulos et al., "Transformers are RNNs: Fast Autoregressive
+    Transformers with Linear Attention", ICML 2020."""
 
     option_help = {
         "chunk_size": CHUNK_SIZE_HELP,

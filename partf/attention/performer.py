@@ -75,24 +75,18 @@ class PerformerAttention(FeatureMapAttention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         num_features: F, random features per head.
-        redraw: if True, training draws fresh features whenever a stream
-            starts (the state is empty) and keeps them in the state for the
-            rest of that stream, so carried sums always match the features
-            reading them. If False (default), one draw made at build time
-            serves everything. Inference always starts from the build-time draw.
+        redraw: training draws fresh features whenever a stream starts (empty state)
+            and keeps them in the state for the rest of it, so carried sums always match
+            the features reading them; False (default): one draw at build time serves
+            everything. Inference always uses the build-time draw.
         chunk_size: tokens per chunk of the chunk-wise computation.
         seed: seed of the layer's `SeedGenerator` (the random features).
 
-    State: `s` [B, H, F, Dh], `z` [B, H, F], `m` [B, H] (sums relative to
-    exp(m)), float32; with `redraw`, also `projection` [B, H, F, Dh].
+    State: `s` [B, H, F, Dh], `z` [B, H, F], `m` [B, H] (sums relative to exp(m)),
+    float32; with `redraw`, also `projection` [B, H, F, Dh].
 
-    Example:
-        >>> layer = PerformerAttention(d_model=32, num_heads=4, num_features=64)
-        >>> y, state = layer(x)
-
-    Reference: Choromanski et al., "Rethinking Attention with Performers",
-    ICLR 2021; Peng et al., "Random Feature Attention", ICLR 2021.
-    """
+    Reference: Choromanski et al., "Rethinking Attention with Performers", ICLR 2021;
+    Peng et al., "Random Feature Attention", ICLR 2021."""
 
     log_scaled = True
     # exp(q . k) is what the features estimate: rotating q and k keeps the estimate

@@ -41,22 +41,14 @@ SPLIT = 1024
 
 
 def stream_positions(offset: Any, valid: Any) -> tuple[Any, Any]:
-    """Absolute positions of a segment's tokens, and the offset after the segment.
-
-    Args:
-        offset: int [B], real tokens of the stream before this segment.
-        valid: bool or 0/1 [B, T], True for real tokens.
-
-    Returns:
-        (positions int32 [B, T]: offset + real tokens before each token in the
-        segment (a padding token gets the position the next real token will take),
-        new offset int32 [B]).
+    """(positions int32 [B, T], new offset int32 [B]) of a segment's tokens: `offset` [B]
+    (real tokens of the stream before the segment) plus the real tokens (`valid` [B, T])
+    before each token; a pad gets the position the next real token will take.
 
     Example:
         >>> p, n = stream_positions(ops.array([3]), ops.array([[1, 0, 1, 1]]))
         >>> ops.convert_to_numpy(p).tolist(), ops.convert_to_numpy(n).tolist()
-        ([[3, 4, 4, 5]], [6])
-    """
+        ([[3, 4, 4, 5]], [6])"""
     valid = ops.cast(valid, "int32")
     offset = ops.cast(offset, "int32")
     before = ops.cumsum(valid, axis=1) - valid
@@ -84,22 +76,9 @@ def position_angles(positions: Any, frequencies: np.ndarray) -> Any:
 
 
 def sinusoid(positions: Any, dim: int, dtype: str = "float32") -> Any:
-    """Fixed sinusoidal encodings of absolute positions.
-
-    Args:
-        positions: int [...] positions (>= 0).
-        dim: encoding width D.
-        dtype: dtype of the result.
-
-    Returns:
-        [..., D]: sin(p theta_k) in the first half, cos(p theta_k) in the second, with
-        theta_k = 10000^(-2k/D) (an odd D drops the last cosine), the layout of
-        `partf.attention.relative.sinusoidal_encoding`.
-
-    Example:
-        >>> tuple(sinusoid(ops.zeros((2, 5), "int32"), 8).shape)
-        (2, 5, 8)
-    """
+    """Fixed sinusoidal encodings [..., dim] of positions int [...] >= 0: sin(p theta_k) in
+    the first half, cos(p theta_k) in the second (an odd dim drops the last cosine), the
+    layout of `partf.attention.relative.sinusoidal_encoding`."""
     half = (dim + 1) // 2
     angles = position_angles(positions, _frequencies(half, dim))
     encoding = ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
@@ -107,22 +86,9 @@ def sinusoid(positions: Any, dim: int, dtype: str = "float32") -> Any:
 
 
 def apply_rotary(x: Any, positions: Any) -> Any:
-    """Rotary position embedding of per-head vectors.
-
-    Args:
-        x: [B, T, H, D] queries, keys or features; D even.
-        positions: int [B, T] absolute positions.
-
-    Returns:
-        [B, T, H, D] in x's dtype: feature pair (x_k, x_{k+D/2}) rotated by the angle
-        p theta_k, theta_k = 10000^(-2k/D), computed in float32.
-
-    Raises:
-        ValueError: D is odd.
-
-    Example:
-        >>> q = apply_rotary(ops.ones((1, 3, 2, 8)), ops.array([[0, 1, 2]]))
-    """
+    """Rotary position embedding of x [B, T, H, D] (D even, else ValueError) at int [B, T]
+    absolute positions: feature pair (x_k, x_{k+D/2}) rotated by p theta_k, computed in
+    float32, returned in x's dtype."""
     dim = x.shape[-1]
     if dim is None or dim % 2:
         raise ValueError(

@@ -58,17 +58,10 @@ class PrimalAttention(Attention):
         eta: weight of the KSVD regulariser in the training loss (0 disables it).
         seed: seed of the orthogonal initialisation of W_e and W_r.
 
-    State: `sum_q`, `sum_k` [B, H, Dh], the running sums of queries and keys,
-    float32. Exact.
+    State: `sum_q`, `sum_k` [B, H, Dh], the running sums of queries and keys, float32.
 
-    Example:
-        >>> layer = PrimalAttention(d_model=32, num_heads=4, low_rank=8)
-        >>> y, state = layer(x)
-        >>> layer.losses  # [eta * J]
-
-    Reference: Chen et al., "Primal-Attention: Self-attention through
-    Asymmetric Kernel SVD in Primal Representation", NeurIPS 2023.
-    """
+    Reference: Chen et al., "Primal-Attention: Self-attention through Asymmetric Kernel
+    SVD in Primal Representation", NeurIPS 2023."""
 
     uses_values = False
     # The layer's only token mixing is the causal running mean of q and k: over the

@@ -38,21 +38,9 @@ from partf.random import Dropout
 
 
 def sinusoidal_encoding(distances: Any, dim: int, dtype: str = "float32") -> Any:
-    """Fixed sinusoidal encodings of (relative) positions.
-
-    Args:
-        distances: [L] positions or distances (any sign).
-        dim: encoding width.
-        dtype: dtype of the result.
-
-    Returns:
-        [L, dim]: sin of each distance times the frequencies 1 / 10000^(2k/dim)
-        in the first half, cos in the second (as Transformer-XL).
-
-    Example:
-        >>> tuple(sinusoidal_encoding(keras.ops.arange(3, -1, -1), 8).shape)
-        (4, 8)
-    """
+    """Fixed sinusoidal encodings [L, dim] of positions or distances [L] (any sign): sin of
+    each times the frequencies 1 / 10000^(2k/dim) in the first half, cos in the second
+    (as Transformer-XL)."""
     half = (dim + 1) // 2
     inv_freq = 1.0 / (10000.0 ** (ops.arange(0, 2 * half, 2, dtype="float32") / dim))
     angles = ops.cast(distances, "float32")[:, None] * inv_freq[None, :]  # [L, half]
@@ -61,28 +49,14 @@ def sinusoidal_encoding(distances: Any, dim: int, dtype: str = "float32") -> Any
 
 
 def relative_shift(scores: Any, key_len: int) -> Any:
-    """Aligns position scores from (query, distance) to (query, key) layout.
+    """Aligns position scores from (query, distance) to (query, key) layout, [..., T, L] ->
+    [..., T, K], with a flatten, a slice and a reshape (no gather).
 
-    Column p of `scores` holds the score against distance `key_len - 1 - p`;
-    queries are the last T of `key_len` positions. The result holds, at
-    [i, j], the score for distance `(key_len - T + i) - j`. Skewing each row
-    by one more column than the previous is done with a flatten, a slice and
-    a reshape: no gather.
-
-    Args:
-        scores: [..., T, L] with L >= key_len + T - 1 for every entry to be
-            valid. With L = key_len + 1 (the causal case: distances
-            key_len - 1 down to -1) only the entries with j <= key_len - T + i
-            are valid, which is exactly what a causal mask keeps.
-        key_len: number of keys K.
-
-    Returns:
-        [..., T, K].
-
-    Example:
-        >>> tuple(relative_shift(keras.ops.ones((2, 3, 4, 7)), key_len=6).shape)
-        (2, 3, 4, 6)
-    """
+    Column p of `scores` holds the score against distance `key_len - 1 - p`; queries are
+    the last T of `key_len` positions; [i, j] of the result holds distance
+    `(key_len - T + i) - j`. Every entry is valid for L >= key_len + T - 1; with
+    L = key_len + 1 (causal: distances key_len - 1 down to -1) exactly those a causal
+    mask keeps are."""
     shape = ops.shape(scores)
     lead, length_q, length_r = shape[:-2], shape[-2], shape[-1]
     flat = ops.reshape(scores, (*lead, length_q * length_r))
@@ -102,53 +76,21 @@ class RelativeAttention(Attention):
     """Transformer-XL multi-head attention with relative positions and memory.
 
     Args:
-        d_model: width D of the input and output.
-        num_heads: number of heads H.
-        head_dim: width Dh of each head; defaults to `d_model // num_heads`.
-        dropout_rate: dropout on the output.
-        causal: whether position t only sees positions <= t (and the memory).
-        use_bias: whether the query, key, value and output projections have
-            biases (Transformer-XL's do not).
+        d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`
+            (Transformer-XL's projections have no biases).
         mem_len: number M of past layer inputs kept as memory; 0 disables it.
-        clamp_len: distances beyond this are treated as this distance; None
-            keeps all distances.
-        attention_dropout_rate: dropout on the attention weights
-            (Transformer-XL's `dropatt`). 0 by default, as the original PAR
-            model and Transformer-XL's base settings: it also costs a random
-            draw per (query, key) pair.
-        compat: "transformer_xl" (default): scores scaled by 1 / sqrt(Dh) and a
-            linear output projection, as Dai et al. "original": the original PAR
-            project's choices (par_model.py): scores scaled by 1 / Dh, biases on
-            every projection and a ReLU after the output projection.
-        query_chunk: causal only: the queries are scored this many at a time, each
-            chunk against the keys it can see (the memory and the segment up to the
-            chunk's end), so the part of the scores the causal mask removes is not
-            computed and each score array is smaller. The same attention up to float32
-            rounding; 0 (default) scores all queries at once.
+        clamp_len: distances beyond this are treated as this distance; None keeps all.
+        attention_dropout_rate: dropout on the attention weights (Transformer-XL's
+            `dropatt`); 0 as the original PAR model: it costs a draw per (query, key).
+        compat: "transformer_xl": scores / sqrt(Dh), linear output, as Dai et al.;
+            "original": the original PAR project's scores / Dh, biases on every
+            projection and a ReLU after the output projection.
+        query_chunk: causal only: score this many queries at a time against only the
+            keys they can see, so the masked part is not computed (same attention up to
+            rounding); 0 scores all at once.
 
-    Call args:
-        x: [B, T, D] segment.
-        state: {"memory": float32 [B, M, D], "memory_mask": int32 [B, M]}
-            (1 where a slot holds a real token) from the previous segment, or
-            None for no context. Absent when `mem_len == 0`.
-        mask: optional bool [B, T], True for real tokens; False keys are
-            never attended.
-        training: enables dropout.
-
-    Returns:
-        (y [B, T, D], new_state) with new_state the last M of
-        [memory; x] (stop-gradient, float32) and their validity.
-
-    Example:
-        >>> layer = RelativeAttention(d_model=16, num_heads=2, mem_len=8)
-        >>> x = keras.random.normal((2, 5, 16))
-        >>> y, state = layer(x)
-        >>> y2, state = layer(x, state=state)
-        >>> tuple(state["memory"].shape)
-        (2, 8, 16)
-
-    Reference: Dai et al. 2019, https://arxiv.org/abs/1901.02860
-    """
+    State: {"memory": float32 [B, M, D], "memory_mask": int32 [B, M]}, the last M of
+    [memory; x] (stop-gradient) and their validity; absent when `mem_len == 0`."""
 
     # Relative attention carries its own (relative sinusoidal) position encoding:
     # asked for rotary positions inside a model it keeps that encoding instead.
@@ -268,28 +210,11 @@ class RelativeAttention(Attention):
 
     # ------------------------------------------------------- inference cache
     def inference_state(self, state: State) -> State:
-        """`state` plus a cache that makes one-token steps cheap (generation only).
-
-        A query of one token attends over the M memory rows and itself; without
-        the cache every step projects all M + 1 keys, values and distance
-        encodings again. The cache holds the memory's projected keys and values
-        ("keys", "values" [B, M, H, Dh]) and the projected encodings of the
-        distances M .. 0 that such a query sees ("position" [M + 1, H, Dh]). A
-        call with a one-token segment then projects only that token; any call
-        keeps the cache up to date, so it may be carried like the plain state.
-        The result equals the uncached computation up to rounding.
-
-        Args:
-            state: {"memory", "memory_mask"} as this layer returns it.
-
-        Returns:
-            A new state dict with the cache entries added ({} stays {}).
-
-        Example:
-            >>> y, state = layer(prompt_states)          # [B, T, D] segment
-            >>> state = layer.inference_state(state)
-            >>> y, state = layer(x[:, :1], state=state)  # one token, cached
-        """
+        """`state` plus a cache that makes one-token steps cheap (generation only): the
+        memory's projected keys and values ("keys", "values" [B, M, H, Dh]) and the projected
+        encodings of distances M .. 0 ("position" [M + 1, H, Dh]), so a one-token call
+        projects only that token. Every call keeps the cache up to date; the result equals
+        the uncached one up to rounding. {} stays {}."""
         state = {name: ops.convert_to_tensor(value) for name, value in state.items()}
         if self.mem_len == 0:
             return state

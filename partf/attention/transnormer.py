@@ -1,37 +1,25 @@
 """TransNormer's two attentions: NormAttention and DiagAttention (Qin et al., 2022).
 
-The paper finds two faults in kernel linear attention: its denominator
-(the scaling) makes gradients unbounded, and over long sequences it spreads
-attention too thinly ("dilution"). TransNormer answers with
+The paper finds two faults in kernel linear attention: its denominator makes
+gradients unbounded, and over long sequences it spreads attention too thinly
+("dilution"). TransNormer answers with
 
 * NormAttention: linear attention *without* the denominator, phi(Q)(phi(K)^T V),
-  followed by a normalisation of the output. Causal form: the running sum
-  S = sum phi(k) v^T is the state.
-* DiagAttention: attention restricted to non-overlapping blocks of
-  `window_size` tokens (block-diagonal), so early layers look at neighbours
-  only, its output normalised as well.
+  followed by a normalisation of the output; the running sum S = sum phi(k) v^T is
+  the state.
+* DiagAttention: attention within non-overlapping blocks of `window_size` tokens at
+  fixed stream positions (counted in real tokens), so early layers look at
+  neighbours only, its output normalised as well; the open block's keys and values
+  are the state.
 
-The paper places DiagAttention in the early layers and NormAttention in the
-later ones (the first and second half of the stack in the released models).
-
-The defaults are the authors' released model `transnormer_t1` (OpenNLPLab's
-fairseq-evo): NormAttention with elu features, DiagAttention with relu scores,
-both followed by the authors' simple RMS norm x / (rms(x) + 1e-8), rms(x) =
-sqrt(mean(x^2)) over all heads of a token. Their other released model,
-`transnormer_t2`, is `feature_map="elu+1"` for NormAttention and
-`diag_activation="softmax", norm_type="none"` for DiagAttention (the authors
-skip the norm whenever softmax is on). Neither applies URPE here (the released
-models' unitary relative position encoding of q and k): partf has no URPE.
-
-Before these defaults partf used softmax within blocks followed by the norm, a
-pairing the authors never shipped, and the RMS norm x / sqrt(mean(x^2) + 1e-6)
-(`rms_form="partf"`); both stay available by option.
-
-Blocks sit at fixed positions of the stream, counted in real tokens (padding
-takes no place, so a left-padded prompt is cut as the unpadded one), so
-DiagAttention carries the open block's keys and values in its state and
-segments equal one call.
-"""
+The paper places DiagAttention in the early layers and NormAttention in the later ones.
+The defaults are the authors' released `transnormer_t1` (OpenNLPLab's fairseq-evo):
+elu features, relu block scores, both followed by the simple RMS norm
+x / (rms(x) + 1e-8) over all heads of a token. Their `transnormer_t2` is
+`feature_map="elu+1"` and `diag_activation="softmax", norm_type="none"`. Neither
+applies the released models' URPE (unitary relative position encoding): partf has
+none. `rms_form="partf"` (x / sqrt(mean(x^2) + 1e-6)) and softmax followed by a norm
+are partf's own pairings."""
 
 from __future__ import annotations
 
@@ -81,10 +69,14 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 class _NormalizedOutput:
     """Mixin: the output normalisation over all heads, [B, T, H, Dh] -> same."""
 
-    norm_type: str
-    rms_form: str
+    def _set_norm(self, norm_type: str, rms_form: str) -> None:
+        _check_choice("norm_type", norm_type, NORM_TYPES)
+        _check_choice("rms_form", rms_form, RMS_FORMS)
+        self.norm_type = norm_type
+        self.rms_form = rms_form
 
-    def _build_norm(self) -> None:
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
         if self.norm_type == "layer":
             self.output_norm = keras.layers.LayerNormalization(
                 axis=(-2, -1), dtype=self.dtype_policy, name="output_norm"
@@ -116,22 +108,16 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
         chunk_size: tokens per chunk of the chunk-wise computation.
-        feature_map: phi for queries and keys: "elu" (the authors' transnormer_t1),
-            "elu+1" (their transnormer_t2) or "relu".
-        norm_type: output normalisation over the concatenated heads:
-            "simple_rms" (x / rms(x), both released models), "layer" or "none".
-        rms_form: the simple RMS norm's epsilon: "authors" (x / (rms(x) + 1e-8), the
-            released models) or "partf" (x / sqrt(mean(x^2) + 1e-6), partf's first).
+        feature_map: phi for queries and keys: "elu" (transnormer_t1), "elu+1"
+            (transnormer_t2) or "relu".
+        norm_type: output normalisation over the concatenated heads: "simple_rms"
+            (both released models), "layer" or "none".
+        rms_form: "authors" (x / (rms(x) + 1e-8)) or "partf" (x / sqrt(mean(x^2) + 1e-6)).
 
     State: `s` [B, H, Dh, Dh] = sum phi(k) v^T, float32. Exact. With `causal=False`,
     the sum is over the whole sequence and there is no state.
 
-    Example:
-        >>> layer = NormAttention(d_model=32, num_heads=4)
-        >>> y, state = layer(x)
-
-    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
-    """
+    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022."""
 
     normalize = False
     option_help = {
@@ -153,15 +139,8 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
     ) -> None:
         super().__init__(d_model, num_heads, chunk_size=chunk_size, **kwargs)
         _check_choice("feature_map", feature_map, FEATURE_MAPS)
-        _check_choice("norm_type", norm_type, NORM_TYPES)
-        _check_choice("rms_form", rms_form, RMS_FORMS)
+        self._set_norm(norm_type, rms_form)
         self.feature_map = feature_map
-        self.norm_type = norm_type
-        self.rms_form = rms_form
-
-    def build(self, input_shape) -> None:
-        super().build(input_shape)
-        self._build_norm()
 
     def phi(self, x: Any) -> Any:
         x = ops.cast(x, "float32")
@@ -184,27 +163,16 @@ class DiagAttention(_NormalizedOutput, Attention):
 
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
-        window_size: W, tokens per block. Blocks start at stream positions
-            0, W, 2W, ... whatever the segment length, positions counting real
-            tokens only: a pad takes no place in a block, and gets output zero.
-        diag_activation: "relu" (the authors' transnormer_t1) or "softmax" (the
-            paper's text, and transnormer_t2 with `norm_type="none"`) on the scaled
-            scores q . k / sqrt(Dh).
-        norm_type: output normalisation, as for `NormAttention`. softmax followed by
-            a norm is partf's pairing (the authors skip the norm after softmax).
-        rms_form: the simple RMS norm's form, as for `NormAttention`.
+        window_size: W, tokens per block; blocks start at stream positions 0, W, 2W, ...
+            counting real tokens only (a pad takes no place and gets output zero).
+        diag_activation: "relu" (transnormer_t1) or "softmax" (the paper's text, and
+            transnormer_t2 with `norm_type="none"`) on the scores q . k / sqrt(Dh).
+        norm_type, rms_form: as for `NormAttention`.
 
-    State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open
-    block's first tokens, left-aligned) and `offset` [B] int32 (how many),
-    so segments equal one call. With `causal=False`, each query sees every real
-    token of its block, and there is no state (but the rotary position).
-
-    Example:
-        >>> layer = DiagAttention(d_model=32, num_heads=4, window_size=16)
-        >>> y, state = layer(x)
-
-    Reference: Qin et al., "The Devil in Linear Transformer", EMNLP 2022.
-    """
+    State: `buf_k`, `buf_v` [B, W, H, Dh], `buf_valid` [B, W] (the open block's first
+    tokens, left-aligned) and `offset` [B] int32, so segments equal one call. With
+    `causal=False` each query sees every real token of its block; no state (but the
+    rotary position)."""
 
     supports_rotary = True
     call_attend_options = {"skip_pads": True}
@@ -229,16 +197,9 @@ class DiagAttention(_NormalizedOutput, Attention):
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}.")
         _check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
-        _check_choice("norm_type", norm_type, NORM_TYPES)
-        _check_choice("rms_form", rms_form, RMS_FORMS)
+        self._set_norm(norm_type, rms_form)
         self.window_size = window_size
         self.diag_activation = diag_activation
-        self.norm_type = norm_type
-        self.rms_form = rms_form
-
-    def build(self, input_shape) -> None:
-        super().build(input_shape)
-        self._build_norm()
 
     def state_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
         if not self.causal:  # one whole sequence per call: no open block to carry
@@ -284,11 +245,7 @@ class DiagAttention(_NormalizedOutput, Attention):
         logits = logits / math.sqrt(dim)
         causal = ops.arange(window)[:, None] >= ops.arange(window)[None, :]
         visible = ops.logical_and(causal[None, None, None], windows(valid_grid)[:, :, None, None])
-        if self.diag_activation == "softmax":
-            weights = masked_softmax(logits, visible)
-        else:
-            weights = ops.where(visible, ops.relu(logits), 0.0)
-        weights = self.dropout(weights, training=training)
+        weights = self._block_weights(logits, visible, training)
         out = ops.einsum("bnhij,bnjhd->bnihd", weights, windows(v_grid))
         out = from_grid(ops.reshape(out, (batch, -1, heads, dim)), offset, length, place)
         out = self._normalize(out)
@@ -303,6 +260,13 @@ class DiagAttention(_NormalizedOutput, Attention):
         }
         return ops.cast(out, q.dtype), new_state
 
+    def _block_weights(self, logits: Any, visible: Any, training: Any) -> Any:
+        if self.diag_activation == "softmax":
+            weights = masked_softmax(logits, visible)
+        else:
+            weights = ops.where(visible, ops.relu(logits), 0.0)
+        return self.dropout(weights, training=training)
+
     def attend_blocks(self, q, k, v, mask=None, training=None) -> Any:
         """Non-causal form: each query sees every real token of its block."""
         window, heads, dim = self.window_size, self.num_heads, self.head_dim
@@ -313,11 +277,7 @@ class DiagAttention(_NormalizedOutput, Attention):
         v_blocks = split_blocks(ops.cast(v, "float32"), window)
         visible = split_blocks(valid, window)[:, :, None, None, :] > 0.5  # [B, n, 1, 1, W]
         logits = ops.einsum("bnihd,bnjhd->bnhij", q_blocks, k_blocks) / math.sqrt(dim)
-        if self.diag_activation == "softmax":
-            weights = masked_softmax(logits, visible)
-        else:
-            weights = ops.where(visible, ops.relu(logits), 0.0)
-        weights = self.dropout(weights, training=training)
+        weights = self._block_weights(logits, visible, training)
         # A pad's value gets weight 0, but 0 * inf would still be NaN.
         v_blocks = ops.where(visible[:, :, 0, 0, :, None, None], v_blocks, 0.0)
         out = ops.einsum("bnhij,bnjhd->bnihd", weights, v_blocks)

@@ -51,18 +51,9 @@ def split_blocks(x: Any, window: int) -> Any:
 
 
 def sliding_windows(x: Any, memory: Any, window: int) -> Any:
-    """The keys each block of `split_blocks(queries, window)` may look at.
-
-    Args:
-        x: [B, T, ...] this segment (keys, values or validity).
-        memory: [B, W, ...] the W tokens before the segment.
-        window: W.
-
-    Returns:
-        [B, n, 2W, ...]: for block b, the W tokens before it and the block
-        itself. Query i of block b and key j of its window are W + i - j
-        tokens apart.
-    """
+    """The keys each block of `split_blocks(queries, window)` may look at: [B, n, 2W, ...],
+    for block b the W tokens before it (from `memory` [B, W, ...]) and the block itself;
+    query i of block b and key j are W + i - j tokens apart."""
     blocks = split_blocks(x, window)
     before = ops.concatenate([memory[:, None], blocks[:, :-1]], axis=1)
     return ops.concatenate([before, blocks], axis=2)
@@ -106,20 +97,11 @@ def real_token_layout(valid: Any) -> tuple[Any, Any, Any]:
 
 
 def to_grid(x: Any, buffer: Any, offset: Any, window: int, order: Any | None = None) -> Any:
-    """Places the carried partial window and the segment on the window grid.
-
-    Args:
-        x: [B, T, ...] this segment.
-        buffer: [B, W, ...] the current window's first `offset` tokens, left-aligned.
-        offset: int [B] tokens of the current window already seen (0 <= offset < W).
-        order: optional int [B, T], the segment's tokens in the order they take the
-            grid's places (`real_token_layout`); None: as they come.
-
-    Returns:
-        [B, L, ...] with grid slot 0 the current window's first token, slot
-        offset + i the segment's token order[i] (token i without `order`); slots
-        past offset + T hold copies of the last one (mask them with `grid_valid`).
-    """
+    """Places the carried partial window (`buffer` [B, W, ...], its first `offset` tokens
+    left-aligned) and the segment x [B, T, ...] on the window grid [B, L, ...]: slot 0
+    is the current window's first token, slot offset + i the segment's token order[i]
+    (`real_token_layout`; token i without `order`); later slots hold copies of the last
+    one (mask them with `grid_valid`)."""
     length = ops.shape(x)[1]
     slots = ops.arange(grid_length(length, window), dtype="int32")[None, :]
     offset = ops.cast(offset, "int32")[:, None]
@@ -164,14 +146,8 @@ def next_offset(offset: Any, length: Any, window: int) -> Any:
 
 
 def grid_buffer(grid: Any, offset: Any, length: Any, window: int) -> Any:
-    """The open window's tokens after the segment, left-aligned in W slots.
-
-    Args:
-        grid: [B, L, ...] (use float validity to get the new buffer validity).
-
-    Returns:
-        [B, W, ...]; slots past the new offset are zero.
-    """
+    """The open window's tokens after the segment, [B, W, ...] left-aligned, zero past
+    the new offset (float validity gives the new buffer validity)."""
     end = ops.cast(offset, "int32") + length
     new_offset = end % window
     slots = ops.arange(window, dtype="int32")[None, :]

@@ -192,22 +192,16 @@ def add_flags(
     unset: bool = False,
     defaults: Mapping[str, tuple[Any, str]] | None = None,
 ) -> list[str]:
-    """Adds a flag for each setting of a dataclass.
+    """Adds a flag for each setting of a dataclass (or its `settings_of`) to a parser or
+    argument group, and returns the field names that became flags.
 
     Args:
-        container: an `argparse.ArgumentParser` or one of its argument groups.
-        source: a dataclass whose flag fields are declared with `partf.settings.setting`,
-            or its `settings_of`.
         group: add only the settings of this `group` (None: all of them).
-        unset: leave the flags at None unless given, so that the dataclass's own default
-            applies later; the help shows that default in brackets. Otherwise the flag's
-            default is the field's, shown as "(default: X)".
+        unset: leave the flags at None unless given, so that the dataclass's default
+            applies later (the help shows it in brackets); else the flag's default is
+            the field's, shown as "(default: X)".
         defaults: field name -> (flag default, how `--help` describes it), where the
-            command line's default differs from the field's.
-
-    Returns:
-        The names of the fields that became flags.
-    """
+            command line's default differs from the field's."""
     defaults = defaults or {}
     added = []
     for item in _settings(source):
@@ -247,16 +241,8 @@ def add_flags(
 def flag_values(
     args: argparse.Namespace, source: type | Sequence[Setting], *, unset: bool = False
 ) -> dict[str, Any]:
-    """The settings of a dataclass as parsed into `args` (lists become tuples).
-
-    Args:
-        args: what the parser returned.
-        source: the dataclass (or its `settings_of`) whose flags `add_flags` added.
-        unset: leave out the flags that were not given (their value is None).
-
-    Returns:
-        Field name -> value, ready for `cls(**values)`.
-    """
+    """Field name -> value (lists as tuples), ready for `cls(**values)`, of the flags
+    `add_flags` added, as parsed into `args`; `unset` leaves out those not given."""
     values = {}
     for item in _settings(source):
         value = getattr(args, item.name)

@@ -175,20 +175,10 @@ def model_file(path: str | os.PathLike) -> Path | None:
 
 
 def load_model(path: str | os.PathLike) -> tuple[Any, Path]:
-    """Loads a `.keras` file or a run folder.
-
-    Args:
-        path: a `.keras` file, or checkpoints/<model_name>: its
-            <model_name>.keras (or its only .keras file), else its newest
-            checkpoint rebuilt from config.json.
-
-    Returns:
-        (the PARTransformerXL, the folder where the run's config.json would be).
-
-    Raises:
-        UsageExit: the path does not exist or holds no model.
-        RuntimeExit: the model file cannot be read.
-    """
+    """(the PARTransformerXL, the folder where the run's config.json would be) of a
+    `.keras` file or checkpoints/<model_name> (its <model_name>.keras or only .keras
+    file, else its newest checkpoint rebuilt from config.json). UsageExit when the path
+    does not exist or holds no model; RuntimeExit when the model file cannot be read."""
     path = Path(path)
     found = model_file(path)
     if found is not None:

@@ -49,25 +49,14 @@ def num_lost_tokens(num_tokens: int, batch_size: int, seq_len: int) -> int:
 
 
 def context_batches(tokens: np.ndarray, batch_size: int, seq_len: int) -> np.ndarray:
-    """Views a 1-D token stream as context batches, without copying.
-
-    Args:
-        tokens: [N] token ids (a numpy array or memmap).
-        batch_size: B, the number of parallel streams.
-        seq_len: L, the tokens each row feeds the model per batch.
-
-    Returns:
-        A read-only view [n, B, L + 1] with n = (N - 1) // (B*L) and
-        `out[i, r] == tokens[r*n*L + i*L : r*n*L + i*L + L + 1]`.
-
-    Raises:
-        UsageError: B or L not a positive integer, tokens not 1-D.
-        DataError: fewer than B*L + 1 tokens (not one full batch).
+    """A read-only view [n, B, L + 1] of a 1-D token stream (array or memmap), without
+    copying: n = (N - 1) // (B*L), `out[i, r] == tokens[r*n*L + i*L : r*n*L + i*L + L + 1]`.
+    UsageError for a bad B or L or a stream not 1-D; DataError for fewer than B*L + 1
+    tokens.
 
     Example:
         >>> context_batches(np.arange(9), batch_size=2, seq_len=2).tolist()
-        [[[0, 1, 2], [4, 5, 6]], [[2, 3, 4], [6, 7, 8]]]
-    """
+        [[[0, 1, 2], [4, 5, 6]], [[2, 3, 4], [6, 7, 8]]]"""
     tokens = np.asarray(tokens) if not isinstance(tokens, np.memmap) else tokens
     if tokens.ndim != 1:
         raise UsageError(f"tokens must be a 1-D stream, got shape {tokens.shape}")

@@ -107,30 +107,13 @@ def build_records(
     shards: int = 1,
     overwrite: bool = False,
 ) -> RecordsMetadata:
-    """Builds one record folder from one text file with an existing tokenizer.
-
-    Args:
-        text_file: UTF-8 text; every line ends with eos in the token stream.
-        sp_model: the SentencePiece `.model` file.
-        out_dir: the record folder to write (staged, then renamed).
-        batch_size: B, rows per batch.
-        seq_len: L; each record is int32 [B, L + 1].
-        shards: number of record files, each a consecutive range of batches.
-        overwrite: replace an existing `out_dir`.
-
-    Returns:
-        The metadata written beside the records.
+    """Builds one record folder `out_dir` (staged, then renamed) from one UTF-8 text file
+    with an existing tokenizer, each of `shards` files a consecutive range of int32
+    [B, L + 1] batches; returns the metadata written beside them.
 
     Raises:
         UsageError: bad sizes, missing inputs, `out_dir` in the way.
-        DataError: empty or non-UTF-8 text, text shorter than one batch.
-
-    Example:
-        >>> meta = build_records("data/wikitext-2/valid.txt", "data/tokenizer/wiki2_12k.model",
-        ...                      "data/wikitext2_bsz32_seqlen32_tfrecords_valid")
-        >>> meta.batch_size, meta.seq_len
-        (32, 32)
-    """
+        DataError: empty or non-UTF-8 text, text shorter than one batch."""
     check_batch_shape(batch_size, seq_len)
     _check_shards(shards)
     text_file, sp_model = Path(text_file), Path(sp_model)
@@ -154,37 +137,13 @@ def build_data(
     overwrite: bool = False,
     mask_symbol: bool = False,
 ) -> dict[str, RecordsMetadata]:
-    """Builds several record folders (e.g. train, valid, test), all or nothing.
-
-    Every text is checked before any work starts; the tokenizer (if trained)
-    and all record folders appear together at the end, or not at all.
-
-    Args:
-        text_files: name -> text file, e.g. {"train": ..., "valid": ..., "test": ...}.
-        records_dirs: name -> record folder to write, same names.
-        sp_model_prefix: tokenizer prefix; `<prefix>.model` is used or written.
-        train_tokenizer_on: train a new tokenizer on this text (the train
-            split only); None uses the existing `<prefix>.model`.
-        vocab_size: pieces of a newly trained tokenizer.
-        lowercase: lowercase (nfkc_cf) in a newly trained tokenizer.
-        batch_size: B.
-        seq_len: L.
-        shards: record files per folder.
-        overwrite: replace existing outputs (tokenizer included when trained).
-        mask_symbol: a newly trained tokenizer reserves `[MASK]` (masked language
-            modelling); an existing one must already have it.
-
-    Returns:
-        name -> metadata of its record folder.
-
-    Raises:
-        UsageError, DataError: see `build_records` and `train_tokenizer`.
-
-    Example:
-        >>> build_data({"valid": "valid.txt"}, {"valid": "records_valid"},
-        ...            "data/tokenizer/wiki2_12k")["valid"].num_batches
-        298
-    """
+    """Builds several record folders (name -> text file, name -> folder), all or nothing:
+    every text is checked before any work starts, and the tokenizer (when trained on
+    `train_tokenizer_on`, the train split; else `<sp_model_prefix>.model` is read) and
+    all folders appear together at the end, or not at all. `vocab_size`, `lowercase` and
+    `mask_symbol` shape a newly trained tokenizer (an existing one must already have
+    `[MASK]` when asked for); `overwrite` replaces outputs. Returns name -> metadata.
+    Raises as `build_records` and `train_tokenizer`."""
     check_batch_shape(batch_size, seq_len)
     _check_shards(shards)
     if set(text_files) != set(records_dirs):

@@ -22,21 +22,9 @@ SPLITS = ("train", "valid", "test")
 
 
 def find_splits(directory: str | os.PathLike, train_split: str = "train") -> dict[str, Path]:
-    """Returns the text file of each split in `directory`.
-
-    Args:
-        directory: a folder holding train.txt, valid.txt and test.txt.
-        train_split: which file trains: "train" normally; "valid" is an offline
-            stand-in where train.txt is absent (trains and builds the train
-            records from valid.txt).
-
-    Returns:
-        {"train": path, "valid": path, "test": path}; with train_split="valid"
-        the "train" entry is valid.txt.
-
-    Raises:
-        UsageError: the folder or one of the files is missing.
-    """
+    """{"train", "valid", "test"} -> text file of a folder holding train.txt, valid.txt and
+    test.txt (UsageError when one is missing). `train_split="valid"` is an offline
+    stand-in where train.txt is absent: "train" is then valid.txt."""
     directory = Path(directory)
     if train_split not in ("train", "valid"):
         raise UsageError(f"--train_split must be train or valid, got {train_split!r}")
@@ -72,29 +60,14 @@ def split_text_file(
     holdout_fraction: float = 0.05,
     overwrite: bool = False,
 ) -> dict[str, Path]:
-    """Splits one text file by lines into out_dir/{train,valid,test}.txt.
-
-    The first lines go to train; the last `holdout_fraction` of the lines to
-    test and the `holdout_fraction` before them to valid (at least one line
-    each). Streams the file twice, so its size is not limited by memory.
-
-    Args:
-        text_file: a UTF-8 text file with at least 3 lines.
-        out_dir: the folder to write; created if needed.
-        holdout_fraction: fraction of lines for each of valid and test, in (0, 0.5).
-        overwrite: replace existing split files.
-
-    Returns:
-        {"train": path, "valid": path, "test": path}.
+    """Splits a UTF-8 text file of at least 3 lines into out_dir/{train,valid,test}.txt
+    (returned as {split: path}): the last `holdout_fraction` (in (0, 0.5)) of the lines
+    to test, the same fraction before them to valid (at least one line each), the rest
+    to train. Streams the file twice, so its size is not limited by memory.
 
     Raises:
         UsageError: a bad fraction, a missing input, or split files in the way.
-        DataError: the file has fewer than 3 lines.
-
-    Example:
-        >>> split_text_file("my_corpus.txt", "data/my_corpus")["valid"]
-        PosixPath('data/my_corpus/valid.txt')
-    """
+        DataError: the file has fewer than 3 lines."""
     text_file, out_dir = Path(text_file), Path(out_dir)
     if not 0.0 < holdout_fraction < 0.5:
         raise UsageError(f"holdout fraction must be in (0, 0.5), got {holdout_fraction}")

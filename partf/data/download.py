@@ -7,21 +7,12 @@ A source is one of:
 - a folder holding `train.txt`, `valid.txt` and `test.txt`, by URL ending in
   `/` or local path.
 
-`fetch_wikitext2` tries the sources in order and keeps the first whose three
-files all match their checksums. Files are written under temporary names and
-renamed at the end, so an interrupted download leaves nothing that looks
-finished, and the next run starts over. A file that does not match is deleted
-and the next source is tried. Downloaded bytes are only hashed and copied:
-nothing is executed or unpickled, and archive member names are never used as
-paths.
-
-Checksums: every split file is checked by its sha256. `train.txt` was once
-checked by its git blob id (`git hash-object train.txt`, the sha1 of
-`b"blob <size>\\0" + content`) because that was all that was known of it;
-`file_checksum` still computes blob ids, to compare a file with a listing that
-gives only those. The archive itself has no known checksum; its extracted files
-are what is checked.
-"""
+`fetch_wikitext2` tries the sources in order and keeps the first whose three files
+all match their sha256. Files are written under temporary names and renamed at the
+end, so an interrupted download leaves nothing that looks finished. Downloaded bytes
+are only hashed and copied: nothing is executed or unpickled, and archive member
+names are never used as paths. `file_checksum` also computes git blob ids, to compare
+a file with a listing that gives only those."""
 
 from __future__ import annotations
 
@@ -75,17 +66,8 @@ _CHUNK = 1 << 20
 
 
 def file_checksum(path: str | os.PathLike, algorithm: str = "sha256") -> str:
-    """Returns `algorithm:hexdigest` of a file.
-
-    Args:
-        path: the file.
-        algorithm: "sha256", or "git-blob-sha1" (what `git hash-object` prints:
-            sha1 of `b"blob <size>\\0"` followed by the content).
-
-    Example:
-        >>> file_checksum("data/wikitext-2/valid.txt", "git-blob-sha1")
-        'git-blob-sha1:eec944eb2d9e46061cd34a6913528797db6842fc'
-    """
+    """`algorithm:hexdigest` of a file; `algorithm` "sha256" or "git-blob-sha1" (what
+    `git hash-object` prints: sha1 of `b"blob <size>\\0"` followed by the content)."""
     if algorithm == "sha256":
         digest = hashlib.sha256()
     elif algorithm == "git-blob-sha1":
@@ -120,22 +102,9 @@ def _is_url(source: str) -> bool:
 
 
 def download(url: str, dest: str | os.PathLike, timeout: float = 30.0) -> Path:
-    """Streams `url` to `dest` through `.<name>.part`, renamed at the end.
-
-    A stale `.part` from an interrupted run is overwritten, and the `.part` is
-    removed if this download fails, so `dest` only ever holds a complete file.
-
-    Args:
-        url: an http, https or file URL.
-        dest: the file to write.
-        timeout: seconds to wait for the connection and for each read.
-
-    Returns:
-        `dest` as a Path.
-
-    Raises:
-        urllib.error.URLError, OSError: the download failed.
-    """
+    """Streams `url` (http, https or file) to `dest` through `.<name>.part`, renamed at
+    the end (a stale `.part` is overwritten, a failed one removed), so `dest` only ever
+    holds a complete file. `timeout` is per connection and per read."""
     dest = Path(dest)
     scheme = urllib.parse.urlparse(url).scheme
     if scheme not in ("http", "https", "file"):
@@ -256,29 +225,11 @@ def fetch_wikitext2(
     checksums: Mapping[str, str] = WIKITEXT2_CHECKSUMS,
     timeout: float = 30.0,
 ) -> dict[str, Path]:
-    """Makes `dest_dir/{train,valid,test}.txt` hold verified WikiText-2 splits.
-
-    Files already in place and matching their checksums are kept. Otherwise
-    the sources are tried in order; the first one whose files all match wins.
-
-    Args:
-        dest_dir: the folder to fill, e.g. "data/wikitext-2". Created if needed.
-        sources: archives or folders, by URL or local path (module docstring).
-        checksums: "algorithm:hexdigest" for each of the three file names.
-        timeout: seconds to wait on the network per connection and read.
-
-    Returns:
-        {"train.txt": path, "valid.txt": path, "test.txt": path}.
-
-    Raises:
-        DataError: no source worked. Without network access the one-line
-            message says so and how to supply the files by hand.
-
-    Example:
-        >>> files = fetch_wikitext2("data/wikitext-2")
-        >>> sorted(files)
-        ['test.txt', 'train.txt', 'valid.txt']
-    """
+    """Makes `dest_dir/{train,valid,test}.txt` hold verified WikiText-2 splits and returns
+    {name: path}. Files already in place and matching are kept; otherwise `sources`
+    (module docstring) are tried in order and the first whose files all match wins.
+    DataError when none worked; without network access the one-line message says so
+    and how to supply the files by hand."""
     dest_dir = Path(dest_dir)
     names = [n for n in SPLIT_FILES if not verify_file(dest_dir / n, checksums[n])]
     for name in names:

@@ -177,20 +177,9 @@ def write_listops(
     seed: int,
     settings: ListOpsSettings | None = None,
 ) -> dict[str, Any]:
-    """Generates and writes each split to `directory`/<split>.tfrecords, plus listops.json.
-
-    Every split draws from its own seed (`seed`, the split's index in `SPLITS`), so
-    the splits differ and each is reproducible alone.
-
-    Args:
-        directory: created if missing.
-        counts: examples per split, e.g. {"train": 96000, "valid": 2000, "test": 2000}.
-        seed: the generator's seed.
-        settings: how trees are drawn (LRA's by default).
-
-    Returns:
-        The metadata written.
-    """
+    """Writes each split to `directory`/<split>.tfrecords (`counts`: examples per split)
+    and listops.json, and returns the metadata written. Each split draws from its own
+    seed (`seed` and its index in `SPLITS`), so each is reproducible alone."""
     import tensorflow as tf
 
     settings = settings or ListOpsSettings()

@@ -45,22 +45,10 @@ def mask_tokens(
     mask_fraction: float = 0.8,
     random_fraction: float = 0.1,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Masks a batch of token ids (BERT's 80/10/10 rule over `rate` of the real tokens).
-
-    Args:
-        tokens: int32 [B, T] token ids, 0 for padding (never chosen).
-        seed: two integers (a stateless seed); the same seed gives the same masks.
-        mask_id: the tokenizer's `[MASK]` id.
-        vocab_size: number of ids; random replacements are drawn uniformly from
-            1 .. vocab_size - 1 without `mask_id` (never padding, never the mask).
-        rate: probability that a real token is chosen.
-        mask_fraction: probability that a chosen token becomes `mask_id`.
-        random_fraction: probability that a chosen token becomes a random token.
-
-    Returns:
-        (inputs, targets), int32 [B, T]: the tokens the model sees, and the original
-        token at each chosen position (0 elsewhere).
-    """
+    """Masks int32 [B, T] token ids by BERT's 80/10/10 rule over `rate` of the real tokens
+    (0 is padding, never chosen): (inputs the model sees, targets holding the original
+    token at each chosen position and 0 elsewhere). `seed` is two integers (stateless);
+    random replacements are drawn from 1 .. vocab_size - 1 without `mask_id`."""
     if not 0 < mask_id < vocab_size or vocab_size < 3:
         raise ValueError(
             f"mask_id {mask_id} must be a non-pad id below vocab_size {vocab_size} (>= 3)."
@@ -125,25 +113,11 @@ class Masking:
         return dataset.enumerate(start=start).map(mask)
 
     def training_batches(self, dataset: tf.data.Dataset, first_step: int) -> tf.data.Dataset:
-        """Masks (inputs, targets) batches whose first is the run's step `first_step`.
-
-        Args:
-            dataset: context batches in training order, starting at `first_step`.
-            first_step: the global step (0-based) of the first batch.
-
-        Returns:
-            A dataset of (masked inputs, targets) int32 [B, L].
-        """
+        """Masked (inputs, targets) int32 [B, L] of the training batches in order, the first
+        being the run's global step `first_step` (0-based)."""
         return self._map(dataset, self.seed, first_step)
 
     def evaluation_batches(self, dataset: tf.data.Dataset, split: str) -> tf.data.Dataset:
-        """Masks a split's batches with its fixed seed (`EVAL_SEEDS`), the same every pass.
-
-        Args:
-            dataset: the split's (inputs, targets) batches, in order.
-            split: "valid" or "test".
-
-        Returns:
-            A dataset of (masked inputs, targets) int32 [B, L].
-        """
+        """Masked (inputs, targets) int32 [B, L] of a split ("valid" or "test"), with its fixed
+        seed (`EVAL_SEEDS`), the same every pass."""
         return self._map(dataset, EVAL_SEEDS[split], 0)

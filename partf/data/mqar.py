@@ -203,15 +203,9 @@ def digest(inputs: np.ndarray, targets: np.ndarray) -> str:
 def write_mqar(
     prefix: str | os.PathLike, settings: MQARSettings, overwrite: bool = False
 ) -> dict[str, Path]:
-    """Writes the folders `<prefix>_train`, `<prefix>_valid` and `<prefix>_test` of
-    `settings`, each an `mqar.json`. Every folder is checked before any is written.
-
-    Returns:
-        {"train": folder, "valid": ..., "test": ...}.
-
-    Raises:
-        UsageError: a folder exists and holds files, without `overwrite`.
-    """
+    """Writes the folders `<prefix>_{train,valid,test}` of `settings`, each an
+    `mqar.json`, every folder checked before any is written (UsageError: one holds
+    files, without `overwrite`); returns {split: folder}."""
     folders = {split: Path(f"{prefix}_{split}") for split in SPLITS}
     for folder in folders.values():
         if not overwrite and folder.exists() and any(folder.iterdir()):
@@ -240,14 +234,9 @@ def is_mqar(directory: str | os.PathLike) -> bool:
 
 
 def read_mqar(directory: str | os.PathLike) -> tuple[MQARSettings, str, np.ndarray, np.ndarray]:
-    """An MQAR split folder's examples, drawn again and checked against its sha256.
-
-    Returns:
-        (settings, split, inputs, targets), the arrays int32 [batches, B, L].
-
-    Raises:
-        DataError: the file is not valid, or the draw differs from the one recorded.
-    """
+    """(settings, split, inputs, targets int32 [batches, B, L]) of an MQAR split folder,
+    drawn again and checked against its sha256 (DataError: an invalid file, or another
+    draw than the one recorded)."""
     path = Path(directory) / MQAR_FILE
     fix = "write the splits again with partf-build-data --task=mqar --overwrite"
     try:

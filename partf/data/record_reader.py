@@ -230,26 +230,15 @@ def read_record_batches(
     batch_size: int | None = None,
     seq_len: int | None = None,
 ) -> np.ndarray:
-    """All batches of a record folder (or one original-format file), in stream order.
-
-    The same batches as `partf.data.load_batches`, with every record's CRCs checked and
-    the count checked against metadata.json.
-
-    Args:
-        path: a record folder, or one original-format `.tfrecords` file.
-        sp_model: optional `.model` file: it must be the tokenizer the records were
-            built with.
-        batch_size: optional; must equal the records' batch size.
-        seq_len: optional; must equal the records' sequence length.
-
-    Returns:
-        int32 [n, B, L + 1].
+    """int32 [n, B, L + 1]: all batches of a record folder (or one original-format file),
+    in stream order, as `partf.data.load_batches` gives them, with every CRC and the
+    count checked. `sp_model`, `batch_size` and `seq_len`, when given, must fit the
+    records.
 
     Raises:
-        DataError: damaged records, batches of another shape than the metadata says,
-            or another count; a tokenizer or shape that does not fit.
-        UsageError: the path does not exist or holds no records.
-    """
+        DataError: damaged records, another shape or count than the metadata says, or
+            a tokenizer or shape that does not fit.
+        UsageError: the path does not exist or holds no records."""
     path = Path(path)
     meta = partf_metadata(path)
     if meta is None:  # the original's format: its metadata comes from the records, read once

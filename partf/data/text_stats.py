@@ -59,25 +59,14 @@ def file_sha256(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
 
 
 def text_stats(path: str | os.PathLike) -> TextStats:
-    """Counts lines, words and characters of a UTF-8 text file in one pass.
-
-    Args:
-        path: a text file. It is read line by line, so its size is not limited
-            by memory.
-
-    Returns:
-        A `TextStats`.
-
-    Raises:
-        UsageError: the path does not exist or is not a file.
-        DataError: the file is empty, or a line is not valid UTF-8 (the
-            message gives the line number).
+    """`TextStats` of a UTF-8 text file, read line by line in one pass. UsageError when the
+    path is not a file; DataError when it is empty or a line is not valid UTF-8 (the
+    message gives the line number).
 
     Example:
         >>> stats = text_stats("data/wikitext-2/valid.txt")
         >>> stats.num_lines, stats.num_words_with_line_ends
-        (3760, 217646)
-    """
+        (3760, 217646)"""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"text file {path} does not exist; check the path")

@@ -112,17 +112,8 @@ class FrameError(ValueError):
 
 
 def read_frames(buffer: bytes) -> list[memoryview]:
-    """The records of a TFRecord file's contents, every CRC checked.
-
-    Args:
-        buffer: the whole file.
-
-    Returns:
-        Each record's data, in order (views into `buffer`).
-
-    Raises:
-        FrameError: a truncated file, or a length or data CRC that does not match.
-    """
+    """Each record's data (views into the whole file `buffer`), in order, every CRC
+    checked; FrameError for a truncated file or a CRC that does not match."""
     view = memoryview(buffer)
     spans: list[tuple[int, int, int]] = []  # (start of the record, data offset, length)
     offset = 0

@@ -64,21 +64,10 @@ def shard_name(index: int, num_shards: int) -> str:
 def write_shards(
     batches: np.ndarray, directory: str | os.PathLike, shards: int = 1, **metadata
 ) -> RecordsMetadata:
-    """Writes batches and metadata.json into an existing folder (not atomic).
-
-    Most callers want `write_tfrecords`, which stages the folder. Shard k gets
-    the k-th of `shards` consecutive, near-equal ranges of batches.
-
-    Args:
-        batches: [n, B, L + 1] int32 context batches (a view is fine).
-        directory: an existing, empty folder.
-        shards: number of files, at most n.
-        **metadata: further `RecordsMetadata` fields (num_tokens, vocab_size,
-            tokenizer_sha256, source_sha256, counts of the text, names).
-
-    Returns:
-        The metadata written.
-    """
+    """Writes [n, B, L + 1] int32 batches and metadata.json into an existing empty folder
+    (not atomic: most callers want `write_tfrecords`), shard k the k-th of `shards`
+    consecutive, near-equal ranges of batches; `metadata` holds further
+    `RecordsMetadata` fields. Returns the metadata written."""
     if batches.ndim != 3:
         raise UsageError(f"batches must have shape [n, B, L + 1], got {batches.shape}")
     num_batches, batch_size, width = batches.shape
@@ -123,22 +112,14 @@ def write_tfrecords(
     **metadata,
 ) -> RecordsMetadata:
     """Writes a record folder all at once: staged beside `directory`, then renamed.
-
-    Args:
-        batches: [n, B, L + 1] int32 context batches (see `context_batches`).
-        directory: the record folder to create.
-        shards: number of record files, each a consecutive range of batches.
-        overwrite: replace an existing folder.
-        **metadata: further `RecordsMetadata` fields.
-
-    Returns:
-        The metadata written.
+    `batches` are [n, B, L + 1] int32 (`context_batches`); each of `shards` files holds
+    a consecutive range; `metadata` holds further `RecordsMetadata` fields. Returns the
+    metadata written.
 
     Example:
         >>> batches = context_batches(np.arange(1000, dtype=np.int32), 4, 8)
         >>> write_tfrecords(batches, "/tmp/records", shards=2).num_batches
-        31
-    """
+        31"""
     with StagedOutputs(overwrite) as staged:
         return write_shards(batches, staged.dir_for(directory), shards, **metadata)
 
@@ -201,21 +182,10 @@ def load_batches(
 
 
 def verify_records(path: str | os.PathLike) -> int:
-    """Reads every record of a folder once (CRCs checked) and counts them.
-
-    A truncated or corrupt shard would otherwise fail only when training reaches it,
-    possibly hours in; this pass costs about a second for WikiText-2's training split.
-
-    Args:
-        path: a record folder, or one original-format `.tfrecords` file.
-
-    Returns:
-        The number of batches.
-
-    Raises:
-        DataError: a shard is truncated or corrupt, or holds another number of batches
-            than its metadata says.
-    """
+    """The number of batches of a record folder (or one original-format file), every
+    record read once with CRCs checked: a corrupt shard would otherwise fail only when
+    training reaches it, possibly hours in (about a second for WikiText-2's training
+    split). DataError for a truncated or corrupt shard, or a count unlike its metadata's."""
     path = Path(path)
     meta = read_metadata(path)
     files = [str(f) for f in _record_files(path, meta)]
@@ -246,35 +216,14 @@ def load_tfrecords(
     seq_len: int | None = None,
     prefetch: bool = True,
 ) -> tf.data.Dataset:
-    """Reads a record folder as (inputs, targets) batches, in stream order.
-
-    Reads partf folders (checked against their metadata.json) and the original
-    project's folders (format detected by the absence of metadata.json).
-
-    Args:
-        path: a record folder, or one original-format `.tfrecords` file.
-        sp_model: optional `.model` file to check: it must be the tokenizer
-            the records were built with.
-        batch_size: optional; must equal the records' batch size.
-        seq_len: optional; must equal the records' sequence length.
-        prefetch: overlap reading with the consumer.
-
-    Returns:
-        A `tf.data.Dataset` of (inputs, targets), each int32 [B, L]; targets
-        are inputs shifted by one token. Row r of element i+1 continues row r
-        of element i. Its cardinality is the number of batches.
-
-    Raises:
-        ValueError (`DataError`): the tokenizer, batch size or sequence length
-            does not match the records, or the records cannot be read.
+    """A record folder (partf's, checked against metadata.json, or the original project's)
+    as a `tf.data.Dataset` of (inputs, targets) int32 [B, L], targets shifted by one, in
+    stream order: row r of element i+1 continues row r of element i. `sp_model`,
+    `batch_size` and `seq_len`, when given, must match the records (DataError).
 
     Example:
         >>> ds = load_tfrecords("data/wikitext2_bsz32_seqlen32_tfrecords_valid",
-        ...                     sp_model="data/tokenizer/wiki2_12k.model")
-        >>> inputs, targets = next(iter(ds))
-        >>> inputs.shape
-        TensorShape([32, 32])
-    """
+        ...                     sp_model="data/tokenizer/wiki2_12k.model")"""
     dataset = load_batches(path, sp_model, batch_size, seq_len).map(
         tf.autograph.experimental.do_not_convert(lambda batch: (batch[:, :-1], batch[:, 1:])),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -293,15 +242,9 @@ def read_batches(path: str | os.PathLike) -> np.ndarray:
 
 
 def records_token_stream(path: str | os.PathLike) -> np.ndarray:
-    """The token stream a partf record folder covers: [B*n*L + 1] ids, in order.
-
-    This undoes context batching (`stream_from_batches`); it equals the first
-    B*n*L + 1 tokens of the tokenized source text.
-
-    Raises:
-        UsageError: the records are in the original project's format, whose
-            rows do not determine one stream.
-    """
+    """The token stream a partf record folder covers, [B*n*L + 1] ids in order (undoing
+    `stream_from_batches`): the first B*n*L + 1 tokens of the tokenized text. UsageError
+    for the original project's format, whose rows do not determine one stream."""
     meta = read_metadata(path)
     if meta.overlap != 1:
         raise UsageError(

@@ -54,36 +54,25 @@ def train_tokenizer(
     input_sentence_size: int = 0,
     mask_symbol: bool = False,
 ) -> Path:
-    """Trains a SentencePiece unigram model with the original project's settings.
-
-    Settings: `nfkc_cf` normalization when lowercasing (`nfkc` otherwise),
-    `@-@` as a user-defined symbol, ids pad=0 bos=1 eos=2 unk=3 with pieces
-    `[PAD]`, `[BOS]`, `[EOS]`, `[UNK]`. The model is trained in a temporary
-    folder and moved into place only when training succeeded.
+    """Trains a SentencePiece unigram model with the original project's settings and
+    returns the `.model` path: `nfkc_cf` normalization when lowercasing (`nfkc`
+    otherwise), `@-@` a user-defined symbol, ids pad=0 bos=1 eos=2 unk=3 (pieces `[PAD]`,
+    `[BOS]`, `[EOS]`, `[UNK]`); trained in a temporary folder, moved into place on success.
 
     Args:
         text_file: the training text (the train split only).
-        sp_model_prefix: output prefix; writes `<prefix>.model` and `<prefix>.vocab`.
+        sp_model_prefix: writes `<prefix>.model` and `<prefix>.vocab`.
         vocab_size: number of pieces, special ids included.
         lowercase: fold case (nfkc_cf) so "The" and "the" share pieces.
-        overwrite: replace an existing model.
-        input_sentence_size: train on this many random lines (0: all), which
-            bounds time and memory on very large corpora.
-        mask_symbol: also reserve `[MASK]` (a user-defined symbol after `@-@`, id 5)
-            for masked language modelling; off keeps the original's ids.
-
-    Returns:
-        Path of the `.model` file.
+        input_sentence_size: train on this many random lines (0: all), bounding time
+            and memory on very large corpora.
+        mask_symbol: also reserve `[MASK]` (id 5, after `@-@`) for masked language
+            modelling; off keeps the original's ids.
 
     Raises:
         UsageError: non-positive vocab size, missing text, model in the way.
-        DataError: the text cannot support `vocab_size` pieces (the message
-            gives the largest size that works).
-
-    Example:
-        >>> train_tokenizer("data/wikitext-2/train.txt", "data/tokenizer/wiki2_12k")
-        PosixPath('data/tokenizer/wiki2_12k.model')
-    """
+        DataError: the text cannot support `vocab_size` pieces (the message gives the
+            largest size that works)."""
     text_file = Path(text_file)
     out_model = model_path(sp_model_prefix)
     out_vocab = out_model.with_suffix(".vocab")
@@ -183,15 +172,8 @@ def vocab_size_of(sp_model: str | os.PathLike) -> int:
 
 
 def graph_tokenizer(sp_model: str | os.PathLike, add_eos: bool = True) -> Any:
-    """A tensorflow-text SentencepieceTokenizer, usable inside tf.data maps.
-
-    Args:
-        sp_model: path of the `.model` file.
-        add_eos: append eos (id 2) to every tokenized line.
-
-    Returns:
-        `tensorflow_text.SentencepieceTokenizer` producing int32 ids.
-    """
+    """A tensorflow-text SentencepieceTokenizer of int32 ids for tf.data maps, optionally
+    appending eos (id 2) to every line."""
     # Imported here: ids <-> text (partf-generate) needs only sentencepiece, and runs
     # where TensorFlow is not installed.
     import tensorflow as tf
@@ -210,28 +192,11 @@ def tokenize_file(
     lines_per_step: int = 256,
     total_lines: int | None = None,
 ) -> int:
-    """Tokenizes a text file line by line into a flat file of int32 token ids.
-
-    Lines are read and tokenized inside a tf.data pipeline (in parallel, in
-    order) and appended to `out_file` as little-endian int32, so memory stays
-    bounded however large the text is. Read the result with `read_token_file`.
-
-    Args:
-        text_file: UTF-8 text.
-        sp_model: path of the SentencePiece `.model`.
-        out_file: the token file to write (replaced if present).
-        add_eos: end each line with eos (id 2), empty lines included.
-        lines_per_step: lines tokenized per tf.data element.
-        total_lines: the file's line count, only for the progress lines (none without).
-
-    Returns:
-        The number of tokens written.
-
-    Example:
-        >>> n = tokenize_file("valid.txt", "wiki2_12k.model", "/tmp/valid.tokens")
-        >>> read_token_file("/tmp/valid.tokens")[:3]
-        memmap([ 5, 21, 6613], dtype=int32)
-    """
+    """Tokenizes a text file line by line into a flat file of little-endian int32 ids
+    (`read_token_file` reads it), inside a tf.data pipeline (parallel, in order), so
+    memory stays bounded however large the text; returns the number of tokens.
+    `add_eos` ends each line, empty ones included, with eos; `total_lines` is only for
+    the progress lines."""
     import tensorflow as tf
 
     tokenizer = graph_tokenizer(sp_model, add_eos=add_eos)

@@ -1,55 +1,28 @@
 """The Generator: carried-state decoding, the recompute baseline, one compiled loop.
 
-Two ways to get the next-token distribution:
+* "carried" (the default): the prompt goes through `model.forward` once, then each
+  new token is fed alone with the state the previous call returned (XL memory, or a
+  linear attention's running sums), so a token costs the same however long the text.
+* "recompute": each step feeds the last `context_len` tokens, left-padded with 0,
+  from an empty state: the slow, obviously-correct reference of the tests and the
+  baseline of `benchmarks/generate.py`.
 
-* "carried" (the default): the prompt goes through `model.forward` once; after
-  that each new token is fed alone with the state the previous call returned
-  (XL memory of the last `mem_len` hidden states per block, or a linear
-  attention's running sums). The context is never recomputed, so a token
-  costs the same however long the text already is.
-* "recompute": each step feeds the whole text, cut to its last `context_len`
-  tokens and left-padded with 0, through `forward` from an empty state. It is
-  the slow, obviously-correct reference of the tests and the baseline of
-  `benchmarks/generate.py`.
+With `mem_len` >= the text's length (or an exact linear attention) the two agree up to
+rounding; a shorter memory is Transformer-XL's evaluation scheme.
 
-For relative attention with `mem_len` >= the length of the text, and for
-the exact linear attentions at any length, the two give the same
-distributions up to rounding. With a shorter memory the carried mode is
-Transformer-XL's evaluation scheme: each block sees `mem_len` earlier hidden
-states, which themselves saw further back.
-
-Tokens are drawn as `partf.generation.sampling` says (temperature, top-k,
-top-p). Random draws come from a `keras.random.SeedGenerator` reset to the given
-seed at the start of each `generate`, so a seed always gives the same text.
-The padding id 0 is never sampled: fed back, it would be read as padding.
-
-Decoding (sample, then feed the token) runs as one compiled loop over all
-the new tokens: on TensorFlow a graph by default, XLA with `jit_compile=True`
-(see `benchmarks/generate.py`); on JAX `jax.jit` with the weights passed in,
-and the draws keyed by one key per token, drawn from the seed generator
-before the loop (a traced loop cannot advance a generator). So no Python runs
-between tokens. In carried mode each step
-also skips the work that cannot change its result:
-
-* with `eval_mode="argmax"` a block's output is its chosen candidate's, so
-  only that candidate runs (`model.forward(..., choices=...)`; the others'
-  states are carried unchanged, and are never read while the weights stay
-  fixed);
-* relative attention keeps an inference cache next to its memory (the
-  memory's projected keys and values and the position terms, see
-  `RelativeAttention.inference_state`), so a token projects only itself.
-
-Both give the same distributions as `model.forward` up to rounding.
+Draws come from a `keras.random.SeedGenerator` reset to the seed at each `generate`, so
+a seed always gives the same text; the padding id 0 is never drawn (fed back, it would
+be read as padding). Decoding runs as one compiled loop over all new tokens (a
+`tf.function`, XLA with `jit_compile=True`; on JAX `jax.jit` with the weights passed
+in and one key per token drawn before the loop, since a traced loop cannot advance a
+generator). In carried mode a step skips work that cannot change its result: with
+`eval_mode="argmax"` only each block's chosen candidate runs, and relative attention
+keeps its memory's projected keys and values (`RelativeAttention.inference_state`).
 
 Example:
-    >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
-    ...                          num_layers=2, mem_len=64, cutoffs=(20,), batch_size=1)
     >>> result = generate(model, [[2, 17, 42]], max_tokens=10, top_k=20, seed=0)
     >>> result.tokens.shape
     (1, 10)
-
-Reference:
-    Dai et al., "Transformer-XL", ACL 2019 (evaluation with a long memory).
 """
 
 from __future__ import annotations
@@ -102,41 +75,22 @@ def _compile(fn: Callable, compiled: bool, jit_compile: bool, model: Any = None)
 
 @dataclasses.dataclass
 class GenerationResult:
-    """What `Generator.generate` returns.
-
-    Attributes:
-        tokens: int32 [B, N] the generated ids (prompt not included).
-        log_probs: float32 [B, N, V] the model's (unfiltered) log-probabilities
-            that token n was drawn from, when asked for; else None.
-    """
+    """The generated ids int32 [B, N] (prompt not included) and, when asked for, the
+    model's unfiltered log-probabilities float32 [B, N, V] each was drawn from."""
 
     tokens: np.ndarray
     log_probs: np.ndarray | None = None
 
 
 class Generator:
-    """Generates tokens from a `PARTransformerXL`, carrying state or recomputing.
-
-    Args:
-        model: the model (evaluation mode is used: no dropout, `eval_mode`
-            block weights).
-        mode: "carried" (feed each token with the carried state) or
-            "recompute" (feed the last `context_len` tokens from an empty
-            state at every step).
-        context_len: the recompute window (recompute mode only).
-        compiled: run each step as one compiled function (TensorFlow
-            backend); False runs it eagerly, op by op (for debugging).
-        jit_compile: compile the step with XLA; False traces a plain graph.
-        seed: default seed of `generate`.
+    """Generates tokens from a `PARTransformerXL` (in evaluation mode), carrying state
+    or recomputing (module docstring). `context_len`: the recompute window; `compiled`
+    False runs eagerly, op by op (for debugging); `jit_compile`: XLA; `seed`: the
+    default seed of `generate`.
 
     Raises:
-        ValueError: unknown mode, context_len < 1, or carried mode with an
-            attention that keeps no state (use recompute, or
-            `reconfigure(model, mem_len=N)`).
-
-    Example:
-        >>> generator = Generator(model)
-        >>> generator.generate([[2, 17, 42]], 20, Sampling(top_p=0.9), seed=1).tokens
+        ValueError: unknown mode, context_len < 1, or carried mode with an attention
+            that keeps no state (use recompute, or `reconfigure(model, mem_len=N)`).
     """
 
     def __init__(
@@ -199,16 +153,8 @@ class Generator:
         return ops.pad(tokens, [[0, 0], [pad, 0]]) if pad else tokens
 
     def start(self, prompt: Any) -> tuple[Any, Any]:
-        """Reads the prompt.
-
-        Args:
-            prompt: int [B, T] ids, T >= 1, 0 = padding (left-pad uneven prompts).
-
-        Returns:
-            (log-probabilities of the next token float32 [B, V], state): the
-            state is the model's states (carried) or the token window [B, C]
-            (recompute).
-        """
+        """Reads the prompt int [B, T] (0 = left padding): (next-token log-probs
+        float32 [B, V], state: the model's states, or the token window [B, C])."""
         prompt = _as_prompt(prompt)
         self._choices = argmax_choices(self.model)
         if self.mode == "recompute":
@@ -226,25 +172,6 @@ class Generator:
             return self._window_log_probs(window), window
         return self._last_log_probs(token, state)
 
-    def step_function(self, sampling: Sampling) -> Callable:
-        """The compiled decoding step for `sampling`, built once and cached.
-
-        Returns:
-            A function (log_probs [B, V], state) -> (token int32 [B], next
-            log_probs [B, V], next state): draws a token from `log_probs`
-            with this generator's seed generator and feeds it to the model.
-            Start from `start(prompt)`.
-        """
-        key = (sampling, self._choices)
-        if key not in self._steps:
-
-            def step(log_probs: Any, state: Any) -> tuple[Any, Any, Any]:
-                token = self._draw(log_probs, sampling)
-                return (token, *self._feed(token, state))
-
-            self._steps[key] = _compile(step, self.compiled, self.jit_compile)
-        return self._steps[key]
-
     def _feed(self, token: Any, state: Any) -> tuple[Any, Any]:
         """token int32 [B] -> (next log-probs, next state), in this generator's mode."""
         if self.mode == "recompute":
@@ -260,18 +187,9 @@ class Generator:
         sampling: Sampling,
         return_log_probs: bool = False,
     ) -> tuple[Any, Any]:
-        """Draws `max_tokens` tokens, feeding each back, as one compiled loop.
-
-        Args:
-            log_probs, state: from `start(prompt)`.
-            max_tokens: >= 1 tokens to draw; the last one is not fed back.
-            sampling: the settings.
-            return_log_probs: also return the distribution of every draw.
-
-        Returns:
-            (tokens int32 [B, max_tokens], log-probs float32 [B, max_tokens, V]
-            or None).
-        """
+        """Draws `max_tokens` >= 1 tokens after `start(prompt)`, feeding each back but
+        the last, as one compiled loop: (tokens int32 [B, max_tokens], log-probs float32
+        [B, max_tokens, V] or None)."""
         key = (sampling, self._choices, int(max_tokens), bool(return_log_probs))
         # JAX traces the loop's body once, and a traced body cannot advance the seed
         # generator (an assignment): there each token's draw gets its own key, all drawn
@@ -334,19 +252,9 @@ class Generator:
         seed: int | None = None,
         return_log_probs: bool = False,
     ) -> GenerationResult:
-        """Continues each prompt by `max_tokens` tokens.
-
-        Args:
-            prompt: int [B, T] ids (T >= 1, 0 = left padding), or a list of ids.
-            max_tokens: number of tokens to generate (>= 0).
-            sampling: the settings (default: plain sampling at temperature 1).
-            seed: seed of the draws (default: the generator's; None and no
-                default: a fresh random seed).
-            return_log_probs: also return the model's distribution at each step.
-
-        Returns:
-            `GenerationResult` with tokens [B, max_tokens].
-        """
+        """Continues each prompt (int [B, T], 0 = left padding, or a list of ids) by
+        `max_tokens` >= 0 tokens. `sampling` defaults to temperature 1; `seed` to the
+        generator's, else a fresh random one."""
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}.")
         sampling = sampling or Sampling()
@@ -375,15 +283,8 @@ class Generator:
         )
 
     def score(self, tokens: Any) -> np.ndarray:
-        """The model's next-token log-probabilities after every prefix, fed token by
-        token in this generator's mode (teacher forcing).
-
-        Args:
-            tokens: int [B, T] ids.
-
-        Returns:
-            float32 [B, T, V]: entry t is the distribution after tokens[:, :t + 1].
-        """
+        """Teacher forcing in this generator's mode: float32 [B, T, V], entry t the
+        next-token log-probabilities after tokens[:, :t + 1]."""
         tokens = _as_prompt(tokens)
         log_probs, state = self.start(tokens[:, :1])
         history = [ops.convert_to_numpy(log_probs)]

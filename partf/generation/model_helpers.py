@@ -18,26 +18,10 @@ from partf.models.par_transformer_xl import PARTransformerXL
 
 
 def reconfigure(model: PARTransformerXL, **changes: Any) -> PARTransformerXL:
-    """A copy of `model` with config fields changed that leave the weights alone.
-
-    Useful for generation: a longer `mem_len` (each new token then sees more
-    context), another `eval_mode`, or `batch_size=1` to keep the stateful
-    memory variables small. The memory variables start empty; every other
-    variable (weights, step counter) is copied.
-
-    Args:
-        model: a built model.
-        **changes: `ModelConfig` fields, e.g. mem_len=512.
-
-    Returns:
-        A new `PARTransformerXL`.
-
-    Raises:
-        ValueError: a change alters the weights' shapes (e.g. d_model).
-
-    Example:
-        >>> long_memory = reconfigure(model, mem_len=512, batch_size=1)
-    """
+    """A copy of a built `model` with `ModelConfig` fields changed that leave the weights
+    alone (ValueError otherwise), e.g. a longer `mem_len` for generation, another
+    `eval_mode`, or `batch_size=1` for small memory variables. The memory variables
+    start empty; every other variable (weights, step counter) is copied."""
     config = model.config.replace(**changes)
     copy = PARTransformerXL(config, name=model.name, dtype=model.dtype_policy)
     old_state = {id(v) for v in model.state_variables}

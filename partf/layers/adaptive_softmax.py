@@ -83,40 +83,17 @@ def _cross_entropy(targets: Any, logits: Any) -> Any:
 
 @register
 class AdaptiveSoftmax(keras.layers.Layer):
-    """Adaptive softmax over `vocab_size` tokens; plain softmax without cutoffs.
-
-    All maths is float32 (build the layer with a float32 dtype policy under
-    mixed precision).
+    """Adaptive softmax over `vocab_size` tokens; plain softmax without cutoffs. A call
+    (and `log_probs`) maps hidden [..., D] to float32 [..., V] log-probabilities. All
+    maths is float32 (build it with a float32 dtype policy under mixed precision).
 
     Args:
         vocab_size: number of tokens V (ids sorted by decreasing frequency).
-        cutoffs: first id of each tail cluster, e.g. (250, 2500); () gives a
-            plain softmax.
-        proj_factor: tail cluster i (from 1) projects the hidden state to
-            d_model // proj_factor**i.
-        proj_dims: explicit tail projection widths, one per cutoff
-            (overrides proj_factor).
-        tie_embeddings: plain softmax only: the output matrix is the input
-            embedding table, passed as `tied_kernel` [V, D] to every call;
-            the layer keeps only an output bias.
-
-    Call args (and of `log_probs`):
-        hidden: [..., D].
-        tied_kernel: [V, D], only with tie_embeddings.
-
-    Returns:
-        float32 [..., V] log-probabilities (they sum to one in probability).
-
-    Example:
-        >>> layer = AdaptiveSoftmax(1000, cutoffs=(100, 400))
-        >>> h = keras.random.normal((2, 7, 32))
-        >>> tuple(layer(h).shape)
-        (2, 7, 1000)
-        >>> tuple(layer.token_nll(h, keras.ops.ones((2, 7), "int32")).shape)
-        (2, 7)
-
-    Reference: Grave et al. 2017, https://arxiv.org/abs/1609.04309
-    """
+        cutoffs: first id of each tail cluster, e.g. (250, 2500); () is a plain softmax.
+        proj_factor: tail cluster i (from 1) projects to d_model // proj_factor**i.
+        proj_dims: explicit tail projection widths, one per cutoff (over proj_factor).
+        tie_embeddings: plain softmax only: the output matrix is the input embedding
+            table, passed as `tied_kernel` [V, D] to every call; the layer keeps a bias."""
 
     def __init__(
         self,
@@ -208,24 +185,13 @@ class AdaptiveSoftmax(keras.layers.Layer):
         return ops.concatenate(pieces, axis=-1)
 
     def token_nll(self, hidden: Any, targets: Any, tied_kernel: Any | None = None) -> Any:
-        """-log p(target) at every position, 0 where target == 0 (padding).
-
-        Never forms [..., V] logits. The head's cross-entropy covers every
-        position; tail cluster i is scored only on the rows whose target lies in
-        it, gathered into a block of static size (the smallest of N/8, N/4, N/2
-        or N rows that holds them, N = positions), so shapes stay static under
-        XLA while a cluster of rare tokens costs a fraction of the full width.
-        With WikiText-2's 12k vocabulary and cutoffs (250, 2500), 20.6% and 7.8%
-        of the valid split's targets fall in the two tails (the original's records).
-
-        Args:
-            hidden: [..., D].
-            targets: int [...] token ids.
-            tied_kernel: [V, D], only with tie_embeddings.
-
-        Returns:
-            float32 [...].
-        """
+        """float32 [...] -log p(target), 0 where target == 0 (padding), never forming [..., V]
+        logits. The head's cross-entropy covers every position; tail cluster i is scored
+        only on the rows whose target lies in it, gathered into a block of static size (the
+        smallest of N/8, N/4, N/2 or N rows that holds them), so shapes stay static under
+        XLA while a cluster of rare tokens costs a fraction of the full width. (With
+        WikiText-2's 12k vocabulary and cutoffs (250, 2500), 20.6% and 7.8% of the valid
+        split's targets fall in the two tails.)"""
         hidden = ops.cast(hidden, "float32")
         targets = ops.cast(targets, "int32")
         if not self.num_tails:

@@ -8,26 +8,19 @@ connection and LayerNorm, as the original project:
     dense:     LayerNorm(x + FeedForward(x))
     identity:  x
 
-The block output is the weighted sum of the candidates' outputs. The weights
-come from architecture logits (pi = softmax(logits)): a Gumbel-softmax sample
-at temperature tau in training, and at evaluation the argmax of pi (the
-discrete architecture, default), pi itself ("expected"), or a sample as in
-training ("sample", what the original did). Every candidate runs at every
-step, so each stateful candidate's memory is updated whatever its weight.
-
-The block is causal by default (language modelling: each token sees only itself, the
-tokens before it and the memory). With `causal=False` every attention candidate is built
-in its non-causal form, each real token seeing the whole sequence (an encoder's block,
-`partf.models.Encoder`); mechanisms without that form are refused, and there is no memory.
+The block output is the weighted sum of the candidates' outputs, weighted by a
+Gumbel-softmax sample of pi = softmax(logits) at temperature tau in training, and at
+evaluation by the argmax of pi (default), pi itself ("expected") or a sample
+("sample", the original's). Every candidate runs at every step, so each stateful
+candidate's memory is updated whatever its weight. With `causal=False` the attentions
+are built non-causal (an encoder's block) and there is no memory.
 
 A search can also train on sampled paths (`run_sampled`): one candidate per block,
-drawn from pi, computes the block output, and the others compute only their carried
-state. The logits then learn from a score-function estimate (see
-`PARTransformerXL.compute_loss`), which needs no output of the candidates not drawn.
+drawn from pi, computes the output, the others only their carried state; the logits
+then learn from a score-function estimate (`PARTransformerXL.compute_loss`).
 
 Reference: Mandava et al., "Pay Attention when Required", 2020,
-https://arxiv.org/abs/2009.04534
-"""
+https://arxiv.org/abs/2009.04534"""
 
 from __future__ import annotations
 
@@ -113,46 +106,23 @@ class BlockSettings:
 
 @register
 class StochasticBlock(keras.layers.Layer):
-    """A PAR block: candidates mixed by Gumbel-softmax weights.
-
-    With a single candidate the block is fixed: it has no architecture
-    logits and returns that candidate's output.
+    """A PAR block: candidates mixed by Gumbel-softmax weights; with a single candidate
+    it is fixed (no architecture logits).
 
     Args:
         settings: what the stack's blocks share (`BlockSettings`), or its dict.
-        candidates: names, each "attention" (the `settings.attention` type),
-            "dense", "identity" or an attention registry name; several
-            attention types may be mixed.
-        seed: seed of the block's Gumbel noise (a fixed non-causal block draws none and
-            has no `seed_generator`).
+        candidates: names, each "attention" (the `settings.attention` type), "dense",
+            "identity" or an attention registry name; several may be mixed.
+        seed: seed of the block's Gumbel noise (a fixed non-causal block has no
+            `seed_generator`).
 
-    Call args:
-        x: [B, T, D].
-        states: list with one state dict per candidate ({} if stateless), or
-            None for empty states.
-        tau: scalar temperature (needed when sampling).
-        mask: optional bool [B, T], True for real tokens.
-        training: dropout, and sampled block weights unless `mode` says otherwise.
-        mode: the block weights of this call, "argmax", "expected" or "sample"; None:
-            "sample" in training, else `eval_mode`. An argument, not an attribute to
-            set, so a compiled function's weights are those it was traced with.
-
-    Returns:
-        (y [B, T, D], new_states list).
-
-    Attributes:
-        kinds: per candidate, ("attention", registry name), ("dense", None) or
-            ("identity", None).
-        sublayers: per candidate, its attention or feed-forward layer (None for
-            the identity); `attentions()` lists the attention ones.
-        norms: per candidate, its LayerNormalization (None for the identity).
-
-    Example:
-        >>> block = StochasticBlock(BlockSettings(16, 2, 32, mem_len=4))
-        >>> y, states = block(keras.ops.ones((2, 5, 16)), tau=1.0, training=True)
-
-    Reference: Mandava et al. 2020, https://arxiv.org/abs/2009.04534
-    """
+    A call takes x [B, T, D], one state dict per candidate (or None), the temperature
+    `tau` (needed when sampling), an optional bool mask [B, T] and `mode` ("argmax",
+    "expected" or "sample"; None: "sample" in training, else `eval_mode`; an argument so
+    that a compiled function keeps the weights it was traced with), and returns
+    (y [B, T, D], new states). `kinds`, `sublayers` and `norms` hold, per candidate,
+    ("attention", name) / ("dense", None) / ("identity", None), its layer and its
+    LayerNormalization (None for the identity)."""
 
     def __init__(
         self,
@@ -274,22 +244,8 @@ class StochasticBlock(keras.layers.Layer):
         mask: Any | None = None,
         training: bool | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Runs candidate `index` alone, with its residual and LayerNorm.
-
-        `call` mixes these outputs; run alone, a candidate gives the block's output
-        exactly when its weight is one (argmax evaluation weights).
-
-        Args:
-            index: the candidate, 0 <= index < num_candidates.
-            x: [B, T, D] block input.
-            state: the candidate's state dict ({} or None: empty; stateless
-                candidates ignore it).
-            mask: optional bool [B, T], True for real tokens.
-            training: dropout.
-
-        Returns:
-            (y [B, T, D], the candidate's new state: {} if it keeps none).
-        """
+        """Candidate `index` alone, with its residual and LayerNorm: (y [B, T, D], its new
+        state, {} if it keeps none). It equals the block's output when its weight is one."""
         kind, _ = self.kinds[index]
         if kind == "identity":
             return x, {}
@@ -327,22 +283,10 @@ class StochasticBlock(keras.layers.Layer):
         mask: Any | None = None,
         training: bool | None = None,
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """The block with only candidate `index` computing its output.
-
-        The output is a conditional over the candidates (`keras.ops.switch`), so only
-        the chosen one's work is done, forward and backward. Every stateful candidate
-        still returns its next state, so its memory stays current whichever candidate
-        is drawn next: only the state's own inputs are computed for it (the unused
-        output is pruned from the graph; for relative attention the state is the
-        block input itself).
-
-        Args:
-            index: int32 scalar tensor (or int), the candidate that runs.
-            x, states, mask, training: as for `call`.
-
-        Returns:
-            (y [B, T, D], new states, one dict per candidate).
-        """
+        """The block with only candidate `index` (an int32 scalar) computing its output, as a
+        `keras.ops.switch`, so only its work is done, forward and backward. Every stateful
+        candidate still returns its next state (only the state's own inputs are computed;
+        for relative attention that is the block input itself). Returns (y, new states)."""
         if states is None:
             states = [{} for _ in self.candidates]
         new_states = [
@@ -385,15 +329,8 @@ class StochasticBlock(keras.layers.Layer):
         ]
 
     def inference_states(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`states` with each attention's inference cache added where it keeps one
-        (`inference_state`, e.g. relative attention), so one-token steps skip work.
-
-        Args:
-            states: one state dict per candidate, as `call` returns them.
-
-        Returns:
-            A new list; the cached states are read by the same attentions later.
-        """
+        """`states` (one dict per candidate) with each attention's inference cache added where
+        it keeps one (`inference_state`), so one-token steps skip work."""
         states = list(states)
         for index, layer in self.attentions():
             if states[index] and hasattr(layer, "inference_state"):

@@ -28,30 +28,17 @@ def scheduled_temperature(
     tau_end: float = 0.1,
     tau_steps: int = 1,
 ) -> Any:
-    """Temperature after `step` steps of a schedule from tau_start to tau_end.
-
-    The schedules move from `tau_start` at step 0 to `tau_end` at `tau_steps`,
-    then stay at `tau_end`:
+    """float32 tau after `step` steps of a schedule from `tau_start` (step 0) to `tau_end`
+    (from `tau_steps` on, then constant), both > 0:
     - exponential: tau_start * (tau_end / tau_start) ** (step / tau_steps)
       (the original project's ExponentialDecay when tau_start == 1);
     - linear: straight line;
     - cosine: tau_end + (tau_start - tau_end) * (1 + cos(pi * step / tau_steps)) / 2;
     - constant: tau_start throughout.
 
-    Args:
-        step: scalar int or float step (a tensor or variable is fine).
-        schedule: one of `TAU_SCHEDULES`.
-        tau_start: temperature at step 0 (> 0).
-        tau_end: temperature from `tau_steps` on (> 0).
-        tau_steps: number of steps of annealing (>= 1).
-
-    Returns:
-        float32 scalar tensor.
-
     Example:
         >>> float(scheduled_temperature(50, "linear", 1.0, 0.5, 100))
-        0.75
-    """
+        0.75"""
     if schedule not in TAU_SCHEDULES:
         raise ValueError(
             f"unknown tau schedule {schedule!r}; choose one of {', '.join(TAU_SCHEDULES)}."
@@ -69,29 +56,14 @@ def scheduled_temperature(
 
 @register
 class Temperature(keras.layers.Layer):
-    """Maps the training step to tau; or holds tau as a trainable weight.
-
-    Args:
-        schedule: one of "exponential", "linear", "cosine", "constant".
-        tau_start: temperature at step 0.
-        tau_end: temperature after `tau_steps` steps.
-        tau_steps: steps over which tau anneals (the trainer sets the run's
-            total number of steps).
-        tau_is_trainable: if True, tau is exp of a trainable scalar
-            initialised at log(tau_start), and the schedule is ignored (the
-            exponential keeps tau positive).
-
-    Call args:
-        step: scalar step.
-
-    Returns:
-        float32 scalar tau.
+    """Maps the training step to float32 tau by `scheduled_temperature` (the trainer sets
+    `tau_steps` to the run's total steps); or, with `tau_is_trainable`, holds tau as exp
+    of a trainable scalar initialised at log(tau_start), the schedule ignored.
 
     Example:
         >>> layer = Temperature("exponential", 1.0, 0.1, tau_steps=1000)
         >>> float(layer(keras.ops.convert_to_tensor(500)))  # sqrt(0.1)
-        0.3162...
-    """
+        0.3162..."""
 
     def __init__(
         self,

@@ -1,23 +1,12 @@
-"""Backbone: the stack every partf model is built on (issue 38).
+"""Backbone: the stack every partf model is built on.
 
 Token ids -> embedding * sqrt(d_model) (+ absolute positions) -> dropout -> a stack of
 `StochasticBlock`s -> hidden states [B, T, D]. A fixed block is a block with one
-candidate (its sublayer with residual and post-LayerNorm, LayerNorm(x + sublayer(x)));
-a PAR search's block mixes several. The task models own the backbone and put their
-heads, temperature and step counter on top:
-
-- the causal language model `PARTransformerXL` (`causal=True`): its blocks attend over
-  an XL memory that the model carries from segment to segment. `forward` is the pure
-  form of its stack: states in, states out, no variable written; absolute positions
-  continue from the stream position carried in the states, `choices` runs one
-  candidate of a block alone, and a sampled-path search runs one drawn candidate per
-  block. The model keeps the states in its own variables (`PARTransformerXL`'s XL memory).
-- the bidirectional `Encoder` (and so `MaskedLanguageModel`, `causal=False`): `encode`
-  runs it over whole sequences, no memory.
-
-`Backbone` is built from its task model's `ModelConfig`, and `BackboneOwner` gives a task
-model its backbone's layers as its own attributes. The backbone has no variables of its own.
-"""
+candidate (LayerNorm(x + sublayer(x))); a PAR search's block mixes several. The causal
+`PARTransformerXL` runs it through `forward` (states in, states out, XL memory); the
+bidirectional `Encoder` (and `MaskedLanguageModel`) through `encode`, without memory.
+`BackboneOwner` gives a task model its backbone's layers as its own attributes. The
+backbone has no variables of its own."""
 
 from __future__ import annotations
 
@@ -42,18 +31,9 @@ States = list[list[dict[str, Any]]]
 
 
 class Backbone(keras.layers.Layer):
-    """Embedding, absolute positions, input dropout and the blocks.
-
-    Args:
-        config: the model's `ModelConfig` (sizes, blocks, attention, positions, search
-            settings and `causal`: whether the blocks' attentions are causal, the language
-            model's stack run by `forward`, or not, the encoder's run by `encode`).
-        seed: seed of the blocks' Gumbel noise (block i uses seed + i).
-
-    Use `encode(tokens, mask, tau, training, mode)` for whole sequences (the encoder) and
-    `forward(tokens, states, tau, training, choices, mode, sample_paths)` for a stream
-    carried in states (the causal model).
-    """
+    """Embedding, absolute positions, input dropout and the blocks, built from the task
+    model's `ModelConfig` (`causal` says which: the language model's `forward` or the
+    encoder's `encode`); `seed` seeds the blocks' Gumbel noise (block i uses seed + i)."""
 
     def __init__(self, config: ModelConfig, seed: int | None = None, **kwargs: Any) -> None:
         config.check_data()  # a run's config before its data has no vocabulary size yet
@@ -236,28 +216,11 @@ class Backbone(keras.layers.Layer):
         mode: str | None = None,
         sample_paths: bool = False,
     ) -> tuple[Any, States, list[Any]]:
-        """The causal stack on one segment of a stream; writes no variable.
-
-        Args:
-            tokens: int [B, T] token ids, 0 = padding.
-            states: from `initial_state(B)` or a previous `forward` (with absolute
-                positions, block 0's list ends with the stream position).
-            tau: the temperature of the mixed blocks' sampled weights (None when no
-                block samples).
-            training: dropout and sampled block weights.
-            choices: one entry per block (see `resolve_choices`): the index of the
-                candidate to run alone in that block (its output; the block's other
-                candidates carry their states unchanged), or None to run the whole
-                block, every candidate mixed by its weights.
-            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None:
-                sampled in training, each block's `eval_mode` otherwise.
-            sample_paths: a sampled-path search's training call: each whole block of a
-                search runs one candidate drawn from pi (`StochasticBlock.run_sampled`).
-
-        Returns:
-            (hidden [B, T, d_model], new states, log pi of the candidate drawn in each
-            block that drew one).
-        """
+        """The causal stack on one segment of a stream, writing no variable, as
+        `PARTransformerXL.forward`; `tau` is the mixed blocks' temperature (None when no
+        block samples), and `sample_paths` runs one candidate drawn from pi per searched
+        block (`StochasticBlock.run_sampled`). Returns (hidden [B, T, d_model], new states,
+        log pi of the candidate drawn in each block that drew one)."""
         choices = self.resolve_choices(choices)
         tokens = ops.cast(ops.convert_to_tensor(tokens), "int32")
         mask = ops.not_equal(tokens, 0)  # [B, T]

@@ -1,35 +1,21 @@
 """Encoder: a bidirectional Transformer over whole sequences, for classification and MLM.
 
-Token ids -> embedding * sqrt(d_model) (+ absolute positions) -> dropout -> a stack of
-blocks -> hidden states [B, T, D], then optional heads: sequence classification (mean
-over the real tokens or the first token, then a two-layer MLP, as the Long Range Arena
-classifiers) and masked-language-model logits over the vocabulary (BERT's transform,
-layer norm and output tied to the embedding).
+A `Backbone` (partf.models.backbone) run with `causal=False` gives hidden states
+[B, T, D]; optional heads on them: sequence classification (mean over the real
+tokens or the first token, then a two-layer MLP, as the Long Range Arena
+classifiers) and masked-language-model logits (BERT's transform, layer norm and
+output tied to the embedding). Blocks are given by `architecture` as in the causal
+model, every attention non-causal (a mechanism without that form is refused); with
+`architecture` unset, every block is a PAR search's Gumbel-softmax mix, tau annealed
+from the model's own step counter (`Temperature`, so a compiled `fit` needs no
+callback), and `architecture_string()` gives the fixed encoder it found.
 
-The embedding, positions and blocks are a `Backbone` (partf.models.backbone) run with
-`causal=False`; the heads, the temperature and the step counter are the Encoder's own.
-Each block is one letter of `architecture`, as in the causal model: "A" an attention of
-the chosen mechanism, "D" a feed-forward network, "I" the identity, or an attention's
-registry name; a `StochasticBlock` with that one candidate, its residual connection and
-post-LayerNorm (LayerNorm(x + sublayer(x))). Every attention is built with
-`causal=False`: each real token sees every other, padding is seen by none. A mechanism
-without a non-causal form is refused when the model is built.
-
-PAR search (`architecture` unset): every block is instead a Gumbel-softmax mix of the
-candidates (non-causal attentions, "dense", "identity") with its own architecture
-logits, as in the causal model. The temperature tau anneals from
-the model's own step counter (`Temperature`, so a compiled `fit` needs no callback);
-`pi()` and `architecture_string()` read the search, and the string it gives is a valid
-`architecture` for training the fixed encoder it found.
-
-Token id 0 is padding unless a mask is given. Positions count the real tokens before
-each token (the convention of the causal model), so padding inside a sequence does not
-shift the positions of the tokens after it.
+Token id 0 is padding unless a mask is given; positions count the real tokens before
+each token, as in the causal model.
 
 References:
     Devlin et al., "BERT", NAACL 2019 (the MLM head).
-    Tay et al., "Long Range Arena", ICLR 2021 (the classification setting).
-"""
+    Tay et al., "Long Range Arena", ICLR 2021 (the classification setting)."""
 
 from __future__ import annotations
 
@@ -54,37 +40,23 @@ class Encoder(SearchInterface, BackboneOwner, keras.Model):
 
     Args:
         config: a `ModelConfig` with `causal=False` (what `--objective=mlm` trains) or
-            its dict; None: ModelConfig's defaults. Config fields may also be given as
-            keyword arguments, overriding `config`'s: e.g.
-            `architecture="A D A D"` for a fixed encoder, one letter per block as in the
-            causal model, or `candidates` with `architecture` unset for a PAR search,
-            every block choosing among them (non-causal mechanisms, "dense", "identity").
+            its dict; None: ModelConfig's defaults. Keyword arguments that are config
+            fields override `config`'s; others (name, dtype) go to the model.
         num_classes: classes of the sequence-classification head (0: no head).
         pooling: "mean" over the real tokens or the "first" token, for that head.
         mlm_head: whether to add the masked-language-model head.
         seed: seed of the blocks' Gumbel noise (block i uses seed + i).
-        **kwargs: ModelConfig fields (above), or the model's own (name, dtype).
 
-    Call args:
-        inputs: token ids int [B, T], or a dict with "tokens" and optionally "mask"
-            (bool or 0/1 [B, T], True for real tokens; else tokens != 0).
-        training: dropout, and a search's sampled block weights.
-        mode: a search's block weights for this call, "argmax", "expected" or
-            "sample"; None: sampled in training, `eval_mode` otherwise.
-
-    Returns:
-        hidden states [B, T, D] without heads; class logits [B, num_classes] or MLM
-        logits [B, T, vocab_size] with one head; {"classes", "mlm"} with both.
-        Logits are float32.
+    A call takes token ids int [B, T] or {"tokens", optionally "mask"} (else
+    tokens != 0), and `mode` as `PARTransformerXL`. It returns the hidden states without
+    heads, float32 class logits [B, num_classes] or MLM logits [B, T, vocab_size] with
+    one head, {"classes", "mlm"} with both.
 
     Example:
         >>> model = Encoder(vocab_size=20, d_model=16, num_heads=2, d_ffn=32,
         ...                 architecture="A D", attention="linear", num_classes=10)
         >>> tuple(model(keras.ops.ones((3, 7), "int32")).shape)
-        (3, 10)
-        >>> model.config.causal  # the ModelConfig every partf model is built from
-        False
-    """
+        (3, 10)"""
 
     def __init__(
         self,

@@ -47,16 +47,9 @@ def masked_token_nll(logits: Any, targets: Any) -> Any:
 
 @register
 class MaskedLanguageModel(Encoder):
-    """An `Encoder` with its MLM head (tied to the embedding) and the trainer's contract.
-
-    Args: those of `Encoder` except `num_classes` and `mlm_head` (always on).
-
-    Call args:
-        inputs: masked token ids int [B, T] (0: padding).
-
-    Returns:
-        float32 logits [B, T, vocab_size].
-    """
+    """An `Encoder` with its MLM head (tied to the embedding) and the trainer's contract:
+    masked ids int [B, T] -> float32 logits [B, T, vocab_size]. Arguments as `Encoder`'s,
+    without `num_classes` and `mlm_head` (always on)."""
 
     def __init__(self, config: ModelConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.pop("mlm_head", None)

@@ -1,42 +1,28 @@
 """PARTransformerXL: the Pay-Attention-when-Required Transformer-XL language model.
 
-Token ids -> embedding * sqrt(d_model) (+ absolute positions, if chosen) ->
-dropout -> a stack of stochastic blocks (each a Gumbel-softmax mix of
-attention with XL memory, a feed-forward network and the identity) ->
-hidden states. An adaptive softmax on the hidden states gives the token
-distribution (`log_probs`) and the training loss (`token_nll`, `compute_loss`).
+A `Backbone` (partf.models.backbone, causal) gives hidden states; an adaptive softmax
+on them gives the token distribution (`log_probs`) and the loss (`token_nll`,
+`compute_loss`). The model keeps on top the temperature, step counter, XL memory
+variables and the sampled-path search's loss baseline.
 
-The embedding, positions and blocks are a `Backbone` (partf.models.backbone, built
-with `causal=True`), whose `forward` is the stack's pure form; the model owns it and
-keeps on top its temperature, step counter, XL memory variables, adaptive softmax and
-the sampled-path search's loss baseline. `blocks`, `embedding`, `position_embedding`
-and `input_dropout` read the backbone's (`BackboneOwner`).
-
-The XL memory of every block lives in non-trainable variables sized for the
-fixed context batch, like a stateful RNN: each `model(x, training=...)` call
-reads it, attends over it and writes the new memory back, so `fit` and
-`evaluate` (also XLA-compiled, several steps per execution) carry context
-across batches without help. Training and evaluation have separate memory
-variables, so evaluating never disturbs the training context. `forward`
-is the pure form: states in, states out, no variable written.
+The XL memory of every block lives in non-trainable variables sized for the fixed
+context batch, like a stateful RNN: each `model(x, training=...)` call reads it and
+writes the new memory back, so `fit` and `evaluate` (XLA-compiled, several steps per
+execution) carry context across batches without help. Training and evaluation have
+separate memory variables, so evaluating never disturbs the training context.
 
 Positions (`config.position`): relative attention encodes distances itself;
-"sinusoidal" and "learned" add each token's absolute position in its stream to
-the embeddings, "rotary" rotates queries and keys inside every attention that
-has a query-key product. A position is the number of real tokens before the
-token in its stream, so it continues across segments: the model carries the
-count for absolute positions (block 0's states end with {"position": int32
-[B]}), each rotary attention carries its own.
+"sinusoidal" and "learned" add each token's absolute stream position to the
+embeddings (the count carried at the end of block 0's states), "rotary" rotates
+queries and keys inside every attention, each carrying its own count.
 
 References:
     Mandava et al., "Pay Attention when Required", 2020. https://arxiv.org/abs/2009.04534
     Dai et al., "Transformer-XL", ACL 2019. https://arxiv.org/abs/1901.02860
-    Grave et al., "Efficient softmax approximation for GPUs", ICML 2017.
-"""
+    Grave et al., "Efficient softmax approximation for GPUs", ICML 2017."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,37 +51,22 @@ STATE_SETS = ("train", "eval")
 
 @register
 class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
-    """PAR Transformer-XL language model.
+    """PAR Transformer-XL language model, from a `ModelConfig` (or its dict) whose fields
+    keyword arguments may override; other keyword arguments (name, dtype) go to
+    `keras.Model`.
 
-    Args:
-        config: a `ModelConfig` (or its dict). Config fields may also be given
-            as keyword arguments, overriding `config`'s; other keyword
-            arguments (name, dtype) go to `keras.Model`.
-
-    Call args:
-        inputs: int [B, T] token ids, 0 = padding; B must equal
-            `config.batch_size` when the model has memory.
-        training: True uses (and updates) the training memory, samples the
-            block weights and increments `step`; False uses the evaluation
-            memory and the deterministic `eval_mode` weights.
-        mode: the block weights of this call: "argmax", "expected" or "sample";
-            None: sampled in training, `eval_mode` otherwise (see `forward`).
-
-    Returns:
-        [B, T, d_model] hidden states (feed to `token_nll` / `log_probs`). In
-        training, a sampled-path search (`search_estimator="sampled"`) returns
-        {"hidden": those states, "path_log_probs": log pi of the path drawn in each
-        block}: `compute_loss` needs both (`split_outputs` takes them apart).
+    A call takes int [B, T] ids (0 = padding; B = `config.batch_size` when the model has
+    memory). training=True uses and updates the training memory, samples the block
+    weights and increments `step`; False uses the evaluation memory and `eval_mode`
+    weights; `mode` overrides the weights as in `forward`. It returns the hidden states
+    [B, T, d_model], or in training of a sampled-path search {"hidden", "path_log_probs"}
+    (`split_outputs` takes them apart).
 
     Example:
         >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
         ...                          num_layers=2, mem_len=4, cutoffs=(20,), batch_size=2)
-        >>> x = keras.ops.ones((2, 6), "int32")
         >>> model.compile(optimizer="adam")
-        >>> history = model.fit(x, x, epochs=1, verbose=0)  # loss from compute_loss
-        >>> model.pi().shape  # softmax of each block's architecture logits
-        (2, 3)
-    """
+        >>> history = model.fit(x, x, epochs=1, verbose=0)  # loss from compute_loss"""
 
     def __init__(self, config: ModelConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = ModelConfig.of(config, kwargs)
@@ -257,34 +228,20 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
         choices: Sequence[int | None] | None = None,
         mode: str | None = None,
     ) -> tuple[Any, States]:
-        """Pure forward pass: writes no variable.
+        """Pure forward pass, writing no variable: (hidden [B, T, d_model], new states).
 
         Args:
             inputs: int [B, T] token ids, 0 = padding.
-            states: from `initial_state(B)` or a previous `forward` (with absolute
-                positions, block 0's list ends with the stream position).
-            training: dropout and sampled block weights (for a sampled-path search,
-                one candidate per block drawn from pi).
-            choices: optional, one entry per block: the index of the candidate to
-                run alone in that block, or None to run the whole block (every
-                candidate, mixed by its weights). A block run alone returns its
-                candidate's output and carries its other candidates' states
-                unchanged. With each block's argmax candidate (`eval_mode="argmax"`)
-                the hidden states equal those of the full pass; generation uses
-                this to skip the candidates that weigh zero.
-            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None:
-                sampled in training, each block's `eval_mode` otherwise. Given, it
-                holds in training too (every candidate runs, even in a sampled-path
-                search). An argument rather than a setting, so that a compiled
-                function keeps the weights it was traced with.
-
-        Returns:
-            (hidden [B, T, d_model], new_states).
-
-        Raises:
-            ValueError: `choices` does not give one entry per block, or names a
-                candidate a block does not have.
-        """
+            states: from `initial_state(B)` or a previous `forward`.
+            training: dropout and sampled block weights (for a sampled-path search, one
+                candidate per block drawn from pi).
+            choices: optional, per block: the index of the candidate to run alone (the
+                others carry their states unchanged), or None to run the whole block. With
+                each block's argmax candidate the hidden states equal the full pass's;
+                generation uses this to skip candidates that weigh zero.
+            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None: sampled
+                in training, `eval_mode` otherwise. An argument rather than a setting, so
+                that a compiled function keeps the weights it was traced with."""
         hidden, new_states, _ = self._forward(inputs, states, training, choices, mode)
         return hidden, new_states
 
@@ -384,30 +341,12 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
             layer for block in self.blocks for _, layer in block.attentions() if layer.adds_loss()
         ]
 
-    @property
-    def primal_attentions(self) -> list[Any]:
-        """Deprecated: `loss_attentions` (every attention that adds a loss, not only
-        Primal's)."""
-        warnings.warn(
-            "PARTransformerXL.primal_attentions is deprecated; use loss_attentions.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.loss_attentions
-
     def compute_metrics(
         self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None
     ) -> dict[str, Any]:
-        """Keras's metrics, plus each attention loss under its name (`Attention.loss_name`:
-        `ksvd_loss` for Primal): the sum of those layers' terms in this step's loss
-        (already part of `loss`), so the logs (fit's `logs["ksvd_loss"]`, what TensorBoard
-        can plot on its own) show it.
-
-        The terms are the layers' losses of this step's call, read on the TensorFlow
-        backend, where the call, `compute_loss` and this run in one traced step; on JAX
-        the call runs inside a gradient transformation that the values cannot leave, so
-        the logs hold no such loss there.
-        """
+        """Keras's metrics, plus each attention loss under its name (`Attention.loss_name`,
+        e.g. `ksvd_loss`; already part of `loss`), read on TensorFlow only: on JAX the call
+        runs inside a gradient transformation that the values cannot leave."""
         hidden, _ = split_outputs(y_pred)
         results = super().compute_metrics(x, y, hidden, sample_weight=sample_weight)
         if keras.backend.backend() == "tensorflow":

@@ -132,17 +132,10 @@ class Arm:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One partf-train run of a study.
-
-    Attributes:
-        name: `<arm>-s<seed>`, or `<arm>-stage2-s<seed>` for a stage 2.
-        arm: the row of the report it belongs to (`<arm>` or `<arm>-stage2`).
-        seed: its seed.
-        flags: its flags, but the output folder and its name.
-        after: the search run it derives from (stage 2), else None.
-        init_from: the run whose weights it starts from, else None.
-        task: "text" (the plan's [data]) or "mqar" (its [mqar] task).
-    """
+    """One partf-train run of a study: `name` (`<arm>-s<seed>`, or `<arm>-stage2-s<seed>`),
+    `arm` (its report row, `<arm>` or `<arm>-stage2`), `seed`, `flags` (all but the output
+    folder and name), `after` (the search a stage 2 derives from), `init_from` (the run
+    whose weights it starts from) and `task` ("text", the plan's [data], or "mqar")."""
 
     name: str
     arm: str
@@ -160,17 +153,10 @@ class Run:
 
 @dataclasses.dataclass(frozen=True)
 class DataSpec:
-    """Where the runs' records come from: existing folders, or text to build them from.
-
-    Attributes:
-        records: {"train": folder, "valid": ..., "test": ...} of existing records, or
-            None when they are built from `text`.
-        text: a folder with train.txt, valid.txt and test.txt, or one text file, or
-            None.
-        sp_model_prefix: a tokenizer (without .model) to read or, for text without
-            one, None (a tokenizer of `vocab_size` pieces is trained).
-        vocab_size, batch_size, seq_len: how text is built into records.
-    """
+    """Where the runs' records come from: existing `records` ({"train": folder, ...}), or
+    `text` (a folder with train.txt, valid.txt and test.txt, or one file) built with
+    `vocab_size`, `batch_size`, `seq_len` and the tokenizer `sp_model_prefix` (None: one
+    of `vocab_size` pieces is trained)."""
 
     records: dict[str, str] | None
     text: str | None = None
@@ -182,17 +168,8 @@ class DataSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A parsed plan (see the module docstring).
-
-    Attributes:
-        path: the plan file.
-        description: one line saying what the study asks.
-        data: the records or text, or None (a plan of recall arms alone).
-        flags: partf-train flags every run shares.
-        arms: the arms, in the plan's order.
-        seeds: the seeds each arm runs with.
-        reference: the arm the others are compared with, or None.
-    """
+    """A parsed plan (module docstring); `data` is None for a plan of recall arms alone, and
+    `reference` the arm the others are compared with, or None."""
 
     path: Path
     description: str
@@ -418,17 +395,8 @@ def _mqar(path: Path, table: Any) -> dict[str, Any]:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Reads and checks a plan file.
-
-    Args:
-        path: the TOML file.
-
-    Returns:
-        The `Plan`.
-
-    Raises:
-        PlanError: a missing or unreadable file, bad TOML, an unknown key, a bad value.
-    """
+    """Reads and checks a plan file; PlanError for a missing or unreadable file, bad TOML,
+    an unknown key or a bad value."""
     path = Path(path).resolve()
     try:
         text = path.read_text(encoding="utf-8")

@@ -50,7 +50,8 @@ def softmax_blocks(architecture: str | None) -> str:
     return f"{sum(t in SOFTMAX for t in places)} of {len(places)}"
 
 
-def _spread(values: Sequence[float], digits: int = 1) -> str:
+def spread(values: Sequence[float], digits: int = 2) -> str:
+    """ "mean (min-max)" of `values`, or the value alone, or "-"."""
     if not values:
         return "-"
     mean = statistics.fmean(values)
@@ -82,8 +83,8 @@ def recall_table(rows: Sequence[Any]) -> list[str]:
         kinds = sorted({softmax_blocks(a) for a in archs})
         shown = "; ".join(f"`{a}`" for a in dict.fromkeys(archs) if a)
         lines.append(
-            f"| {row.arm} | {len(row.runs)}/{row.planned} | {_spread(test)} | {_spread(valid)} "
-            f"| {_spread(times, 2)} | {', '.join(kinds)} | {shown or '-'} |"
+            f"| {row.arm} | {len(row.runs)}/{row.planned} | {spread(test, 1)} | {spread(valid, 1)} "
+            f"| {spread(times)} | {', '.join(kinds)} | {shown or '-'} |"
         )
     return lines
 

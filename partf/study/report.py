@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from partf.study.plan import Plan
-from partf.study.recall import cost_lines, recall_plot, recall_table
+from partf.study.recall import cost_lines, recall_plot, recall_table, spread
 from partf.study.runner import StudyPaths, newest_step
 
 #: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
@@ -193,16 +193,6 @@ def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
 
 
 # ------------------------------------------------------------------ numbers
-def spread(values: Sequence[float], digits: int = 2) -> str:
-    """ "mean (min-max)" of `values`, or the value alone, or "-"."""
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    if len(values) == 1:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
-
 def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 

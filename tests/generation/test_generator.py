@@ -149,8 +149,8 @@ def test_padding_is_never_drawn(relative_model):
     favour_pad = np.full((1, VOCAB), -20.0, "float32")
     favour_pad[0, 0], favour_pad[0, 9] = 0.0, -1.0
     for sampling in (Sampling(temperature=0.0), Sampling(temperature=1.0)):
-        token, _, _ = generator.step_function(sampling)(favour_pad, state)
-        assert int(ops.convert_to_numpy(token)[0]) == 9
+        tokens, _ = generator.decode(favour_pad, state, 1, sampling)
+        assert int(ops.convert_to_numpy(tokens)[0, 0]) == 9
 
 
 def test_same_seed_same_text(relative_model, tokens):

@@ -64,8 +64,6 @@ def test_primal_ksvd_term_is_logged_on_its_own():
     x = np.random.default_rng(0).integers(1, 40, size=(2, 7)).astype("int32")
     model.forward(x, model.initial_state(2), training=True)
     (primal,) = model.loss_attentions
-    with pytest.deprecated_call():
-        assert model.primal_attentions == [primal]
     want = float(np.asarray(primal.losses[0]))
     model.compile(optimizer=keras.optimizers.SGD(0.0))
     history = model.fit(x, x, batch_size=2, epochs=1, verbose=0)
