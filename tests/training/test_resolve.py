@@ -88,14 +88,10 @@ def _finished_search(folder: Path, name: str, config: Any, model: dict[str, Any]
 
 
 def resolved(config: Any, data: FakeData, rows: int, architecture: Any, costs: Any) -> Any:
-    """The ModelConfig the run's model is built from, by today's four steps."""
-    model = config.model  # the flags and the training presets
-    if architecture is not None:  # --drop_attention (Trainer.run)
-        model = model.replace(architecture=architecture)
-    if costs is not None:  # --search_cost=time (Trainer.run)
-        model = model.replace(candidate_costs=costs)
-    # The data (build_model)
-    return model.for_data(vocab_size=data.vocab_size, batch_size=rows, tau_steps=data.total_steps)
+    """The ModelConfig the run's model is built from, resolved in one call."""
+    from partf.training.resolve import resolve_model
+
+    return resolve_model(config, data, rows, architecture=architecture, candidate_costs=costs)
 
 
 def plan_models(path: Path, folder: Path) -> dict[str, dict[str, Any]]:
