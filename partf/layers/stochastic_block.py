@@ -58,6 +58,9 @@ class BlockSettings:
     """What every block of a stack shares: the piece of `ModelConfig` a block is built
     from (`ModelConfig.block_settings`). A block adds its own candidates and seed.
 
+    Every field is required: the defaults are `ModelConfig`'s alone, and the model
+    passes each one on (a saved block holds them all).
+
     Args:
         d_model: width D.
         num_heads: attention heads.
@@ -85,16 +88,16 @@ class BlockSettings:
     d_model: int
     num_heads: int
     d_ffn: int
-    attention: str = "relative"
-    attention_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    mem_len: int = 0
-    clamp_len: int | None = None
-    dropout_rate: float = 0.0
-    straight_through: bool = False
-    eval_mode: str = "argmax"
-    sample_per_example: bool = False
-    causal: bool = True
-    arch_parameterization: str = "logits"
+    attention: str
+    attention_options: dict[str, Any]
+    mem_len: int
+    clamp_len: int | None
+    dropout_rate: float
+    straight_through: bool
+    eval_mode: str
+    sample_per_example: bool
+    causal: bool
+    arch_parameterization: str
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
@@ -148,7 +151,9 @@ class StochasticBlock(keras.layers.Layer):
         norms: per candidate, its LayerNormalization (None for the identity).
 
     Example:
-        >>> block = StochasticBlock(BlockSettings(16, 2, 32, mem_len=4))
+        >>> settings = ModelConfig(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
+        ...     mem_len=4).block_settings  # partf.models.config
+        >>> block = StochasticBlock(settings)
         >>> y, states = block(keras.ops.ones((2, 5, 16)), tau=1.0, training=True)
 
     Reference: Mandava et al. 2020, https://arxiv.org/abs/2009.04534
