@@ -51,6 +51,9 @@ class BlockSettings:
     """What every block of a stack shares: the piece of `ModelConfig` a block is built
     from (`ModelConfig.block_settings`). A block adds its own candidates and seed.
 
+    Every field is required: the defaults are `ModelConfig`'s alone, and the model
+    passes each one on (a saved block holds them all).
+
     Args:
         d_model: width D.
         num_heads: attention heads.
@@ -78,16 +81,16 @@ class BlockSettings:
     d_model: int
     num_heads: int
     d_ffn: int
-    attention: str = "relative"
-    attention_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    mem_len: int = 0
-    clamp_len: int | None = None
-    dropout_rate: float = 0.0
-    straight_through: bool = False
-    eval_mode: str = "argmax"
-    sample_per_example: bool = False
-    causal: bool = True
-    arch_parameterization: str = "logits"
+    attention: str
+    attention_options: dict[str, Any]
+    mem_len: int
+    clamp_len: int | None
+    dropout_rate: float
+    straight_through: bool
+    eval_mode: str
+    sample_per_example: bool
+    causal: bool
+    arch_parameterization: str
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))

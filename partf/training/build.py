@@ -1,6 +1,7 @@
-"""Building a run's model: `build_model(config, data, strategy) -> Built`, the compiled
-model, its schedule and loss-spike guard, and the full configuration (the run's model
-with the fields the data gives) that checkpoints and results carry.
+"""Building a run's model: `build_model(config, model_config, data, strategy) -> Built`,
+the compiled model of the resolved `model_config` (`partf.training.resolve`), its
+schedule and loss-spike guard, and the full configuration that checkpoints and results
+carry: {"model": the resolved model config, "training": the training settings alone}.
 
 A checkpoint holds the groups of `Built.state_groups()`: "model" (every model variable,
 per-replica memory as all local replicas' rows), "optimizer", "metrics" (the running
@@ -18,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 import keras
 
 from partf.training.config import ConfigError, TrainConfig, model_error
-from partf.training.distribution import adapt_model, checkpoint_view, per_replica_batch
+from partf.training.distribution import adapt_model, checkpoint_view
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+    from partf.models.config import ModelConfig
 
 logger = logging.getLogger("partf.training")
 
@@ -34,11 +37,12 @@ class Built:
 
     Attributes:
         model: the `PARTransformerXL`, compiled, its optimizer built.
-        model_config: its `ModelConfig`.
+        model_config: its `ModelConfig`, resolved (`partf.training.resolve`).
         schedule: the learning-rate schedule (`value_at(step)` for the logs).
         guard: the installed loss-spike guard, or None (--spike_guard=off).
-        full_config: {"model": ..., "training": ...}, as config.json, checkpoints and
-            results.json carry it.
+        full_config: {"model": the resolved model config, "training": the training
+            settings without a model}, as config.json, checkpoints and results.json
+            carry it.
     """
 
     model: Any
@@ -61,13 +65,18 @@ class Built:
 
 
 def build_model(
-    config: TrainConfig, data: RunData, strategy: tf.distribute.Strategy | None
+    config: TrainConfig,
+    model_config: ModelConfig,
+    data: RunData,
+    strategy: tf.distribute.Strategy | None,
 ) -> Built:
     """Seeds the random generators, sets the precision policy and builds the model.
 
     Args:
         config: the run's settings.
-        data: the run's records (vocabulary size, batch shape, steps in all).
+        model_config: the model to build, resolved from `config` and `data`
+            (`partf.training.resolve.resolve_model`).
+        data: the run's records (batch shape, steps in all, the splits' lengths).
         strategy: the `tf.distribute` strategy, or None for one device.
 
     Returns:
@@ -83,16 +92,6 @@ def build_model(
         keras.mixed_precision.set_global_policy(policy)
     else:
         keras.mixed_precision.set_global_policy("float32")
-    # Under a strategy the model's batch_size (its memory rows) is one replica's share.
-    rows = data.train.batch_size
-    if strategy is not None:
-        rows = per_replica_batch(strategy, rows)
-    try:
-        model_config = config.model.for_data(
-            vocab_size=data.vocab_size, batch_size=rows, tau_steps=data.total_steps
-        )
-    except ValueError as e:  # e.g. a cutoff not below the data's vocabulary size
-        raise model_error(e) from None
     sampled = model_config.is_stochastic and model_config.search_estimator == "sampled"
     if sampled and config.jit_compile and keras.backend.backend() == "tensorflow":
         # TensorFlow's XLA bridge resolves every input of the per-block conditional as a
@@ -118,7 +117,7 @@ def build_model(
                     model.check_positions(split.num_batches * split.seq_len)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-    full_config = {"model": model_config.to_dict(), "training": config.to_dict()}
+    full_config = {"model": model_config.to_dict(), "training": config.training_dict()}
     if model_config.is_stochastic:
         arch = config.arch_settings(data.total_steps)
         logger.info(
@@ -163,7 +162,7 @@ def masked_lm(model_config: Any) -> Any:
 
 def _compiled_model(
     config: TrainConfig,
-    model_config: Any,
+    model_config: ModelConfig,
     total_steps: int,
     strategy: tf.distribute.Strategy | None,
 ) -> tuple[Any, Any, SpikeGuard | None]:

@@ -433,7 +433,7 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
             differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
     defaults = _defaults(TrainConfig)
     for key in sorted(set(saved["training"]) | set(current["training"])):
-        if key in RESUMABLE_CHANGES or key == "model":
+        if key in RESUMABLE_CHANGES:
             continue
         before = saved["training"].get(key, defaults.get(key))
         if before != current["training"].get(key):

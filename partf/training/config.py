@@ -1,10 +1,13 @@
 """The training configuration: one frozen dataclass of plain values.
 
 The model's own settings live in `partf.models.config.ModelConfig`: `TrainConfig.model`
-is one, made when the TrainConfig is, without the fields that come from the data
-(vocabulary size, batch size) and the run (`tau_steps`, the run's length); the trainer
-fills them in with `ModelConfig.for_data`. Both configurations go into `config.json`,
-every checkpoint, and `results.json`.
+is its draft, made when the TrainConfig is from the model flags and the presets of
+`search` and `objective`, without the fields that come from the data (vocabulary size,
+batch size) and the run (`tau_steps`, the run's length).
+`partf.training.resolve.resolve_model` completes it (with those and what
+--drop_attention and --search_cost=time add). `config.json`, every checkpoint and
+`results.json` store the resolved model config once, beside `training_dict()`, the
+training settings without the draft.
 """
 
 from __future__ import annotations
@@ -398,6 +401,13 @@ class TrainConfig:
         None)."""
         values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         values["model"] = self.model.to_dict()
+        return values
+
+    def training_dict(self) -> dict[str, Any]:
+        """The training settings alone, JSON-safe: what a run's files store beside its
+        resolved model config (which the draft in `model` would only repeat)."""
+        values = self.to_dict()
+        del values["model"]
         return values
 
     @classmethod

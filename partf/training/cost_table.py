@@ -73,9 +73,11 @@ class CostTable:
 
 
 def needs_table(config: TrainConfig) -> bool:
-    """Whether this run's search charges measured time (and so needs a table)."""
+    """Whether this run's search charges measured time (and so needs a table); not with
+    --drop_attention, whose architecture is fixed (the blocks kept and identities)."""
     model = config.model
-    return model.search_cost == "time" and model.search_cost_weight > 0 and model.is_stochastic
+    searches = model.is_stochastic and not config.drop_attention
+    return model.search_cost == "time" and model.search_cost_weight > 0 and searches
 
 
 def cost_table(config: TrainConfig, data: RunData, checkpoints: Path) -> tuple[CostTable, bool]:
@@ -168,6 +170,7 @@ def measure_costs(
     rounds of `steps` steps, round-robin so that a change of load hits all alike) and
     subtracts the identity's time."""
     from partf.training.build import build_model
+    from partf.training.resolve import resolve_model
 
     batch, length = data.train.batch_size, data.train.seq_len
     rng = np.random.default_rng(0)
@@ -178,7 +181,7 @@ def measure_costs(
             architecture=_token(name), num_layers=1, search_cost_weight=0.0, search_cost="flops"
         )
         one = dataclasses.replace(config, model=model, spike_guard="off", compiled_loop=False)
-        built = build_model(one, data, None)
+        built = build_model(one, resolve_model(one, data, batch), data, None)
         built.model.train_on_batch(x, x)  # compiles
         steppers[name] = built.model
     best = {name: float("inf") for name in steppers}

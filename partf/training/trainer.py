@@ -5,9 +5,12 @@ reads top to bottom):
 
 1. `load_data(config) -> RunData` (partf.training.splits): the training, validation and
    test records; the batch size, sequence length and vocabulary size come from them.
-2. `build_model(config, data, strategy) -> Built` (partf.training.build): the model
-   (`ModelConfig` = the user's fields + those), the learning-rate schedule and the
-   optimizer; `compile(jit_compile=..., steps_per_execution=...)`.
+2. `resolve_model(config, data, rows, architecture, candidate_costs) -> ModelConfig`
+   (partf.training.resolve): the model's config, in one call from the flags and presets,
+   the blocks --drop_attention chose and the costs --search_cost=time measured (both
+   computed just before), and the data. `build_model(config, model_config, data,
+   strategy) -> Built` (partf.training.build): that model, the learning-rate schedule
+   and the optimizer; `compile(jit_compile=..., steps_per_execution=...)`.
 3. `restore(...) -> Resumed` (partf.training.checkpoint): the newest checkpoint of
    `checkpoints/<model_name>/`, if there is one with the same configuration: weights,
    memory, optimizer, random generators, the running loss, and the position in the data
@@ -47,7 +50,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import logging
@@ -65,7 +67,7 @@ from partf.training.build import Built, build_model
 from partf.training.callbacks.console_progress import ConsoleProgress
 from partf.training.callbacks.run_callbacks import make_callbacks
 from partf.training.checkpoint import CheckpointManager, CheckpointWriter, Resumed, restore
-from partf.training.config import ConfigError, TrainConfig, model_error
+from partf.training.config import ConfigError, TrainConfig
 from partf.training.cost_table import cost_table, needs_table, write_cost_table
 from partf.training.distribution import build_strategy
 from partf.training.drop_selection import Selection, read_selection, select_dropped, write_selection
@@ -74,6 +76,7 @@ from partf.training.evaluation.evaluators import make_evaluator
 from partf.training.fitting import plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
+from partf.training.resolve import batch_rows, resolve_model
 from partf.training.results import Trained, finish
 from partf.training.run_state import Clock, RunProgress, StopReason
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
@@ -247,17 +250,17 @@ class Trainer:
         selection = None
         if config.drop_attention:
             selection = drop_selection(config, data, paths.checkpoints)
-            try:
-                model = config.model.replace(architecture=selection.architecture)
-            except ValueError as e:  # e.g. --num_layers other than the source's blocks
-                raise model_error(e) from None
-            self.config = config = dataclasses.replace(config, model=model)
         table, measured = None, False
         if needs_table(config):  # --search_cost=time: the prices, read or measured now
             table, measured = cost_table(config, data, paths.checkpoints)
-            model = config.model.replace(candidate_costs=table.costs)
-            self.config = config = dataclasses.replace(config, model=model)
-        self.built = built = build_model(config, data, strategy)
+        model_config = resolve_model(
+            config,
+            data,
+            batch_rows(data, strategy),
+            architecture=selection.architecture if selection else None,
+            candidate_costs=table.costs if table else None,
+        )
+        self.built = built = build_model(config, model_config, data, strategy)
         resumed = Resumed()
         if not config.overwrite:
             resumed = restore(

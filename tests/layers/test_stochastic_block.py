@@ -11,6 +11,21 @@ from partf.layers.candidates import candidate_kind
 from partf.layers.stochastic_block import BlockSettings, StochasticBlock
 from tests.layer_checks import assert_close, assert_config_round_trip
 
+#: The settings of the blocks these tests make, unless a test gives others: no memory
+#: and no dropout, so that outputs can be computed by hand.
+SMALL = dict(
+    attention="relative",
+    attention_options={},
+    mem_len=0,
+    clamp_len=None,
+    dropout_rate=0.0,
+    straight_through=False,
+    eval_mode="argmax",
+    sample_per_example=False,
+    causal=True,
+    arch_parameterization="logits",
+)
+
 
 def make_block(
     d_model: int,
@@ -21,8 +36,9 @@ def make_block(
     name=None,
     **settings,
 ) -> StochasticBlock:
-    """A block of `BlockSettings(d_model, num_heads, d_ffn, **settings)`."""
-    block_settings = BlockSettings(d_model, num_heads, d_ffn, **settings)
+    """A block of `BlockSettings(d_model, num_heads, d_ffn, **settings)`, the settings
+    not given at `SMALL`'s values."""
+    block_settings = BlockSettings(d_model, num_heads, d_ffn, **{**SMALL, **settings})
     return StochasticBlock(block_settings, candidates, seed=seed, name=name)
 
 

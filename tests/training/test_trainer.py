@@ -172,7 +172,9 @@ def test_results_hold_every_figure(run):
     assert len(results["architecture"].split()) == 2
     assert results["tau"] == pytest.approx(0.1, rel=1e-4)
     assert results["config"]["model"]["tau_steps"] == 24
-    assert results["config"]["training"] == config.to_dict()
+    # The model config is stored once, resolved: the training settings do not repeat it.
+    assert results["config"]["training"] == config.training_dict()
+    assert "model" not in results["config"]["training"]
 
 
 def test_tensorboard_scalars(run):
