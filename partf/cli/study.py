@@ -122,9 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     exits.quiet_tensorflow(verbose)  # the report's TensorBoard reader may load TensorFlow
 
     from partf.errors import UsageError
+    from partf.study.data import prepare_data
+    from partf.study.paths import StudyPaths
     from partf.study.plan import load_plan
     from partf.study.report import write_report
-    from partf.study.runner import StudyPaths, list_commands, prepare_data, run_study
+    from partf.study.runner import list_commands, run_study
 
     if args.workers < 1:
         return exits.fail(

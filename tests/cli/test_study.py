@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from partf.cli.study import main
-from partf.study.runner import StudyPaths
+from partf.study.paths import StudyPaths
 from tests.study.fake_runs import PLAN, fake_run
 
 TINY = str(Path(__file__).resolve().parents[2] / "studies" / "tiny.toml")

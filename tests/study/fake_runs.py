@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from partf.study.runner import StudyPaths
+from partf.study.paths import StudyPaths
 
 PLAN = """
 seeds = [0, 1]

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from partf.cli.study import check_flags
+from partf.study.paths import StudyPaths
 from partf.study.plan import PlanError, load_plan
-from partf.study.runner import StudyPaths, train_args
+from partf.study.runner import train_args
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
@@ -221,7 +222,7 @@ soft = { task = "mqar", flags = "--architecture='A D'" }
 
 
 def test_recall_arms_read_the_studys_mqar_splits_and_need_no_text(tmp_path):
-    from partf.study.runner import mqar_command
+    from partf.study.data import mqar_command
 
     plan = load_plan(write(tmp_path, RECALL_HEAD + MQAR + RECALL_ARMS))
     assert plan.data is None and plan.mqar["pairs"] == [4, 8]

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from partf.study.paths import StudyPaths
 from partf.study.plan import load_plan
 from partf.study.report import decided_step, event_scalars, spread, write_report
-from partf.study.runner import StudyPaths
 from tests.study.fake_runs import PLAN, fake_run
 
 
