@@ -30,6 +30,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from partf.models.architecture import architecture_token
 from partf.models.cost import cost_key
 from partf.training.atomic import atomic_write_text
 from partf.training.config import ConfigError, TrainConfig
@@ -158,11 +159,6 @@ def table_names(config: TrainConfig) -> list[str]:
     return sorted(set(names) | {"identity"})
 
 
-def _token(name: str) -> str:
-    """The architecture token that builds one block of a table name."""
-    return {"dense": "D", "identity": "I"}.get(name, name)
-
-
 def measure_costs(
     config: TrainConfig, data: RunData, repeats: int = 3, steps: int = 8
 ) -> CostTable:
@@ -178,7 +174,10 @@ def measure_costs(
     steppers = {}
     for name in table_names(config):
         model = config.model.replace(
-            architecture=_token(name), num_layers=1, search_cost_weight=0.0, search_cost="flops"
+            architecture=architecture_token(name),
+            num_layers=1,
+            search_cost_weight=0.0,
+            search_cost="flops",
         )
         one = dataclasses.replace(config, model=model, spike_guard="off", compiled_loop=False)
         built = build_model(one, resolve_model(one, data, batch), data, None)

@@ -12,6 +12,18 @@ from partf.models.par_transformer_xl import PARTransformerXL
 from partf.serialization import FORMAT_VERSION
 
 VOCAB, BATCH, LENGTH = 64, 2, 6
+
+#: The trainer's tiny model (vocabulary `TRAIN_VOCAB`), for its runs and the
+#: configurations the checkpoint tests compare.
+TRAIN_VOCAB = 200
+TINY = {
+    "d_model": 16,
+    "num_heads": 2,
+    "d_ffn": 32,
+    "num_layers": 2,
+    "mem_len": 8,
+    "cutoffs": (50, 120),
+}
 SIZES = dict(vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, mem_len=4, cutoffs=(20,))
 
 

@@ -21,6 +21,8 @@ from partf.training.checkpoint import (
     restore_variables,
 )
 from partf.training.config import TrainConfig
+from tests.training.helpers import TINY
+from tests.training.helpers import TRAIN_VOCAB as VOCAB
 
 
 def _variables():
@@ -135,18 +137,6 @@ def test_restore_refuses_another_configuration(tmp_path):
         restore_variables(wider, groups["model"], "model")
     with pytest.raises(CheckpointError, match="has 2 model variables but this run has 1"):
         restore_variables(wider[:1], groups["model"], "model")
-
-
-#: A tiny model's settings, for the configurations compared below.
-TINY = {
-    "d_model": 16,
-    "num_heads": 2,
-    "d_ffn": 32,
-    "num_layers": 2,
-    "mem_len": 8,
-    "cutoffs": (50, 120),
-}
-VOCAB = 200
 
 
 def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():

@@ -26,16 +26,8 @@ from partf.training.evaluation.perplexity import Evaluator
 from partf.training.lr_schedules import WarmupCosine
 from partf.training.run_state import Segment
 from partf.training.trainer import RunPaths, TrainingInterrupted, plan_segments, train
-
-VOCAB = 200
-TINY = {
-    "d_model": 16,
-    "num_heads": 2,
-    "d_ffn": 32,
-    "num_layers": 2,
-    "mem_len": 8,
-    "cutoffs": (50, 120),
-}
+from tests.training.helpers import TINY
+from tests.training.helpers import TRAIN_VOCAB as VOCAB
 
 
 def _markov_stream(num_tokens: int, seed: int) -> np.ndarray:
