@@ -88,10 +88,17 @@ def mqar_command(plan: Plan, into: Path) -> list[str]:
 
 
 def _build_aside(
-    command: list[str], final: Path, partial: Path, what: str, say: Callable[[str], None]
+    command: list[str],
+    final: Path,
+    partial: Path,
+    what: str,
+    source: str,
+    say: Callable[[str], None],
 ) -> None:
-    """Runs a partf-build-data `command` into `partial`, then renames it `final`, so an
-    interrupted build starts over rather than leaving half."""
+    """Runs a partf-build-data `command` (building `what` from `source`) into `partial`,
+    then moves what it wrote into `final`, so an interrupted build starts over rather than
+    leaving half. `final` may hold another build's output already (the MQAR splits beside
+    the records): only the names this build wrote are replaced."""
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
@@ -99,10 +106,15 @@ def _build_aside(
     done = subprocess.run(command, check=False)
     if done.returncode != 0:
         raise PlanError(
-            f"partf-build-data failed (status {done.returncode}) on {what}; see its message above."
+            f"partf-build-data failed (status {done.returncode}) on {source}; see its "
+            "message above."
         )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    partial.replace(final)
+    final.mkdir(parents=True, exist_ok=True)
+    for item in partial.iterdir():
+        if (final / item.name).exists():  # left by a build that was cut short
+            shutil.rmtree(final / item.name)
+        item.replace(final / item.name)
+    partial.rmdir()
 
 
 def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> None:
@@ -112,7 +124,8 @@ def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> N
         final = paths.out / "data" / "mqar"
         if not (final / "mqar_train" / "mqar.json").is_file():
             partial = paths.out / "data" / "mqar.partial"
-            _build_aside(mqar_command(plan, partial), final, partial, "the MQAR splits", say)
+            command = mqar_command(plan, partial)
+            _build_aside(command, final, partial, "the MQAR splits", "the MQAR splits", say)
     if plan.data is None:
         return
     if plan.data.records is not None:
@@ -132,20 +145,6 @@ def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> N
     if (final / "records_train" / "metadata.json").is_file():
         return
     partial = paths.out / "data.partial"
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    say(f"building records from {plan.data.text} into {final}")
-    done = subprocess.run(build_command(plan, paths, partial), check=False)
-    if done.returncode != 0:
-        raise PlanError(
-            f"partf-build-data failed (status {done.returncode}) on {plan.data.text}; see its "
-            "message above."
-        )
-    # The MQAR splits may be in `final` already: move the records in beside them.
-    final.mkdir(parents=True, exist_ok=True)
-    for item in partial.iterdir():
-        if (final / item.name).exists():  # left by a build that was cut short
-            shutil.rmtree(final / item.name)
-        item.replace(final / item.name)
-    partial.rmdir()
+    text = str(plan.data.text)
+    command = build_command(plan, paths, partial)
+    _build_aside(command, final, partial, f"records from {text}", text, say)

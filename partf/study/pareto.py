@@ -61,13 +61,7 @@ def pareto_plot(
     points = [(a, x / 1e6, y) for a, x, y in points if x is not None and y is not None]
     if not points:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    figure, axes, colors = new_plot()
     centres: dict[str, tuple[float, float]] = {}
     for i, row in enumerate(rows):
         mine = [(x, y) for a, x, y in points if a == row.arm]
@@ -133,9 +127,28 @@ def pareto_plot(
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="best")
+    save_plot(figure, path)
+    return True
+
+
+def new_plot() -> tuple[Any, Any, list[str]]:
+    """A report plot's figure and axes (matplotlib without a display) and its colours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    return figure, axes, plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def save_plot(figure: Any, path: Path) -> None:
+    """Writes `figure` to `path` (aside, then renamed: never a half-written PNG) and
+    closes it."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     partial = path.with_name(path.stem + ".partial.png")
     figure.savefig(partial, dpi=120)
     plt.close(figure)
     partial.replace(path)
-    return True

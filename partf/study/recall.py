@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from partf.study.pareto import new_plot, save_plot
+
 #: Mechanisms that are softmax attention over the whole context (the rest are
 #: sliding-window or linear).
 SOFTMAX = ("relative", "softmax", "attention", "A")
@@ -131,13 +133,7 @@ def recall_plot(
     ]
     if not points:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    figure, axes, colors = new_plot()
     for i, row in enumerate(rows):
         mine = [(t, a) for arm, t, a in points if arm == row.arm]
         if not mine:
@@ -161,9 +157,5 @@ def recall_plot(
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=6, loc="best", ncol=2)
-    figure.tight_layout()
-    partial = path.with_name(path.stem + ".partial.png")
-    figure.savefig(partial, dpi=120)
-    plt.close(figure)
-    partial.replace(path)
+    save_plot(figure, path)
     return True
