@@ -17,9 +17,8 @@ the decorators from the source with `ast` (stdlib only, no import of the modules
 files that contain "@register" are parsed, a few milliseconds); a mechanism's name must
 be a literal, which this reading enforces. The position is read from the class once
 imported (`recommended_position`, set by the decorator). partf-train's `--help` reads
-the mechanisms and their options from the table `python -m partf.cli.make_flag_table`
-writes from these declarations and the classes (it needs the classes' options, which
-only an import gives).
+the mechanisms from these declarations too, and their options from the same source
+(`partf.cli.settings_source`).
 
 Adding a mechanism is writing its module in partf/attention/ (or anywhere under
 `PACKAGES`) with the decorator on its class, and its tests.
@@ -36,6 +35,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 #: (package, its folder): the source read for declarations. Tests append a package of
@@ -86,16 +86,35 @@ def _called(node: ast.expr) -> str | None:
 
 @functools.cache
 def _read(packages: tuple[tuple[str, Path], ...]) -> Declarations:
+    return read(packages)
+
+
+def read(
+    packages: tuple[tuple[str, Path], ...],
+    parse: Callable[[Path, str], ast.Module] | None = None,
+    *,
+    mechanisms_only: bool = False,
+) -> Declarations:
+    """The declarations of `packages`, read now.
+
+    Args:
+        parse: file, its text -> its syntax tree; lets a reader of more than the
+            declarations parse each file once (`partf.cli.settings_source`).
+        mechanisms_only: parse only the files that declare a mechanism (half the time),
+            so that `saved` holds only the mechanisms' classes.
+    """
+    marker = f"@{MECHANISM}" if mechanisms_only else f"@{SAVE}"
     saved: dict[str, str] = {}
     mechanisms: dict[str, str] = {}
     for package, folder in packages:
         for path in sorted(folder.rglob("*.py")):
             text = path.read_text(encoding="utf-8")
-            if "@register" not in text:
+            if marker not in text:
                 continue
             parts = path.relative_to(folder).with_suffix("").parts
             module = ".".join((package, *parts)).removesuffix(".__init__")
-            for node in ast.parse(text, filename=str(path)).body:
+            tree = ast.parse(text, str(path)) if parse is None else parse(path, text)
+            for node in tree.body:
                 if not isinstance(node, ast.ClassDef):
                     continue
                 where = f"{module}.{node.name}"
