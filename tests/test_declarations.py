@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import sys
-import types
 
 import keras
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 from partf import declarations, keras_objects
 from partf.attention import attention_names, get_attention_class, registry
-from partf.cli import flag_table, make_flag_table, train
+from partf.cli import train
 from partf.models import ModelConfig, PARTransformerXL
 
 #: The whole of a new mechanism: softmax attention with its queries scaled.
@@ -60,26 +59,22 @@ def toy(tmp_path, monkeypatch):
     forget_toy()
 
 
-def test_a_mechanism_added_by_one_module_is_in_the_registry_help_and_saved_files(
-    toy, tmp_path, monkeypatch
-):
-    # The registry: declared without importing it, imported when named.
+def test_a_mechanism_added_by_one_module_is_in_the_registry_help_and_saved_files(toy, tmp_path):
+    # Declared, and on partf-train's --help with its options and their defaults, read
+    # from the source: nothing imported, nothing regenerated.
     assert declarations.declared().mechanisms["toy"] == "toy_mechanisms.toy"
+    help_text = train.build_parser(train.attention_options()).format_help()
+    assert "--attn_toy_sharpness" in help_text
+    assert "toy: the queries' scale; toy only (defaults: toy=2.0)" in " ".join(help_text.split())
     assert "toy_mechanisms.toy" not in sys.modules
+
+    # The registry: imported when named.
     assert "toy" in attention_names()
     cls = get_attention_class("toy")
     assert cls.__name__ == "ToyAttention" and cls.registry_name == "toy"
+    assert cls.options["sharpness"] == (2.0, "toy: the queries' scale")
 
-    # --help and the flags: from the table make_flag_table writes from the declarations.
-    tables = {
-        "TRAIN_SETTINGS": flag_table.TRAIN_SETTINGS,
-        "MODEL_SETTINGS": flag_table.MODEL_SETTINGS,
-        "MECHANISM_OPTIONS": make_flag_table.mechanism_options(),
-    }
-    table = types.ModuleType("flag_table")
-    exec(make_flag_table.source(tables), table.__dict__)
-    monkeypatch.setattr(train, "flag_table", table)
-    assert "--attn_toy_sharpness" in train.build_parser(train.attention_options()).format_help()
+    # The flags.
     config, _ = train.parse_args(["--attention", "toy", "--attn_sharpness", "3"])
     assert config.model.attention == "toy"
     assert config.model.attention_options["sharpness"] == 3

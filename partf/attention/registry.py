@@ -57,7 +57,7 @@ def attention_names() -> list[str]:
 
 def builtin_attention_names() -> list[str]:
     """The mechanisms declared in partf's source, without those registered by user code
-    or tests (what partf-train's generated flag table covers)."""
+    or tests (those partf-train's flags cover, `partf.cli.settings_source`)."""
     return sorted(declared().mechanisms)
 
 

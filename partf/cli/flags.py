@@ -12,8 +12,9 @@ of the original project:
 
 `add_flags` adds a dataclass's flags to a parser and `flag_values` reads them back. Both
 also take the settings as plain `Setting` records (`settings_of` makes them from a
-dataclass), which is how partf-train builds its parser from `partf.cli.flag_table`
-without importing the configurations (and with them Keras and TensorFlow).
+dataclass, `partf.cli.settings_source` reads them from its source), which is how
+partf-train builds its parser without importing the configurations (and with them Keras
+and TensorFlow).
 """
 
 from __future__ import annotations

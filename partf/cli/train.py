@@ -13,9 +13,9 @@ is an error (see --help).
 The flags are generated (partf/cli/flags.py): one per setting of `TrainConfig` and
 `ModelConfig`, whose fields hold the help text and the default; a new setting is a new
 field there. Model flags stay unset unless given, so that ModelConfig's default applies.
-The parser reads those settings, and the mechanisms' options, from a copy in
-partf/cli/flag_table.py (rewrite it with `python -m partf.cli.make_flag_table`), so that
-`--help` and a mistyped flag answer at once, without Keras and TensorFlow.
+The parser reads those settings, and the mechanisms' options, from the source
+(partf/cli/settings_source.py), so that `--help` and a mistyped flag answer at once,
+without Keras and TensorFlow.
 
 Exit status: 0 done, 1 failure while running, 2 bad usage, 128 + N stopped by signal N
 (after a checkpoint; the same command resumes).
@@ -34,7 +34,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from partf.cli import exits, flag_table, flags
+from partf.cli import exits, flags, settings_source
 from partf.cli.exits import wants_verbose
 
 PROG = "partf-train"
@@ -80,15 +80,15 @@ def attention_options(
 
     Args:
         mechanisms: mechanism name -> its `options` (option -> (default, help)); default:
-            those of every mechanism, as partf/cli/flag_table.py copies them from the
-            classes (`partf.cli.make_flag_table.mechanism_options` reads the classes).
+            those of every mechanism declared, as `settings_source.mechanism_options`
+            reads them from the source.
     """
     if mechanisms is None:
-        mechanisms = flag_table.MECHANISM_OPTIONS
+        mechanisms = settings_source.mechanism_options()
     found: dict[str, dict[str, Any]] = {}
     own_flags: dict[str, dict[str, Any]] = {}
     # Options the model sets from its own flags (--mem_len, --clamp_len) are not repeated.
-    own = {setting.name for setting in flag_table.MODEL_SETTINGS}
+    own = {setting.name for setting in settings_source.model_settings()}
     for name, options in sorted(mechanisms.items()):
         for option, (default, help_text) in options.items():
             if option in own:
@@ -121,10 +121,12 @@ def _option_type(defaults: dict[str, Any]):
 def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argparse.ArgumentParser:
     """The argument parser: a flag per setting of `TrainConfig` and `ModelConfig`, plus
     --from_search, --verbose and the --attn_<option> flags of `attn_options` (as from
-    `attention_options()`). The settings come from partf/cli/flag_table.py, so building
-    the parser imports neither Keras nor TensorFlow.
+    `attention_options()`). The settings are read from the source
+    (`partf.cli.settings_source`), so building the parser imports neither Keras nor
+    TensorFlow.
     """
-    train_settings, model_settings = flag_table.TRAIN_SETTINGS, flag_table.MODEL_SETTINGS
+    train_settings = settings_source.train_settings()
+    model_settings = settings_source.model_settings()
     parser = _Parser(
         prog=PROG,
         description="Train a PAR Transformer-XL on context-batched TFRecords.",
@@ -171,7 +173,7 @@ def build_parser(attn_options: dict[str, dict[str, Any]] | None = None) -> argpa
 def model_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The ModelConfig fields the parsed flags give (those not given left out, so that
     ModelConfig's default or a preset applies), the --attn_* flags as attention_options."""
-    model = flags.flag_values(args, flag_table.MODEL_SETTINGS, unset=True)
+    model = flags.flag_values(args, settings_source.model_settings(), unset=True)
     options = {
         key[len("attn_") :]: value
         for key, value in vars(args).items()
@@ -185,7 +187,7 @@ def model_flags(args: argparse.Namespace) -> dict[str, Any]:
 def training_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainConfig fields the parsed flags give, model_name the current time unless
     given (as the original train.py names a run)."""
-    values = flags.flag_values(args, flag_table.TRAIN_SETTINGS)
+    values = flags.flag_values(args, settings_source.train_settings())
     values["model_name"] = values["model_name"] or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return values
 
@@ -216,17 +218,18 @@ CANDIDATE_KINDS = ("attention", "dense", "identity")
 
 def check_mechanism_names(args: argparse.Namespace) -> None:
     """Refuses an unknown --attention or --candidates name with ModelConfig's message,
-    from the flag table's mechanisms (partf's own, the only ones a command line can name),
+    from the mechanisms the source declares (partf's own, the only ones a command line can name),
     so that the mistake is answered before the configurations and TensorFlow load.
 
     Raises:
         UsageExit: a name that is no mechanism (nor, for --candidates, a candidate kind).
     """
-    names = ", ".join(sorted(flag_table.MECHANISM_OPTIONS))
-    if args.attention is not None and args.attention not in flag_table.MECHANISM_OPTIONS:
+    mechanisms = settings_source.mechanism_options()
+    names = ", ".join(sorted(mechanisms))
+    if args.attention is not None and args.attention not in mechanisms:
         raise UsageExit(f"unknown attention {args.attention!r}; valid names: {names}.")
     for name in args.candidates or ():
-        if name not in CANDIDATE_KINDS and name not in flag_table.MECHANISM_OPTIONS:
+        if name not in CANDIDATE_KINDS and name not in mechanisms:
             raise UsageExit(
                 f"unknown candidate {name!r}; use one of {', '.join(CANDIDATE_KINDS)} "
                 f"or an attention name: {names}."

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from partf.cli import exits, flag_table, make_flag_table
+from partf.cli import exits, settings_source
 
 #: Console script -> (module, entry point).
 COMMANDS = {
@@ -269,23 +269,33 @@ def test_the_level_follows_verbose_then_the_users_setting(monkeypatch):
         assert exits.tensorflow_log_level(verbose=False) == level
 
 
-# ----------------------------------------------------------- the flag table's sources
-def test_the_flag_table_equals_its_sources():
-    """partf/cli/flag_table.py is what the configurations and the attention classes
-    (option_help, constructor defaults) say now."""
-    fix = "the sources changed: rewrite the table with `python -m partf.cli.make_flag_table`"
-    for name, value in make_flag_table.current().items():
-        assert getattr(flag_table, name) == value, f"{name}: {fix}"
+# ------------------------------------------------- the settings read from the source
+def test_the_settings_read_from_the_source_are_those_the_classes_give():
+    """What partf/cli/settings_source.py reads with `ast` is what importing the
+    configurations and the attention classes (option_help, constructor defaults) gives."""
+    from partf.attention import get_attention_class
+    from partf.attention.registry import builtin_attention_names
+    from partf.cli.flags import settings_of
+    from partf.models.config import ModelConfig
+    from partf.training.config import TrainConfig
+
+    assert settings_source.train_settings() == settings_of(TrainConfig)
+    assert settings_source.model_settings() == settings_of(ModelConfig)
+    imported = {name: get_attention_class(name).options for name in builtin_attention_names()}
+    read = settings_source.mechanism_options()
+    assert read == imported
+    # The same order too (--help lists each option's mechanisms in it).
+    assert [list(options) for options in read.values()] == [list(imported[name]) for name in read]
 
 
 def test_the_early_name_checks_know_what_the_model_accepts():
-    """partf-train checks --attention and --candidates against the flag table's mechanisms
-    and its copy of the candidate kinds; those are what ModelConfig accepts."""
+    """partf-train checks --attention and --candidates against the mechanisms read from
+    the source and its copy of the candidate kinds; those are what ModelConfig accepts."""
     from partf.attention.registry import builtin_attention_names
     from partf.cli import train
     from partf.layers.candidates import BUILTIN_CANDIDATES
 
-    assert sorted(flag_table.MECHANISM_OPTIONS) == builtin_attention_names()
+    assert sorted(settings_source.mechanism_options()) == builtin_attention_names()
     assert train.CANDIDATE_KINDS == BUILTIN_CANDIDATES
 
 
