@@ -205,9 +205,30 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
     Setting("d_model", "int", 128, "embedding and hidden width"),
     Setting("num_heads", "int", 4, "attention heads"),
     Setting("d_ffn", "int", 512, "feed-forward inner width"),
-    Setting("num_layers", "int", 6, "stochastic blocks"),
     Setting("mem_len", "int", 16, "XL memory length per block (0: no memory)"),
     Setting("dropout_rate", "float", 0.1, "dropout rate (embeddings, attention, dense outputs)"),
+    Setting(
+        "straight_through",
+        "bool",
+        False,
+        "straight-through Gumbel-softmax (one-hot block weights forward, soft gradients)",
+    ),
+    Setting("clamp_len", "int", None, "largest relative distance encoded (unset: no clamp)"),
+    Setting("attention", "str", "relative", "attention mechanism of the 'attention' candidate"),
+    Setting(
+        "eval_mode", "str", "argmax", "block weights at evaluation: argmax, expected or sample"
+    ),
+    Setting("sample_per_example", "bool", False, "one Gumbel sample per example, not per step"),
+    Setting(
+        "arch_parameterization",
+        "str",
+        "logits",
+        "architecture parameters: logits (pi = their softmax) or probabilities (the original "
+        "project's clipped, unnormalised probabilities from [0.33, 0.33, 0.34], read as "
+        "log(max(p, 0) + 1e-5))",
+        choices=("logits", "probabilities"),
+    ),
+    Setting("num_layers", "int", 6, "stochastic blocks"),
     Setting(
         "cutoffs",
         "ints",
@@ -220,14 +241,6 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         "proj_dims", "ints", None, "explicit tail projection widths, one per cluster (repeatable)"
     ),
     Setting("tie_embeddings", "bool", False, "tie output and input embeddings (plain softmax)"),
-    Setting(
-        "straight_through",
-        "bool",
-        False,
-        "straight-through Gumbel-softmax (one-hot block weights forward, soft gradients)",
-    ),
-    Setting("clamp_len", "int", None, "largest relative distance encoded (unset: no clamp)"),
-    Setting("attention", "str", "relative", "attention mechanism of the 'attention' candidate"),
     Setting(
         "candidates",
         "names",
@@ -243,10 +256,6 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         "preset: plain (A D A D ...), transnormer (diag then norm attention, dense between), "
         "primal_hybrid (softmax then one primal attention, dense between)",
     ),
-    Setting(
-        "eval_mode", "str", "argmax", "block weights at evaluation: argmax, expected or sample"
-    ),
-    Setting("sample_per_example", "bool", False, "one Gumbel sample per example, not per step"),
     Setting("tau_start", "float", 1.0, "initial Gumbel temperature"),
     Setting("tau_end", "float", 0.1, "final Gumbel temperature (after tau_steps)"),
     Setting(
@@ -295,15 +304,6 @@ MODEL_SETTINGS: tuple[Setting, ...] = (
         16384,
         "learned positions: rows of the table; a stream (one row of the context batch, an "
         "epoch long) must stay shorter",
-    ),
-    Setting(
-        "arch_parameterization",
-        "str",
-        "logits",
-        "architecture parameters: logits (pi = their softmax) or probabilities (the original "
-        "project's clipped, unnormalised probabilities from [0.33, 0.33, 0.34], read as "
-        "log(max(p, 0) + 1e-5))",
-        choices=("logits", "probabilities"),
     ),
     Setting("tau_is_trainable", "bool", False, "learn tau instead of following the schedule"),
 )

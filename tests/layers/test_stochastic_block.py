@@ -11,20 +11,9 @@ from partf.layers.candidates import candidate_kind
 from partf.layers.stochastic_block import BlockSettings, StochasticBlock
 from tests.layer_checks import assert_close, assert_config_round_trip
 
-#: The settings of the blocks these tests make, unless a test gives others: no memory
-#: and no dropout, so that outputs can be computed by hand.
-SMALL = dict(
-    attention="relative",
-    attention_options={},
-    mem_len=0,
-    clamp_len=None,
-    dropout_rate=0.0,
-    straight_through=False,
-    eval_mode="argmax",
-    sample_per_example=False,
-    causal=True,
-    arch_parameterization="logits",
-)
+#: The settings of the blocks these tests make, unless a test gives others (the rest at
+#: the model's defaults): no memory and no dropout, so that outputs can be computed by hand.
+SMALL = dict(mem_len=0, dropout_rate=0.0)
 
 
 def make_block(

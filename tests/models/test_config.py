@@ -1,11 +1,24 @@
 """ModelConfig: validation, JSON round trip, architecture strings."""
 
+import dataclasses
 import json
 
 import pytest
 
 from partf.attention import get_attention_class
+from partf.layers.stochastic_block import BlockSettings
 from partf.models.config import ModelConfig
+from partf.training.config import TrainConfig
+
+
+def test_each_setting_is_declared_once():
+    """ModelConfig extends BlockSettings: the block's settings are the model's first
+    fields, declared in the layer's module alone; no training setting shares a name."""
+    block = [field.name for field in dataclasses.fields(BlockSettings)]
+    assert [field.name for field in dataclasses.fields(ModelConfig)][: len(block)] == block
+    assert not set(ModelConfig.__annotations__) & set(block)
+    training = {field.name for field in dataclasses.fields(TrainConfig)}
+    assert not training & {field.name for field in dataclasses.fields(ModelConfig)}
 
 
 def test_json_round_trip_with_non_defaults():
