@@ -43,7 +43,7 @@ from partf.layers.candidates import (
 from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_noise, gumbel_softmax
 from partf.random import keyed_draws
-from partf.serialization import register
+from partf.serialization import check_complete, register
 from partf.settings import setting
 
 
@@ -425,3 +425,9 @@ class StochasticBlock(keras.layers.Layer):
         settings = dataclasses.asdict(self.settings)
         config.update(settings=settings, candidates=list(self.candidates), seed=self.seed)
         return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> StochasticBlock:
+        """The saved block; a setting missing from it is refused, not defaulted (FormatError)."""
+        check_complete(config["settings"], BlockSettings, f"the saved block {config['name']}")
+        return super().from_config(config)

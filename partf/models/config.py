@@ -38,6 +38,7 @@ from partf.models.architecture import (  # noqa: F401  (re-exported: callers imp
     parse_architecture,
     parse_block_candidates,
 )
+from partf.serialization import check_complete
 from partf.settings import setting
 
 #: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
@@ -434,14 +435,18 @@ class ModelConfig(BlockSettings):
         return out
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        """Inverse of `to_dict`; unknown keys raise ValueError."""
+    def from_dict(cls, values: dict[str, Any], saved: str | None = None) -> ModelConfig:
+        """Inverse of `to_dict`; unknown keys raise ValueError. A missing field takes its
+        default, except in a config read from a file (`saved` names it): there
+        `partf.serialization.check_complete` refuses it (FormatError)."""
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"unknown ModelConfig fields {unknown}; valid fields: {', '.join(sorted(known))}."
             )
+        if saved is not None:
+            check_complete(values, cls, saved)
         return cls(**values)
 
     def replace(self, **changes: Any) -> ModelConfig:
