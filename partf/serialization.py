@@ -2,11 +2,16 @@
 
 Every file partf writes for later reading says which format it is in (`FORMAT_KEY`): a
 `.keras` model's config, each checkpoint's record, a run's config.json and
-results.json. `check_format` refuses a file of another format in one line.
+results.json. `check_format` refuses a file of another format in one line, and
+`check_complete` one of this format that lacks a setting (which would otherwise take
+today's default without a word).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -66,6 +71,34 @@ def check_format(record: Any, what: str) -> None:
     problem = format_problem(record, what)
     if problem is not None:
         raise FormatError(problem)
+
+
+def check_complete(values: Mapping[str, Any], cls: type, what: str) -> None:
+    """Refuses a saved record of this format (`what`: the file, for the message) that lacks
+    a field of dataclass `cls`, or an argument of its constructor (less `**kwargs`): the
+    files partf writes hold them all, and a missing one would take today's default.
+
+    Raises:
+        FormatError: one line naming `what`, the missing names and this partf's defaults.
+    """
+    if dataclasses.is_dataclass(cls):
+        expected = {
+            f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(cls)
+        }
+    else:
+        parameters = inspect.signature(cls).parameters.values()
+        expected = {p.name: p.default for p in parameters if p.kind is not p.VAR_KEYWORD}
+    missing = [name for name in expected if name not in values]
+    if not missing:
+        return
+    unset = (dataclasses.MISSING, inspect.Parameter.empty)
+    known = {name: expected[name] for name in missing if expected[name] not in unset}
+    hint = f" (this partf's defaults: {json.dumps(known, default=str)})" if known else ""
+    raise FormatError(
+        f"{what} lacks {', '.join(missing)}, which every format {FORMAT_VERSION} file holds: "
+        f"add them to it with the values its run used{hint}, or use the partf that wrote it"
+    )
 
 
 def register(cls: T) -> T:

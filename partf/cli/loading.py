@@ -102,6 +102,7 @@ def _masked_lm_refusal(path: Path) -> str:
 
 def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
     from partf.models import ModelConfig, PARTransformerXL
+    from partf.serialization import FormatError
     from partf.training.checkpoint import (
         CheckpointError,
         CheckpointManager,
@@ -120,10 +121,16 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
     training = (run_config or {}).get("training") or meta.get("config", {}).get("training") or {}
     if training.get("objective") == "mlm":
         raise UsageExit(_masked_lm_refusal(run_dir))
-    model_fields = (run_config or {}).get("model") or meta.get("config", {}).get("model")
+    model_fields, source = (run_config or {}).get("model"), run_dir / "config.json"
+    if not model_fields:
+        model_fields, source = meta.get("config", {}).get("model"), f"checkpoint {path}"
     if not model_fields:
         raise RuntimeExit(f"{path} has no model configuration and {run_dir} no config.json")
-    model = PARTransformerXL(ModelConfig.from_dict(model_fields), name=run_dir.name)
+    try:
+        config = ModelConfig.from_dict(model_fields, saved=f"{source} (model settings)")
+    except FormatError as e:  # a field missing
+        raise RuntimeExit(str(e)) from e
+    model = PARTransformerXL(config, name=run_dir.name)
     try:
         restore_variables(
             model.variables,

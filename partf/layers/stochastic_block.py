@@ -43,54 +43,42 @@ from partf.layers.candidates import (
 from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_noise, gumbel_softmax
 from partf.random import keyed_draws
-from partf.serialization import register
+from partf.serialization import check_complete, register
+from partf.settings import setting
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSettings:
-    """What every block of a stack shares: the piece of `ModelConfig` a block is built
-    from (`ModelConfig.block_settings`). A block adds its own candidates and seed.
+    """What every block of a stack shares: the first fields of `ModelConfig`, which extends
+    this class, so each is declared once, here, with its default and its partf-train help
+    (`setting`); a model passes its own on (`ModelConfig.block_settings`), and a block adds
+    its candidates and seed. `attention_options` are extra constructor options of the
+    attentions (each mechanism takes those it knows); `causal=False` builds them
+    non-causal (every real token sees the whole sequence; no memory)."""
 
-    Every field is required: the defaults are `ModelConfig`'s alone, and the model
-    passes each one on (a saved block holds them all).
-
-    Args:
-        d_model: width D.
-        num_heads: attention heads.
-        d_ffn: inner width of the dense candidate.
-        attention: registry name that "attention" stands for.
-        attention_options: extra constructor options for the attentions
-            (each mechanism takes the ones it knows).
-        mem_len: memory length given to attentions that keep one.
-        clamp_len: largest relative distance (relative attention).
-        dropout_rate: dropout inside the attentions and after the dense one.
-        straight_through: one-hot forward weights with soft gradients.
-        eval_mode: "argmax", "expected" or "sample" weights at evaluation, when a
-            call names no other `mode`.
-        sample_per_example: one Gumbel sample per example instead of one per
-            call (per training step).
-        causal: build the attentions causal (True, language modelling) or non-causal
-            (False: every real token sees the whole sequence; needs mem_len=0 and
-            mechanisms with a non-causal form).
-        arch_parameterization: "logits" (pi = softmax of the variable) or
-            "probabilities" (the original project's: the variable holds
-            unnormalised probabilities, starting at [0.33, 0.33, 0.34], and the
-            Gumbel-softmax reads log(max(p, 0) + 1e-5)).
-    """
-
-    d_model: int
-    num_heads: int
-    d_ffn: int
-    attention: str
-    attention_options: dict[str, Any]
-    mem_len: int
-    clamp_len: int | None
-    dropout_rate: float
-    straight_through: bool
-    eval_mode: str
-    sample_per_example: bool
-    causal: bool
-    arch_parameterization: str
+    d_model: int = setting(128, "embedding and hidden width")
+    num_heads: int = setting(4, "attention heads")
+    d_ffn: int = setting(512, "feed-forward inner width")
+    mem_len: int = setting(16, "XL memory length per block (0: no memory)")
+    dropout_rate: float = setting(0.1, "dropout rate (embeddings, attention, dense outputs)")
+    straight_through: bool = setting(
+        False, "straight-through Gumbel-softmax (one-hot block weights forward, soft gradients)"
+    )
+    clamp_len: int | None = setting(None, "largest relative distance encoded (unset: no clamp)")
+    attention: str = setting("relative", "attention mechanism of the 'attention' candidate")
+    attention_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    eval_mode: str = setting("argmax", "block weights at evaluation: argmax, expected or sample")
+    sample_per_example: bool = setting(False, "one Gumbel sample per example, not per step")
+    arch_parameterization: str = setting(
+        "logits",
+        "architecture parameters: logits (pi = their softmax) or probabilities (the original "
+        "project's clipped, unnormalised probabilities from [0.33, 0.33, 0.34], read as "
+        "log(max(p, 0) + 1e-5))",
+        choices=ARCH_PARAMETERIZATIONS,
+    )
+    # False: the bidirectional encoder of objective mlm (partf.models.Encoder), which sees
+    # whole sequences; `ModelConfig` then records no XL memory and no adaptive softmax.
+    causal: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
@@ -437,3 +425,9 @@ class StochasticBlock(keras.layers.Layer):
         settings = dataclasses.asdict(self.settings)
         config.update(settings=settings, candidates=list(self.candidates), seed=self.seed)
         return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> StochasticBlock:
+        """The saved block; a setting missing from it is refused, not defaulted (FormatError)."""
+        check_complete(config["settings"], BlockSettings, f"the saved block {config['name']}")
+        return super().from_config(config)

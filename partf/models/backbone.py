@@ -20,7 +20,7 @@ from keras import ops
 from partf.attention.positions import sinusoid, stream_positions
 from partf.layers.stochastic_block import StochasticBlock
 from partf.random import Dropout
-from partf.serialization import FORMAT_KEY, FORMAT_VERSION, check_format
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION, check_complete, check_format
 
 if TYPE_CHECKING:
     from partf.models.config import ModelConfig
@@ -324,14 +324,17 @@ class BackboneOwner:
         """Builds the model a saved config describes.
 
         Raises:
-            FormatError: the config is of another partf format (`partf.serialization`).
+            FormatError: the config is of another partf format, or lacks a setting
+                (`partf.serialization`).
         """
         from partf.models.config import ModelConfig
 
-        check_format(config, f"the saved {cls.__name__}")
+        what = f"the saved {cls.__name__}"
+        check_format(config, what)
+        check_complete(config, cls, what)  # its config and its own settings (the heads)
         config = dict(config)
         config.pop(FORMAT_KEY)
-        model_config = ModelConfig.from_dict(config.pop("config"))
+        model_config = ModelConfig.from_dict(config.pop("config"), saved=f"{what}'s config")
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(model_config, **config)

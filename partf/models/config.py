@@ -6,6 +6,14 @@ config goes into each checkpoint, so a run can be rebuilt from it.
 A run's configuration (`partf.training.config.TrainConfig.model`) is a ModelConfig
 made before its data is read: the fields only the data and the run's length know
 (`DATA_FIELDS`) are None there, and `for_data` fills them.
+
+One flat dataclass, by design. ModelConfig extends `BlockSettings` (the layer's module
+declares what every stochastic block shares, once, and a model hands its own on), so
+each setting is declared exactly once. It is not split further into architecture, search
+and schedule parts: nothing but the model takes such a part whole, the checks cross
+them (the encoder's refusals read the search settings and the attentions, the rotary
+check the widths), and flags, plans and config.json name the settings flat, so nested
+parts would only add `config.search.` to every reader.
 """
 
 from __future__ import annotations
@@ -18,11 +26,7 @@ from partf.attention import attention_names, get_attention_class
 from partf.attention.registry import COMMON_ARGUMENTS, resolve_options
 from partf.attention.registry import POSITIONS as MECHANISM_POSITIONS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
-from partf.layers.candidates import (
-    ARCH_PARAMETERIZATIONS,
-    BUILTIN_CANDIDATES,
-    noncausal_attention_names,
-)
+from partf.layers.candidates import BUILTIN_CANDIDATES, noncausal_attention_names
 from partf.layers.stochastic_block import BlockSettings
 from partf.layers.temperature import validate_temperature
 from partf.models.architecture import (  # noqa: F401  (re-exported: callers import them here)
@@ -34,6 +38,7 @@ from partf.models.architecture import (  # noqa: F401  (re-exported: callers imp
     parse_architecture,
     parse_block_candidates,
 )
+from partf.serialization import check_complete
 from partf.settings import setting
 
 #: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
@@ -49,8 +54,8 @@ SEARCH_COSTS = ("flops", "time")
 POSITIONS = (*MECHANISM_POSITIONS, "auto")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig(BlockSettings):
     """Settings of a `PARTransformerXL`, or with `causal=False` of the bidirectional
     `Encoder` (and `MaskedLanguageModel`, what objective mlm trains), which refuses what
     an encoder cannot do (causal-only attentions, the sampled or cost-aware search).
@@ -69,15 +74,10 @@ class ModelConfig:
         True
     """
 
-    # Fields declared with `setting` are also partf-train flags (partf/cli/flags.py): the
-    # help text lives here, and the flag's default in --help is the field's default.
+    # Fields declared with `setting` (here and in BlockSettings) are also partf-train
+    # flags (partf/cli/flags.py): the flag's help and default are the field's.
     vocab_size: int | None  # number of token ids (0 is padding); from the data
-    d_model: int = setting(128, "embedding and hidden width")
-    num_heads: int = setting(4, "attention heads")
-    d_ffn: int = setting(512, "feed-forward inner width")
     num_layers: int = setting(6, "stochastic blocks")
-    mem_len: int = setting(16, "XL memory length per block (0: no memory)")
-    dropout_rate: float = setting(0.1, "dropout rate (embeddings, attention, dense outputs)")
     cutoffs: tuple[int, ...] = setting(
         (250, 2500),
         "adaptive softmax cutoffs without the vocabulary size, repeatable or comma-separated "
@@ -88,12 +88,6 @@ class ModelConfig:
         None, "explicit tail projection widths, one per cluster (repeatable)"
     )
     tie_embeddings: bool = setting(False, "tie output and input embeddings (plain softmax)")
-    straight_through: bool = setting(
-        False, "straight-through Gumbel-softmax (one-hot block weights forward, soft gradients)"
-    )
-    clamp_len: int | None = setting(None, "largest relative distance encoded (unset: no clamp)")
-    attention: str = setting("relative", "attention mechanism of the 'attention' candidate")
-    attention_options: dict = dataclasses.field(default_factory=dict)  # mechanism options
     candidates: tuple[str, ...] = setting(
         ("attention", "dense", "identity"), "per-block choices, comma-separated or repeated"
     )
@@ -105,8 +99,6 @@ class ModelConfig:
         "transnormer (diag then norm attention, dense between), primal_hybrid (softmax then "
         "one primal attention, dense between)",
     )
-    eval_mode: str = setting("argmax", "block weights at evaluation: argmax, expected or sample")
-    sample_per_example: bool = setting(False, "one Gumbel sample per example, not per step")
     tau_start: float = setting(1.0, "initial Gumbel temperature")
     tau_end: float = setting(0.1, "final Gumbel temperature (after tau_steps)")
     tau_schedule: str = setting(
@@ -146,20 +138,9 @@ class ModelConfig:
         "learned positions: rows of the table; a stream (one row of the context batch, an "
         "epoch long) must stay shorter",
     )
-    arch_parameterization: str = setting(
-        "logits",
-        "architecture parameters: logits (pi = their softmax) or probabilities (the original "
-        "project's clipped, unnormalised probabilities from [0.33, 0.33, 0.34], read as "
-        "log(max(p, 0) + 1e-5))",
-        choices=ARCH_PARAMETERIZATIONS,
-    )
     tau_steps: int | None = 1  # steps over which tau anneals (the trainer sets the run's total)
     tau_is_trainable: bool = setting(False, "learn tau instead of following the schedule")
     batch_size: int | None = 32  # rows of the context batch; sizes the memory state
-    # False: the bidirectional encoder of objective mlm (partf.models.Encoder), which sees
-    # whole sequences and scores with a softmax tied to its embedding: recorded with no
-    # XL memory (mem_len 0) and no adaptive softmax (cutoffs (), proj_dims None).
-    causal: bool = True
 
     def __post_init__(self) -> None:
         # Accept lists (from JSON or flags) and store tuples.
@@ -169,10 +150,10 @@ class ModelConfig:
                 object.__setattr__(self, name, tuple(value))
         if self.proj_dims == ():
             object.__setattr__(self, "proj_dims", None)
-        if not self.causal:
+        if not self.causal:  # the encoder: recorded with no XL memory, no adaptive softmax
             for name, value in (("mem_len", 0), ("cutoffs", ()), ("proj_dims", None)):
                 object.__setattr__(self, name, value)
-        object.__setattr__(self, "attention_options", dict(self.attention_options or {}))
+        super().__post_init__()  # the block's own checks
         # A preset is only a name for an architecture string: store the string.
         if isinstance(self.architecture, str):
             expanded = expand_architecture(self.architecture, self.num_layers)
@@ -234,8 +215,6 @@ class ModelConfig:
                     f"architecture {self.architecture!r} has {len(blocks)} blocks but "
                     f"num_layers={self.num_layers}; set num_layers={len(blocks)}."
                 )
-        # What every block shares (eval_mode, arch_parameterization) checks itself.
-        _ = self.block_settings
         if self.search_estimator not in SEARCH_ESTIMATORS:
             raise ValueError(
                 f"unknown search_estimator {self.search_estimator!r}; choose one of "
@@ -456,14 +435,18 @@ class ModelConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        """Inverse of `to_dict`; unknown keys raise ValueError."""
+    def from_dict(cls, values: dict[str, Any], saved: str | None = None) -> ModelConfig:
+        """Inverse of `to_dict`; unknown keys raise ValueError. A missing field takes its
+        default, except in a config read from a file (`saved` names it): there
+        `partf.serialization.check_complete` refuses it (FormatError)."""
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"unknown ModelConfig fields {unknown}; valid fields: {', '.join(sorted(known))}."
             )
+        if saved is not None:
+            check_complete(values, cls, saved)
         return cls(**values)
 
     def replace(self, **changes: Any) -> ModelConfig:

@@ -45,7 +45,7 @@ import numpy as np
 
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION, FormatError, format_problem
 from partf.training.atomic import TMP_PREFIX, atomic_write_bytes
-from partf.training.config import RESUMABLE_CHANGES, ConfigError, TrainConfig
+from partf.training.config import RESUMABLE_CHANGES, ConfigError, check_saved_config
 from partf.training.run_state import Clock, attach_fit_state
 
 if TYPE_CHECKING:
@@ -395,49 +395,22 @@ class Resumed:
     metrics: tuple[tuple[Any, Any], ...] = ()
 
 
-def _defaults(config_class: type) -> dict[str, Any]:
-    """Each field's default, JSON-safe (tuples as lists, as `to_dict` writes them)."""
-    defaults = {}
-    for field in dataclasses.fields(config_class):
-        if field.default is not dataclasses.MISSING:
-            value = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            value = field.default_factory()
-        else:
-            continue
-        defaults[field.name] = list(value) if isinstance(value, tuple) else value
-    return defaults
-
-
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The settings that differ between a checkpoint's configuration and this run's.
 
-    A setting added to `ModelConfig` or `TrainConfig` after the checkpoint was written
-    counts as its default, so checkpoints of earlier versions of the same format resume.
-
     Args:
-        saved: the checkpoint's full configuration.
+        saved: the checkpoint's full configuration (every setting: `check_saved_config`).
         current: this run's (`Built.full_config`).
 
     Returns:
         "name: before -> after" lines; settings a run may change on resume are left out.
     """
-    from partf.models.config import ModelConfig
-
     differences = []
-    defaults = _defaults(ModelConfig)
-    saved_model = saved["model"]
-    for key in sorted(set(saved_model) | set(current["model"])):
-        before = saved_model.get(key, defaults.get(key))
-        if before != current["model"].get(key):
-            differences.append(f"{key}: {before!r} -> {current['model'].get(key)!r}")
-    defaults = _defaults(TrainConfig)
-    for key in sorted(set(saved["training"]) | set(current["training"])):
-        if key in RESUMABLE_CHANGES:
-            continue
-        before = saved["training"].get(key, defaults.get(key))
-        if before != current["training"].get(key):
-            differences.append(f"{key}: {before!r} -> {current['training'].get(key)!r}")
+    for part, skipped in (("model", ()), ("training", RESUMABLE_CHANGES)):
+        for key in sorted(set(saved[part]) | set(current[part])):
+            before, after = saved[part].get(key), current[part].get(key)
+            if key not in skipped and before != after:
+                differences.append(f"{key}: {before!r} -> {after!r}")
     return differences
 
 
@@ -455,6 +428,7 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
 
     Raises:
         CheckpointError: checkpoints exist but none can be read.
+        FormatError: the checkpoint's configuration lacks a setting.
         ConfigError: the checkpoint is of a run with another configuration.
     """
     manager = CheckpointManager(folder, keep=keep)
@@ -467,6 +441,7 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
             )
         return Resumed()
     groups, meta, path = latest
+    check_saved_config(meta["config"], f"checkpoint {path}")
     differences = config_differences(meta["config"], built.full_config)
     if differences:
         raise ConfigError(

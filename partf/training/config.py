@@ -18,6 +18,7 @@ from typing import Any
 
 from partf.errors import UsageError
 from partf.models.config import DATA_FIELDS, ModelConfig
+from partf.serialization import check_complete
 from partf.settings import setting
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS
@@ -419,3 +420,12 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown training settings: {', '.join(unknown)}.")
         return cls(**values)
+
+
+def check_saved_config(saved: Mapping[str, Any], what: str) -> None:
+    """Refuses the configuration a run's file stores ({"model": ..., "training": ...}: a
+    checkpoint's, results.json's) when it lacks a setting, rather than letting the setting
+    take today's default (FormatError, `partf.serialization.check_complete`)."""
+    check_complete(saved["model"], ModelConfig, f"{what} (model settings)")
+    training = {"model": None, **saved["training"]}  # the model's are stored beside them
+    check_complete(training, TrainConfig, f"{what} (training settings)")

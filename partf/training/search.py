@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from partf.models.config import DATA_FIELDS
-from partf.training.config import ConfigError, TrainConfig
+from partf.training.config import ConfigError, TrainConfig, check_saved_config
 
 #: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
 #: scratch unless its own command line gives --init_from (a fine-tune of the search).
@@ -83,7 +83,7 @@ def read_search(folder: str | Path) -> FinishedSearch:
     Raises:
         ConfigError: `folder` holds no finished search (no readable results.json with pi,
             candidates and the configuration), or that run trained a fixed architecture.
-        FormatError: its results.json is of another partf format.
+        FormatError: its results.json is of another partf format, or lacks a setting.
     """
     from partf.serialization import check_format
 
@@ -107,9 +107,10 @@ def read_search(folder: str | Path) -> FinishedSearch:
             f"--from_search {folder}: no finished search there (needs the results.json that a "
             "completed partf-train run writes in checkpoints/NAME)."
         ) from None
+    check_saved_config(results["config"], f"--from_search {folder}: its results.json")
     from partf.models.config import is_searched_architecture
 
-    architecture = found.model.get("architecture")
+    architecture = found.model["architecture"]
     if architecture is not None and not is_searched_architecture(architecture):
         raise ConfigError(
             f"--from_search {folder}: that run trained the fixed architecture "
@@ -125,7 +126,7 @@ def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dic
     from partf.attention.registry import attention_names, mechanism_option
     from partf.models.config import parse_block_candidates
 
-    default = model.get("attention", "relative")
+    default = model["attention"]
     kept = {
         default if name == "attention" else name
         for candidates in parse_block_candidates(architecture)
@@ -134,7 +135,7 @@ def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dic
     dropped = [name for name in attention_names() if name not in kept]
     return {
         key: value
-        for key, value in dict(model.get("attention_options") or {}).items()
+        for key, value in model["attention_options"].items()
         if not any(mechanism_option(name, key) for name in dropped)
     }
 
@@ -172,8 +173,7 @@ def config_from_search(
     architecture = searched_architecture(found.pi, found.candidates)
     fields = {k: v for k, v in found.model.items() if k not in DATA_FIELDS}
     fields.update(architecture=architecture, num_layers=len(architecture.split()))
-    if "attention_options" in fields:
-        fields["attention_options"] = _options_of_kept_mechanisms(fields, architecture)
+    fields["attention_options"] = _options_of_kept_mechanisms(fields, architecture)
     fields.update(model or {})  # model flags given on the command line win
     values = {}
     for name, value in given.to_dict().items():
@@ -182,7 +182,7 @@ def config_from_search(
         if name in explicit or name in STARTING_FIELDS:
             values[name] = value
         else:
-            values[name] = found.training.get(name, value)
+            values[name] = found.training[name]
     if "model_name" not in explicit:
         values["model_name"] = f"{found.name}-fixed"
     if "overwrite" not in explicit:

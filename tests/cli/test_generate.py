@@ -205,6 +205,20 @@ def test_a_config_json_of_another_format_is_refused_in_one_line(workspace, tmp_p
     ) in error_line(capsys)
 
 
+def test_a_config_json_lacking_a_setting_is_refused_in_one_line(workspace, tmp_path, capsys):
+    """A checkpoint's model is rebuilt from config.json: one of this format without a
+    model setting is refused (exit status 1), not built with today's default."""
+    folder = tmp_path / "lacking"
+    shutil.copytree(workspace["ckpt_dir"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["model"]["clamp_len"]
+    (folder / "config.json").write_text(json.dumps(config))
+    argv = ["--model", str(folder), f"--sp_model={workspace['sp_model']}", "--prompt", PROMPT]
+    assert run(argv) == 1
+    said = f"{folder / 'config.json'} (model settings) lacks clamp_len, which every format"
+    assert said in error_line(capsys)
+
+
 def test_verbose_adds_the_traceback(tmp_path, capsys):
     assert run(["--model", str(tmp_path / "nothing.keras"), "--verbose"]) == 2
     err = capsys.readouterr().err

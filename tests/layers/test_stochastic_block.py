@@ -9,22 +9,12 @@ from keras import ops
 from partf.attention import Attention, register_attention
 from partf.layers.candidates import candidate_kind
 from partf.layers.stochastic_block import BlockSettings, StochasticBlock
+from partf.serialization import FormatError
 from tests.layer_checks import assert_close, assert_config_round_trip
 
-#: The settings of the blocks these tests make, unless a test gives others: no memory
-#: and no dropout, so that outputs can be computed by hand.
-SMALL = dict(
-    attention="relative",
-    attention_options={},
-    mem_len=0,
-    clamp_len=None,
-    dropout_rate=0.0,
-    straight_through=False,
-    eval_mode="argmax",
-    sample_per_example=False,
-    causal=True,
-    arch_parameterization="logits",
-)
+#: The settings of the blocks these tests make, unless a test gives others (the rest at
+#: the model's defaults): no memory and no dropout, so that outputs can be computed by hand.
+SMALL = dict(mem_len=0, dropout_rate=0.0)
 
 
 def make_block(
@@ -292,6 +282,13 @@ def test_noncausal_config_round_trip():
     clone = assert_config_round_trip(noncausal_block(name="nc"))
     assert clone.causal is False and clone.sublayers[1].registry_name == "lara"
     assert make_block(D, 2, 16).get_config()["settings"]["causal"] is True
+
+
+def test_a_saved_block_lacking_a_setting_is_refused_not_defaulted():
+    config = make_block(D, 2, 16, name="b0").get_config()
+    del config["settings"]["eval_mode"]
+    with pytest.raises(FormatError, match=r"^the saved block b0 lacks eval_mode, which every"):
+        StochasticBlock.from_config(config)
 
 
 def test_noncausal_block_refusals():

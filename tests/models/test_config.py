@@ -1,11 +1,39 @@
 """ModelConfig: validation, JSON round trip, architecture strings."""
 
+import dataclasses
 import json
 
 import pytest
 
 from partf.attention import get_attention_class
+from partf.layers.stochastic_block import BlockSettings
 from partf.models.config import ModelConfig
+from partf.serialization import FORMAT_VERSION, FormatError
+from partf.training.config import TrainConfig
+
+
+def test_each_setting_is_declared_once():
+    """ModelConfig extends BlockSettings: the block's settings are the model's first
+    fields, declared in the layer's module alone; no training setting shares a name."""
+    block = [field.name for field in dataclasses.fields(BlockSettings)]
+    assert [field.name for field in dataclasses.fields(ModelConfig)][: len(block)] == block
+    assert not set(ModelConfig.__annotations__) & set(block)
+    training = {field.name for field in dataclasses.fields(TrainConfig)}
+    assert not training & {field.name for field in dataclasses.fields(ModelConfig)}
+
+
+def test_a_saved_config_lacking_a_field_is_refused_but_a_given_dict_takes_defaults():
+    values = ModelConfig(vocab_size=50, cutoffs=()).to_dict()
+    del values["tau_end"], values["vocab_size"]
+    with pytest.raises(FormatError) as caught:
+        ModelConfig.from_dict(values, saved="run/config.json")
+    assert str(caught.value) == (
+        f"run/config.json lacks vocab_size, tau_end, which every format {FORMAT_VERSION} file "
+        """holds: add them to it with the values its run used (this partf's defaults: """
+        """{"tau_end": 0.1}), or use the partf that wrote it"""
+    )
+    given = ModelConfig.from_dict({"vocab_size": 50, "cutoffs": []})
+    assert given == ModelConfig(vocab_size=50, cutoffs=())
 
 
 def test_json_round_trip_with_non_defaults():

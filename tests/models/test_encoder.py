@@ -246,6 +246,13 @@ def test_a_config_of_another_format_is_refused():
             Encoder.from_config({**config, "format": found})
 
 
+def test_a_config_lacking_a_head_setting_is_refused_not_defaulted():
+    config = small(num_classes=2).get_config()
+    del config["pooling"]
+    with pytest.raises(FormatError, match=r"^the saved Encoder lacks pooling, which every format"):
+        Encoder.from_config(config)
+
+
 def test_a_saved_config_is_the_model_config_and_the_heads():
     """The saved config is the ModelConfig whole (`to_dict`) and the Encoder's own
     settings, once: loading it builds the same encoder."""

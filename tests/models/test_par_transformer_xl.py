@@ -319,6 +319,27 @@ def test_variable_paths_and_the_keras_file_layout_are_format_1(tmp_path):
     assert stored == layout
 
 
+def _saved_and_changed(tmp_path, change):
+    """A tiny model's .keras file with `change` applied to its saved config: (the config
+    as saved, the changed file's path)."""
+    net = PARTransformerXL(
+        vocab_size=30, d_model=8, num_heads=2, d_ffn=16, num_layers=1, mem_len=2,
+        cutoffs=(), batch_size=1,
+    )  # fmt: skip
+    net.save(tmp_path / "new.keras")
+    with zipfile.ZipFile(tmp_path / "new.keras") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    saved = json.loads(json.dumps(config["config"]))
+    change(config["config"])
+    members["config.json"] = json.dumps(config).encode("utf-8")
+    path = tmp_path / "other.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return saved, path
+
+
 @pytest.mark.parametrize(
     ("found", "said"),
     [
@@ -337,21 +358,8 @@ def test_a_keras_file_of_another_format_is_refused_in_one_line(tmp_path, found, 
     loader and by partf-generate's and partf-evaluate's, saying which and what to do."""
     from partf.cli.loading import RuntimeExit, load_model
 
-    net = PARTransformerXL(
-        vocab_size=30, d_model=8, num_heads=2, d_ffn=16, num_layers=1, mem_len=2,
-        cutoffs=(), batch_size=1,
-    )  # fmt: skip
-    net.save(tmp_path / "new.keras")
-    with zipfile.ZipFile(tmp_path / "new.keras") as archive:
-        members = {name: archive.read(name) for name in archive.namelist()}
-    config = json.loads(members["config.json"])
-    assert config["config"]["format"] == FORMAT_VERSION
-    config["config"]["format"] = found
-    members["config.json"] = json.dumps(config).encode("utf-8")
-    path = tmp_path / "other.keras"
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
+    saved, path = _saved_and_changed(tmp_path, lambda config: config.update(format=found))
+    assert saved["format"] == FORMAT_VERSION
     with pytest.raises(FormatError) as caught:
         keras.saving.load_model(path)
     assert "\n" not in str(caught.value)
@@ -359,6 +367,23 @@ def test_a_keras_file_of_another_format_is_refused_in_one_line(tmp_path, found, 
     with pytest.raises(RuntimeExit) as caught:
         load_model(path)
     assert str(caught.value).startswith(f"cannot load {path}: the saved PARTransformerXL was")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_keras_file_lacking_a_setting_is_refused_not_defaulted(tmp_path):
+    """A .keras file of this format without a model setting is refused in one line naming
+    the file, the setting and the fix, rather than built with today's default."""
+    from partf.cli.loading import RuntimeExit, load_model
+
+    saved, path = _saved_and_changed(tmp_path, lambda config: config["config"].pop("position"))
+    assert saved["config"]["position"] == "none"
+    with pytest.raises(RuntimeExit) as caught:
+        load_model(path)
+    assert str(caught.value).startswith(
+        f"cannot load {path}: the saved PARTransformerXL's config lacks position, which every "
+        f"format {FORMAT_VERSION} file holds: add them to it with the values its run used "
+        """(this partf's defaults: {"position": "none"})"""
+    )
     assert "\n" not in str(caught.value)
 
 

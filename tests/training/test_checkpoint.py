@@ -11,13 +11,14 @@ import pytest
 
 from partf.errors import DataError
 from partf.models.config import ModelConfig
-from partf.serialization import FORMAT_VERSION
+from partf.serialization import FORMAT_VERSION, FormatError
 from partf.training import atomic
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointFormatError,
     CheckpointManager,
     config_differences,
+    restore,
     restore_variables,
 )
 from partf.training.config import TrainConfig
@@ -139,18 +140,28 @@ def test_restore_refuses_another_configuration(tmp_path):
         restore_variables(wider[:1], groups["model"], "model")
 
 
-def test_a_setting_added_after_a_checkpoint_was_written_counts_as_its_default():
+@pytest.mark.parametrize(
+    ("part", "dropped", "said"),
+    [
+        ("model", "search_cost", '"search_cost": "flops"'),
+        ("training", "spike_factor", '"spike_factor": '),
+    ],
+)
+def test_a_checkpoint_lacking_a_setting_is_refused_not_defaulted(tmp_path, part, dropped, said):
+    """Within one format a setting missing from a checkpoint is not taken as today's
+    default: the resume is refused in one line naming the file, the setting and the fix
+    (before the run's model is looked at: `built` is never read)."""
     model = ModelConfig(vocab_size=VOCAB, batch_size=8, tau_steps=24, **TINY).to_dict()
-    training = TrainConfig().to_dict()
-    current = {"model": model, "training": training}
-    # A checkpoint of a version without search_cost_weight and spike_factor.
-    saved = {
-        "model": {k: v for k, v in model.items() if k != "search_cost_weight"},
-        "training": {k: v for k, v in training.items() if k != "spike_factor"},
-    }
-    assert config_differences(saved, current) == []
-    changed = {**current, "model": {**model, "search_cost_weight": 0.5}}
-    assert config_differences(saved, changed) == ["search_cost_weight: 0.0 -> 0.5"]
+    saved = {"model": model, "training": TrainConfig().training_dict()}
+    del saved[part][dropped]
+    path = CheckpointManager(tmp_path).save(3, {"model": _variables()}, {"config": saved})
+    with pytest.raises(FormatError) as caught:
+        restore(tmp_path, keep=5, built=None, batches_per_epoch=1)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"checkpoint {path} ({part} settings) lacks {dropped}, which ")
+    assert said in message and "add them to it with the values its run used" in message
+    assert config_differences(saved, saved) == []
 
 
 def test_a_renamed_or_moved_run_resumes_but_a_changed_setting_does_not():

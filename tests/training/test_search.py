@@ -6,13 +6,15 @@ import json
 
 import pytest
 
+from partf.models.config import ModelConfig
 from partf.serialization import FORMAT_VERSION, FormatError
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.search import config_from_search, read_search
 
 
 def _write_search(folder, model, training_changes=None, pi=None):
-    """A results.json as a finished search run writes it (only what is read back)."""
+    """A results.json as a finished search run writes it (the model `model`'s fields, the
+    others at their defaults: the file holds every setting)."""
     training = TrainConfig(model_name="search", epochs=3, warmup_steps=7, overwrite=True)
     training = {**training.to_dict(), **(training_changes or {})}
     training.pop("model")
@@ -22,7 +24,7 @@ def _write_search(folder, model, training_changes=None, pi=None):
         "model_name": "search",
         "pi": pi or [[0.8, 0.1, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]],
         "candidates": ["attention", "dense", "identity"],
-        "config": {"model": model, "training": training},
+        "config": {"model": ModelConfig.from_dict(model).to_dict(), "training": training},
     }
     (folder / "results.json").write_text(json.dumps(results))
     return folder
@@ -51,7 +53,11 @@ def test_the_search_settings_apply_unless_given(tmp_path):
         "cutoffs": (20,),
         "architecture": "A D",
     }
-    assert config.model == TrainConfig(model=fields).model
+    # The rest as the search's results.json holds them (its options written out).
+    searched = ModelConfig.from_dict(_SEARCHED_MODEL)
+    assert config.model == searched.replace(
+        **fields, vocab_size=None, batch_size=None, tau_steps=None
+    )
     assert (config.epochs, config.warmup_steps) == (3, 7)  # as searched
     assert config.max_lr == 1e-3  # given here
     assert config.model_name == "search-fixed" and config.overwrite is False
@@ -88,6 +94,19 @@ def test_a_search_of_another_format_is_refused_in_one_line(tmp_path):
         assert "\n" not in str(caught.value)
         assert str(caught.value).startswith(f"--from_search {folder}: its results.json")
         assert said in str(caught.value)
+
+
+@pytest.mark.parametrize(("part", "dropped"), [("model", "position"), ("training", "epochs")])
+def test_a_search_lacking_a_setting_is_refused_not_defaulted(tmp_path, part, dropped):
+    folder = _write_search(tmp_path / "s", _SEARCHED_MODEL)
+    results = json.loads((folder / "results.json").read_text())
+    del results["config"][part][dropped]
+    (folder / "results.json").write_text(json.dumps(results))
+    with pytest.raises(FormatError) as caught:
+        read_search(folder)
+    assert str(caught.value).startswith(
+        f"--from_search {folder}: its results.json ({part} settings) lacks {dropped}, which"
+    )
 
 
 def test_a_fixed_architecture_run_is_no_search(tmp_path):
