@@ -315,41 +315,44 @@ class _Source:
 
     def settings(self, module_name: str, class_name: str) -> tuple[Setting, ...]:
         """The settings of dataclass `class_name`: its fields declared with `setting`, in
-        order (those of its own body; neither configuration inherits any)."""
+        a dataclass's order (inherited ones first; a redeclared field keeps its base's
+        place and takes its own value)."""
         module = self.module(module_name)
         found = None if module is None else self.lookup(module, class_name)
         if found is None or not isinstance(found[1], ast.ClassDef):
             raise ValueError(f"no class {class_name} in {module_name}")
-        module, cls = found
-        result = []
-        for statement in cls.body:
-            if not (
-                isinstance(statement, ast.AnnAssign)
-                and isinstance(statement.target, ast.Name)
-                and isinstance(statement.value, ast.Call)
-                and _called(statement.value.func) == SETTING
-            ):
-                continue
-            call, where = statement.value, module.where(statement)
-            given = dict(zip(SETTING_PARAMETERS, call.args, strict=False))
-            for keyword in call.keywords:
-                if keyword.arg is None:
-                    raise ValueError(f"{where}: name the arguments of {SETTING}() one by one")
-                given[keyword.arg] = keyword.value
-            values = {key: self.value(module, node) for key, node in given.items()}
-            choices = values.get("choices")
-            result.append(
-                Setting(
-                    name=statement.target.id,
-                    kind=_kind(statement.annotation, where),
-                    default=values["default"],
-                    help=values["help"],
-                    group=values.get("group"),
-                    choices=None if choices is None else tuple(choices),
-                    metavar=values.get("metavar"),
-                )
-            )
-        return tuple(result)
+        fields: dict[str, Setting] = {}
+        for owner, klass in reversed(self.bases(*found)):
+            for statement in klass.body:
+                if (
+                    isinstance(statement, ast.AnnAssign)
+                    and isinstance(statement.target, ast.Name)
+                    and isinstance(statement.value, ast.Call)
+                    and _called(statement.value.func) == SETTING
+                ):
+                    fields[statement.target.id] = self.setting(owner, statement)
+        return tuple(fields.values())
+
+    def setting(self, module: _Module, statement: ast.AnnAssign) -> Setting:
+        """The `Setting` of one field declared `name: type = setting(...)`."""
+        call, where = statement.value, module.where(statement)
+        assert isinstance(call, ast.Call) and isinstance(statement.target, ast.Name)
+        given = dict(zip(SETTING_PARAMETERS, call.args, strict=False))
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                raise ValueError(f"{where}: name the arguments of {SETTING}() one by one")
+            given[keyword.arg] = keyword.value
+        values = {key: self.value(module, node) for key, node in given.items()}
+        choices = values.get("choices")
+        return Setting(
+            name=statement.target.id,
+            kind=_kind(statement.annotation, where),
+            default=values["default"],
+            help=values["help"],
+            group=values.get("group"),
+            choices=None if choices is None else tuple(choices),
+            metavar=values.get("metavar"),
+        )
 
 
 def _called(node: ast.expr) -> str | None:
