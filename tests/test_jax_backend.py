@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import runpy
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+from tests.jax_process import run_on_jax
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None, reason="jax is not installed"
@@ -75,42 +74,18 @@ SCRIPT = textwrap.dedent(
             hidden = model(inputs, training=False)
             loop_nll += float(keras.ops.sum(model.token_nll(hidden, targets)))
         model.reset_state("eval")
-        pairs_nll = None
-        if on_jax:  # JaxEvaluator also takes plain numpy batches
-            pairs = list(zip(data[:, :, :-1], data[:, :, 1:]))
-            pairs_nll = make_evaluator(model, None, B).evaluate(pairs).total_nll
-            # In chunks of 2 batches (the last padded), the states carried from scan to
-            # scan, reporting progress between them: the one-pass sums exactly.
-            import partf.training.evaluation.perplexity as perplexity
-            perplexity.CHUNK, done = 2, []
-            chunked = make_evaluator(model, None, B).evaluate(dataset, progress=done.append)
-            perplexity.CHUNK = 32
-            assert (chunked, done) == (stats, [2, 4, 5]), (chunked, stats, done)
         memory = np.asarray(keras.ops.convert_to_numpy(model._state_vars("train")[0].value))
         with open(out, "w") as f:
             json.dump({{"backend": keras.backend.backend(), "losses": losses,
                        "eval_nll": stats.total_nll, "eval_tokens": stats.num_tokens,
                        "eval_exp_sum": stats.sum_exp_batch_loss, "loop_nll": loop_nll,
-                       "pairs_nll": pairs_nll, "memory": memory.tolist()}}, f)
+                       "memory": memory.tolist()}}, f)
 
 
     if __name__ == "__main__":
         main(sys.argv[1], sys.argv[2])
     """
 ).format(B=BATCH, L=LENGTH, V=VOCAB, STEPS=STEPS)
-
-
-def run_on_jax(source: str, tmp_path, *args: str, name: str = "on_jax") -> dict:
-    """Runs the script `source` in a fresh process on the JAX backend with `args` and
-    the path of a JSON file it writes last; returns that file's contents."""
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    out = tmp_path / f"{name}.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, str(script), *args, str(out)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(out.read_text())
 
 
 def _run(backend: str, tmp_path) -> dict:
@@ -143,7 +118,6 @@ def test_jax_backend_matches_tensorflow(tmp_path):
     # each backend's evaluator equals its own batch-by-batch loop
     for run in (reference, result):
         np.testing.assert_allclose(run["eval_nll"], run["loop_nll"], rtol=1e-5)
-    np.testing.assert_allclose(result["pairs_nll"], result["eval_nll"], rtol=1e-6)
 
 
 SAMPLED_SCRIPT = textwrap.dedent(

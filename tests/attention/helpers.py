@@ -44,6 +44,15 @@ def random_heads(batch: int, length: int, heads: int, dim: int, seed: int = 0, s
     )
 
 
+def padding_mask() -> np.ndarray:
+    """bool [2, 11]: pads inside the first sequence, at the end of the second (the
+    non-causal tests' batch of 2 sequences of 11 tokens)."""
+    mask = np.ones((2, 11), bool)
+    mask[0, [2, 3, 7]] = False
+    mask[1, 8:] = False
+    return mask
+
+
 def gradients(fn: Callable[..., Any], inputs: Sequence[Any], seed: int = 7) -> list[np.ndarray]:
     """Gradients of a random linear read-out of everything `fn(*inputs)` returns.
 

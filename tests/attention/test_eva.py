@@ -235,22 +235,6 @@ def test_the_default_mask_is_the_authors():
         assert np.allclose(out, want, rtol=1e-4, atol=1e-5) == equal, chunk_mask
 
 
-def test_the_noncausal_form_has_one_mask_under_both_names():
-    """With causal=False the default (authors) and partf are the authors' encoder mask."""
-    q, k, v = random_heads(2, 19, 2, 4, seed=7)
-    _, mask = random_tokens(2, 19, 1, seed=8)
-    assert EVAAttention(8, 2, causal=False).chunk_mask == "authors"
-    layers = [
-        EVAAttention(8, 2, causal=False, window_size=8, chunk_size=2, chunk_mask=chunk_mask)
-        for chunk_mask in ("authors", "partf")
-    ]
-    for layer in layers:
-        layer.build((None, None, 8))
-    layers[1].set_weights(layers[0].get_weights())
-    authors, partf = (to_np(layer.attend(q, k, v, {}, mask=mask)[0]) for layer in layers)
-    np.testing.assert_allclose(authors, partf, rtol=1e-6, atol=1e-7)
-
-
 def test_training_samples_the_proposals_from_the_seed_generator():
     layer = create_attention("eva", 12, 3, window_size=4, chunk_size=2, mem_chunks=4, seed=3)
     x, mask = random_tokens(2, 20, 12)

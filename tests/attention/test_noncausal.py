@@ -2,8 +2,9 @@
 
 Each mechanism with a non-causal form is compared with its reference in
 tests/attention/references.py (`NONCAUSAL_REFERENCES`) on the output and the gradients,
-with padding inside and at the end of the sequences; then every mechanism is checked
-to give the same outputs at real positions whatever the pads hold.
+with padding inside and at the end of the sequences (EVA's, which draws its proposals,
+in test_eva_noncausal.py); then every mechanism is checked to give the same outputs at
+real positions whatever the pads hold.
 """
 
 from __future__ import annotations
@@ -13,17 +14,9 @@ import pytest
 
 from partf.attention import create_attention, get_attention_class
 from tests.attention import references
-from tests.attention.helpers import check_attend, random_heads, to_np
+from tests.attention.helpers import check_attend, padding_mask, random_heads, to_np
 
 BATCH, LENGTH, HEADS, DIM = 2, 11, 2, 4
-
-
-def padding_mask() -> np.ndarray:
-    """bool [2, 11]: pads inside the first sequence, at the end of the second."""
-    mask = np.ones((BATCH, LENGTH), bool)
-    mask[0, [2, 3, 7]] = False
-    mask[1, 8:] = False
-    return mask
 
 
 def set_random(variable, rng, offset: float = 0.0) -> None:
@@ -136,47 +129,6 @@ def test_pads_do_not_matter(name, options):
     changed[1, 1] += 3.0
     y_changed, _ = layer(changed, mask=mask)
     assert not np.allclose(to_np(y_changed)[1, 0], to_np(y)[1, 0])
-
-
-def eva_variables(layer, rng) -> dict:
-    """EVA's proposal maps with non-trivial biases and layer-norm scales, by the names
-    the reference takes them under."""
-    found = {}
-    for prefix, name in (("fq", "project_q"), ("fk", "project_k")):
-        dense, norm = getattr(layer, f"{name}_dense"), getattr(layer, f"{name}_norm")
-        for weight in (dense.bias, norm.gamma, norm.beta):
-            weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.5 + 0.5)
-        found.update(
-            {
-                f"{prefix}_kernel": dense.kernel,
-                f"{prefix}_bias": dense.bias,
-                f"{prefix}_gamma": norm.gamma,
-                f"{prefix}_beta": norm.beta,
-            }
-        )
-    return found
-
-
-@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
-@pytest.mark.parametrize("window,chunk", [(4, 2), (6, 3)])
-def test_eva_matches_reference(fixed_noise, training, window, chunk):
-    """EVA's encoder form: exact windows plus every other chunk's summary; in training
-    the proposals take the draws the reference is given (one per chunk)."""
-    layer = create_attention(
-        "eva", HEADS * DIM, HEADS, causal=False, window_size=window, chunk_size=chunk
-    )
-    layer.build((None, None, HEADS * DIM))
-    variables = eva_variables(layer, np.random.default_rng(4))
-    config = {"window_size": window, "chunk_size": chunk, "epsilon": layer.project_q_norm.epsilon}
-    q, k, v = random_heads(BATCH, LENGTH, HEADS, DIM)
-    layer.attend(q, k, v, {}, mask=padding_mask(), training=training)  # draws the noise
-    noise = next(iter(fixed_noise.by_shape.values())) if training else None
-    assert layer.state_spec(BATCH) == {}
-    check_attend(
-        layer, references.NONCAUSAL_REFERENCES["eva"], config, q, k, v, {}, padding_mask(),
-        variables=variables, training=training, extra={"noise": noise}, rtol=2e-4,
-        grad_rtol=2e-3,
-    )  # fmt: skip
 
 
 def test_eva_causal_only_options_are_refused():

@@ -166,15 +166,6 @@ def test_pads_cost_nothing_in_the_loss(model):
     np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
 
 
-def test_tau_follows_the_step():
-    net = PARTransformerXL(CONFIG, tau_schedule="linear", tau_start=1.0, tau_end=0.5)
-    net.step.assign(50)
-    assert float(net.tau()) == pytest.approx(0.75)
-    trainable = PARTransformerXL(CONFIG, tau_is_trainable=True, tau_start=0.8)
-    assert float(trainable.tau()) == pytest.approx(0.8)
-    assert any("log_tau" in w.path for w in trainable.trainable_weights)
-
-
 def test_architecture_api_and_fixed_model(model):
     assert model.candidate_names == ["attention", "dense", "identity"]
     assert all("arch_logits" in v.path for v in model.arch_variables)

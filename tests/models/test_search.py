@@ -207,32 +207,3 @@ def test_search_picks_attention_where_the_task_needs_it():
     model.fit(x, y, batch_size=B, epochs=4, shuffle=False, verbose=0)
     pi = model.pi()[0]
     assert int(np.argmax(pi)) == 0 and pi[0] > 0.6, pi
-
-
-def test_pi_of_searched_blocks_has_a_column_per_name():
-    """'A|I D|I norm': one column per name any block has, zeros where a block lacks it,
-    a one-hot row for the fixed block."""
-    import numpy as np
-
-    from partf.models.config import ModelConfig
-    from partf.models.par_transformer_xl import PARTransformerXL
-
-    config = ModelConfig(
-        vocab_size=60,
-        d_model=8,
-        num_heads=2,
-        d_ffn=8,
-        num_layers=3,
-        mem_len=2,
-        cutoffs=(),
-        architecture="A|I D|I norm",
-        batch_size=2,
-    )
-    model = PARTransformerXL(config)
-    model.build((2, 4))
-    model.blocks[1].arch_logits.assign([0.0, np.log(3.0)])
-    assert model.candidate_names == ["attention", "identity", "dense", "norm"]
-    np.testing.assert_allclose(
-        model.pi(), [[0.5, 0.5, 0, 0], [0, 0.75, 0.25, 0], [0, 0, 0, 1]], rtol=1e-6
-    )
-    assert model.architecture_string() == "A I norm"

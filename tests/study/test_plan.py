@@ -222,8 +222,6 @@ soft = { task = "mqar", flags = "--architecture='A D'" }
 
 
 def test_recall_arms_read_the_studys_mqar_splits_and_need_no_text(tmp_path):
-    from partf.study.data import mqar_command
-
     plan = load_plan(write(tmp_path, RECALL_HEAD + MQAR + RECALL_ARMS))
     assert plan.data is None and plan.mqar["pairs"] == [4, 8]
     paths = StudyPaths(tmp_path / "out")
@@ -233,9 +231,6 @@ def test_recall_arms_read_the_studys_mqar_splits_and_need_no_text(tmp_path):
     for split in ("train", "valid", "test"):
         assert f"--{split}_directory={base}_{split}" in args
     assert not any(a.startswith("--sp_model_prefix") for a in args)
-    command = mqar_command(plan, tmp_path / "into")
-    assert "--task=mqar" in command and "--mqar_pairs=4,8" in command
-    assert "--mqar_eval_pairs=8" in command and "--seq_len=64" in command
 
 
 def test_a_plan_mixing_text_and_recall_arms_gives_each_its_data(tmp_path):

@@ -107,8 +107,6 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
     with an arrow from it; its training compute includes the run it started from."""
     from matplotlib.axes import Axes
 
-    from partf.study.report import front_at
-
     drawn, arrows = {}, []
     errorbar, annotate = Axes.errorbar, Axes.annotate
 
@@ -185,5 +183,3 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
     # conv_ft over txl (38/40), the line conv lies 0.5% above.
     assert steps["hand-made front"] == [60.0, 44.0, 40.0, 40.0]
     assert steps["hand-made front x conv_ft/txl (0.950)"] == pytest.approx([57.0, 41.8, 38.0, 38.0])
-    assert front_at([(1e6, 60.0), (2e6, 44.0)], 0.5e6) is None
-    assert front_at([(1e6, 60.0), (2e6, 44.0)], 1.5e6) == 60.0

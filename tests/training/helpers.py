@@ -1,15 +1,22 @@
 """A tiny fixed Transformer-XL saved as a finished run, for the tests of what reads one
-(`--init_from`, `--drop_attention`)."""
+(`--init_from`, `--drop_attention`); and the trainer's tiny runs on learnable records, for
+the tests of the trainer and of what a run leaves (`partf.training.results`)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import keras
+import numpy as np
+import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from partf.models.config import ModelConfig
 from partf.models.par_transformer_xl import PARTransformerXL
 from partf.serialization import FORMAT_VERSION
+from partf.training.config import TrainConfig
 
 VOCAB, BATCH, LENGTH = 64, 2, 6
 
@@ -44,3 +51,67 @@ def finished_run(folder, model, name: str = "source"):
     (folder / "results.json").write_text(json.dumps({"format": FORMAT_VERSION, "model_name": name}))
     model.save(folder / f"{name}.keras")
     return folder
+
+
+def markov_stream(num_tokens: int, seed: int) -> np.ndarray:
+    """Token ids 1..TRAIN_VOCAB-1 from a sparse first-order Markov chain: learnable text."""
+    rng = np.random.default_rng(seed)
+    successors = rng.integers(1, TRAIN_VOCAB, size=(TRAIN_VOCAB, 3))
+    stream = np.empty(num_tokens, np.int32)
+    stream[0] = 1
+    choices = rng.integers(0, 3, size=num_tokens)
+    for t in range(1, num_tokens):
+        stream[t] = successors[stream[t - 1], choices[t]]
+    return stream
+
+
+def train_config(records, out, **changes) -> TrainConfig:
+    """A tiny run on `records` (the `trainer_records` fixture) writing to `out`."""
+    root, tokenizer = records
+    values = dict(
+        train_directory=str(root / "train"),
+        valid_directory=str(root / "valid"),
+        test_directory=str(root / "test"),
+        sp_model_prefix=tokenizer,
+        model_name="tiny",
+        output_dir=str(out),
+        epochs=2,
+        max_lr=3e-3,
+        warmup_steps=4,
+        steps_per_execution=4,
+        log_every=2,
+        plot_every=8,
+        ckpt_every=5,
+        eval_every=10,
+        model=dict(TINY),
+    )
+    values.update(changes)
+    return TrainConfig(**values)
+
+
+def tensorboard_scalars(folder) -> dict:
+    """{tag: [(step, value)]} of a TensorBoard folder (value None for text and images)."""
+    accumulator = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    values = {}
+    for tag in accumulator.Tags()["tensors"]:
+        events = accumulator.Tensors(tag)
+        if events and events[0].tensor_proto.dtype != tf.string.as_datatype_enum:
+            values[tag] = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events]
+        else:
+            values[tag] = [(e.step, None) for e in events]
+    return values
+
+
+class SigintAt(keras.callbacks.Callback):
+    """Sends SIGINT to this process at the first execution ending past `batch`."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+        self.sent = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch >= self.batch and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)

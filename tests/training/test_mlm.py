@@ -1,6 +1,6 @@
 """--objective=mlm through the trainer pipeline: results, TensorBoard, .keras, resume.
 
-Records of a learnable Markov stream (tests/training/test_trainer.py's) whose metadata
+Records of a learnable Markov stream (tests/training/helpers.py's) whose metadata
 names a mask id; an uninterrupted run of 2 epochs of 6 batches beside one stopped by
 SIGINT mid-epoch and resumed. No XLA, to stay cheap.
 """
@@ -24,7 +24,7 @@ from partf.training.optimizer import ArchSplitOptimizer, is_arch_variable
 from partf.training.resolve import resolve_model
 from partf.training.splits import load_data
 from partf.training.trainer import RunPaths, TrainingInterrupted, train
-from tests.training.test_trainer import _markov_stream, _SigintAt
+from tests.training.helpers import SigintAt, markov_stream
 
 VOCAB = 200
 MASK_ID = 5
@@ -60,7 +60,7 @@ def records(tmp_path_factory):
         ("test", 2, 2, MASK_ID),
         ("train_nomask", 6, 0, None),
     ):
-        stream = _markov_stream(num_batches * 8 * 16 + 1, seed)
+        stream = markov_stream(num_batches * 8 * 16 + 1, seed)
         write_tfrecords(
             context_batches(stream, 8, 16),
             root / name,
@@ -100,7 +100,7 @@ def runs(records, tmp_path_factory):
     whole_results = train(whole)
     split = _config(records, tmp_path_factory.mktemp("split"))
     with pytest.raises(TrainingInterrupted) as stopped:
-        train(split, callbacks=[_SigintAt(batch=1)])
+        train(split, callbacks=[SigintAt(batch=1)])
     return whole, whole_results, split, train(split), stopped.value
 
 
@@ -245,7 +245,7 @@ def test_a_resumed_search_ends_like_an_uninterrupted_one(searched, records, tmp_
     whole, whole_results = searched
     split = _config(records, tmp_path, model=dict(SEARCH), epochs=1, search="par")
     with pytest.raises(TrainingInterrupted):
-        train(split, callbacks=[_SigintAt(batch=1)])
+        train(split, callbacks=[SigintAt(batch=1)])
     resumed = train(split)
     np.testing.assert_allclose(resumed["pi"], whole_results["pi"], rtol=1e-6)
     assert resumed["tau"] == pytest.approx(whole_results["tau"], rel=1e-6)
