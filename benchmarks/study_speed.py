@@ -10,7 +10,8 @@ FLOPs are not time. For each finished run of a `partf-study` folder (its final
   over --eval_batches batches of that shape, after a pass that compiles;
 - generation ms per token at --context tokens of context: `partf.generation.Generator`
   (carried state: each token fed alone with the model's own XL memory or running sums,
-  batch 1), the prompt's pass not timed, --tokens tokens drawn in one compiled loop.
+  batch 1; a model without XL memory is given one of --context tokens), the prompt's
+  pass not timed, --tokens tokens drawn in one compiled loop.
 
 The models are measured round-robin, --repeats times, and each figure is the best of its
 repeats, so that a change of the machine's load hits every model alike. Tokens are
@@ -58,7 +59,7 @@ class Measured:
         import keras
 
         import partf.models  # noqa: F401  (registers partf's classes)
-        from partf.generation import Generator, Sampling
+        from partf.generation import Generator, Sampling, reconfigure, stateless_attentions
         from partf.training.config import TrainConfig
 
         try:
@@ -89,7 +90,13 @@ class Measured:
         self.eval_batches = args.eval_batches
         self.evaluator = Evaluator(self.model, jit_compile=True)
         # `forward` is pure: generation carries its own batch-1 state, not the model's.
-        self.generator = Generator(self.model, mode="carried", jit_compile=False)
+        # A model trained without XL memory (mem_len=0, as the recall study's) carries no
+        # context in its softmax places: it generates with a memory as long as --context,
+        # the cache a decoder of that context holds, so that every token sees the prompt.
+        generating = self.model
+        if stateless_attentions(self.model):
+            generating = reconfigure(self.model, mem_len=args.context, batch_size=1)
+        self.generator = Generator(generating, mode="carried", jit_compile=False)
         self.prompt = rng.integers(1, vocab, size=(1, args.context)).astype("int32")
         self.tokens = args.tokens
         self.sampling = Sampling()
