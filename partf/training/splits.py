@@ -129,10 +129,9 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     if on_tensorflow:
         from partf.data.tfrecords import load_tfrecords, verify_records
 
-        dataset = load_tfrecords(path, sp_model, prefetch=False)
+        dataset = load_tfrecords(path, sp_model, prefetch=False)  # of known length
         # A truncated or corrupt shard is found now, not when training reaches it.
         verify_records(path)
-        dataset = dataset.apply(_assert_cardinality(metadata.num_batches))
     else:
         from partf.data.record_reader import read_record_batches
 
@@ -177,12 +176,6 @@ def _mqar_split(path: Path) -> Split:
         {},
         task="mqar",
     )
-
-
-def _assert_cardinality(count: int) -> Any:
-    import tensorflow as tf
-
-    return tf.data.experimental.assert_cardinality(count)
 
 
 def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
