@@ -41,14 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
+from partf.training.config import DISTRIBUTION_STRATEGIES as STRATEGIES
+from partf.training.config import ConfigError
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 logger = logging.getLogger("partf.training")
-
-STRATEGIES = DISTRIBUTION_STRATEGIES
 
 
 def build_strategy(name: str) -> tf.distribute.Strategy | None:
