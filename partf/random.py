@@ -46,18 +46,9 @@ def uniform(
     maxval: float = 1.0,
     dtype: str = "float32",
 ) -> Any:
-    """Uniform draws in [minval, maxval), from `random_bits` with a seed generator.
-
-    Args:
-        shape: shape of the result.
-        seed: the caller's own `keras.random.SeedGenerator` (advanced by one
-            draw); an int or None goes to `keras.random.uniform` unchanged.
-        minval: lower bound (included).
-        maxval: upper bound (excluded).
-        dtype: float dtype of the result.
-
-    Returns:
-        [*shape] uniform samples.
+    """[*shape] uniform draws in [minval, maxval), from `random_bits` with `seed`, the
+    caller's own `keras.random.SeedGenerator` (advanced by one draw); an int or None
+    goes to `keras.random.uniform` unchanged.
 
     Example:
         >>> u = uniform((2, 3), keras.random.SeedGenerator(0))
@@ -79,21 +70,10 @@ def normal(
     stddev: float = 1.0,
     dtype: str = "float32",
 ) -> Any:
-    """Normal draws by the Box-Muller transform of two `uniform` draws, so the numbers
-    are the same eagerly, in a graph and under XLA, on every backend (TensorFlow's own
-    normal draws change under XLA).
-
-    Args:
-        shape: shape of the result.
-        seed: the caller's own `keras.random.SeedGenerator` (advanced by two draws); an
-            int or None goes to `keras.random.normal` unchanged.
-        mean: mean of the draws.
-        stddev: standard deviation of the draws.
-        dtype: float dtype of the result.
-
-    Returns:
-        [*shape] normal samples.
-    """
+    """[*shape] normal draws by the Box-Muller transform of two `uniform` draws, so the
+    numbers are the same eagerly, in a graph and under XLA, on every backend
+    (TensorFlow's own normal draws change under XLA). `seed` as for `uniform` (advanced
+    by two draws; an int or None goes to `keras.random.normal`)."""
     if not isinstance(seed, keras.random.SeedGenerator):
         return keras.random.normal(shape, mean, stddev, dtype=dtype, seed=seed)
     # 1 - u lies in (0, 1], so the logarithm is finite.
@@ -199,18 +179,10 @@ def dropout(
     seed: keras.random.SeedGenerator,
     noise_shape: tuple[int | None, ...] | None = None,
 ) -> Any:
-    """Zeroes each entry of `x` with probability `rate`, scales the rest by 1 / (1 - rate).
-
-    Args:
-        x: [...] any float tensor.
-        rate: drop probability in [0, 1).
-        seed: the caller's own `keras.random.SeedGenerator`.
-        noise_shape: shape of the mask, broadcast over `x` (None entries take
-            `x`'s size); None: one draw per entry.
-
-    Returns:
-        Tensor of `x`'s shape and dtype.
-    """
+    """Zeroes each entry of the float tensor `x` with probability `rate` in [0, 1), scales
+    the rest by 1 / (1 - rate). `seed`: the caller's own `keras.random.SeedGenerator`;
+    `noise_shape`: the mask's shape, broadcast over `x` (None entries take `x`'s size;
+    None: one draw per entry)."""
     if rate <= 0:
         return x
     shape = tuple(ops.shape(x))  # ints where static

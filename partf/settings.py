@@ -33,7 +33,8 @@ def setting(
         default: the field's default (immutable: a tuple, not a list).
         help: what the setting does, for `--help`; the default is added to it.
         group: the `--help` section the flag appears in (the command line names them).
-        choices: the only values the flag accepts, checked while parsing.
+        choices: the only values the setting takes, checked while parsing and by the
+            dataclass (`unknown_choice`).
         metavar: the value's name in `--help` (default: the field name in capitals).
 
     Returns:
@@ -47,3 +48,13 @@ def setting(
     if metavar is not None:
         metadata[METAVAR] = metavar
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def unknown_choice(config: Any) -> tuple[str, Any, tuple[str, ...]] | None:
+    """(name, value, choices) of the first setting of the dataclass `config` whose value is
+    not one of its `choices`; None when every such setting holds one of them."""
+    for field in dataclasses.fields(config):
+        choices = field.metadata.get(CHOICES)
+        if choices is not None and getattr(config, field.name) not in choices:
+            return field.name, getattr(config, field.name), choices
+    return None

@@ -306,10 +306,6 @@ def _os_error_message(error: OSError) -> str:
     )
 
 
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
-
-
 def run(argv: list[str] | None = None) -> int:
     """Entry point of partf-build-data. Returns the exit status.
 
@@ -324,52 +320,33 @@ def run(argv: list[str] | None = None) -> int:
     try:
         fv([PROG, *argv])
     except flags.Error as e:
-        _error(f"{e}; see {PROG} --help")
-        return 2
+        return exits.fail(PROG, f"{e}; see {PROG} --help", 2, None, False)
+
+    def fail(message: str, status: int, error: BaseException | None = None) -> int:
+        return exits.fail(PROG, message, status, error, fv.verbose)
+
     try:
         _check_values(fv)
     except _Usage as e:
-        _error(str(e))
-        return 2
+        return fail(str(e), 2)
 
     exits.quiet_tensorflow(fv.verbose)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("partf: %(message)s"))
-    package_logger = logging.getLogger("partf")
-    package_logger.addHandler(handler)
-    old_level = package_logger.level
-    package_logger.setLevel(logging.DEBUG if fv.verbose else logging.INFO)
-    try:
-        from partf.errors import DataError, UsageError
+    from partf.errors import DataError, UsageError
 
-        _main(fv)
-        return 0
+    try:
+        with exits.package_logging(fv.verbose):
+            _main(fv)
     except UsageError as e:
-        if fv.verbose:
-            logger.exception("traceback")
-        _error(str(e))
-        return 2
+        return fail(str(e), 2, e)
     except DataError as e:
-        if fv.verbose:
-            logger.exception("traceback")
-        _error(str(e))
-        return 1
+        return fail(str(e), 1, e)
     except KeyboardInterrupt:
-        _error("interrupted; outputs were left as they were")
-        return 130
+        return fail("interrupted; outputs were left as they were", 130)
     except OSError as e:  # a full disk, a folder that cannot be written
-        if fv.verbose:
-            logger.exception("traceback")
-        _error(_os_error_message(e))
-        return 1
+        return fail(_os_error_message(e), 1, e)
     except Exception as e:  # one line for anything unforeseen, the traceback on request
-        if fv.verbose:
-            logger.exception("traceback")
-        _error(exits.unexpected(e))
-        return 1
-    finally:
-        package_logger.removeHandler(handler)
-        package_logger.setLevel(old_level)
+        return fail(exits.unexpected(e), 1, e)
+    return 0
 
 
 if __name__ == "__main__":

@@ -114,9 +114,7 @@ def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple
     from partf.errors import DataError, UsageError
     from partf.training.splits import load_split
 
-    path = Path(args.records)
-    if not path.exists():
-        raise UsageExit(f"--records {path} does not exist; pass a folder of .tfrecords files")
+    path = Path(args.records)  # checked by _parse
     try:
         metadata = read_metadata(path)
     except UsageError as e:

@@ -302,9 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config, verbose = parse_args(argv)
-    except UsageExit as e:
-        return fail(str(e), 2, e)
-    except ValueError as e:  # ConfigError and the model's own validation
+    except (UsageExit, ValueError) as e:  # ValueError: ConfigError and the model's own checks
         return fail(str(e), 2, e)
 
     from partf.errors import DataError, UsageError

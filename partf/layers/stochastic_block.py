@@ -44,7 +44,7 @@ from partf.layers.feed_forward import FeedForward
 from partf.layers.gumbel import gumbel_noise, gumbel_softmax
 from partf.random import keyed_draws
 from partf.serialization import check_complete, register
-from partf.settings import setting
+from partf.settings import setting, unknown_choice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +88,11 @@ class BlockSettings:
                 f"mem_len={self.mem_len}; set mem_len=0."
             )
         check_eval_mode(self.eval_mode)
-        if self.arch_parameterization not in ARCH_PARAMETERIZATIONS:
-            raise ValueError(
-                f"unknown arch_parameterization {self.arch_parameterization!r}; choose one of "
-                f"{', '.join(ARCH_PARAMETERIZATIONS)}."
-            )
+        # Every setting declared with choices, a ModelConfig's too.
+        wrong = unknown_choice(self)
+        if wrong is not None:
+            name, value, choices = wrong
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}.")
 
 
 @register

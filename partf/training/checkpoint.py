@@ -16,11 +16,9 @@ leftover temporary files are cleaned up. On load the newest checkpoint that read
 completely (zip CRCs checked) is used, so a file damaged later falls back to the one before.
 
 Restore by path: each variable is saved with its path (`layout` in the meta record) and
-restored from the array of the same key (`variable_key`: the path less the model's and
-optimizer's names and Keras's per-process numbers), so models may make their variables
-in any order. Every live variable must find one saved array and every array a variable,
-else `CheckpointError` says which, in one line. Keys that collide are matched in order
-among themselves (see `matched_arrays`).
+restored from the array of the same key (`variable_key`), so models may make their
+variables in any order; every live variable must find one saved array and every array a
+variable, else `CheckpointError` says which, in one line (`matched_arrays`).
 
 Format: the meta record holds the format it was written in
 (`partf.serialization.FORMAT_VERSION`); a checkpoint of another format is refused
@@ -103,17 +101,10 @@ class CheckpointManager:
         groups: Mapping[str, Sequence[Any]],
         meta: Mapping[str, Any],
     ) -> Path:
-        """Writes checkpoint `ckpt-<step>.npz` atomically and prunes old ones.
-
-        Args:
-            step: the global step (number of updates done).
-            groups: name -> list of variables (or arrays), e.g. {"model": model.variables}.
-                Stored with their paths (an array's is its index), restored by path.
-            meta: JSON-serializable record stored alongside.
-
-        Returns:
-            The checkpoint's path.
-        """
+        """Writes `ckpt-<step>.npz` (`step`: updates done) atomically, prunes old ones and
+        returns its path. `groups`: name -> variables (or arrays), e.g. {"model":
+        model.variables}, stored with their paths (an array's is its index); `meta`: a
+        JSON-serializable record stored alongside."""
         self.directory.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, np.ndarray] = {}
         layout: dict[str, list[list[Any]]] = {}
@@ -260,7 +251,7 @@ def matched_arrays(
     *,
     root: str | None = None,
     saved_model_root: str | None = None,
-) -> None:
+) -> list[tuple[Any, np.ndarray]]:
     """Pairs each variable with its saved array (see `restore_variables`), checking shapes.
 
     Each variable is matched to the saved array of the same key (`variable_key`), so the
@@ -334,14 +325,9 @@ def restore_variables(
     saved_paths: Sequence[str] | None = None,
     **keys: Any,
 ) -> None:
-    """Assigns saved arrays to the variables of the same path, checking shapes first.
-
-    Arguments as `matched_arrays` (`keys`: its `root` and `saved_model_root`);
-    nothing is assigned unless every variable finds its array.
-
-    Raises:
-        CheckpointError: the checkpoint does not fit these variables; one line.
-    """
+    """Assigns saved arrays to the variables of the same path: arguments and errors as
+    `matched_arrays` (`keys`: its `root` and `saved_model_root`); nothing is assigned
+    unless every variable finds its array of the same shape."""
     for variable, value in matched_arrays(variables, arrays, what, saved_paths, **keys):
         variable.assign(value)
 
@@ -349,13 +335,8 @@ def restore_variables(
 # ------------------------------------------------------------- during a run
 @dataclasses.dataclass(frozen=True)
 class CheckpointWriter:
-    """Writes a checkpoint of the current state: the `Checkpointer`'s `save`.
-
-    Args:
-        manager: the run's `CheckpointManager` (it keeps the newest few).
-        built: the run's model; what is saved is `built.state_groups()`.
-        clock: the run's wall time, recorded for a resume.
-    """
+    """Writes a checkpoint of `built.state_groups()` with `clock`'s wall time through
+    `manager`: the `Checkpointer`'s `save`."""
 
     manager: CheckpointManager
     built: Built
@@ -396,15 +377,9 @@ class Resumed:
 
 
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The settings that differ between a checkpoint's configuration and this run's.
-
-    Args:
-        saved: the checkpoint's full configuration (every setting: `check_saved_config`).
-        current: this run's (`Built.full_config`).
-
-    Returns:
-        "name: before -> after" lines; settings a run may change on resume are left out.
-    """
+    """The settings that differ between a checkpoint's full configuration (every setting:
+    `check_saved_config`) and this run's (`Built.full_config`), as "name: before -> after"
+    lines; those a run may change on resume are left out."""
     differences = []
     for part, skipped in (("model", ()), ("training", RESUMABLE_CHANGES)):
         for key in sorted(set(saved[part]) | set(current[part])):

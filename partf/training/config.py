@@ -19,7 +19,7 @@ from typing import Any
 from partf.errors import UsageError
 from partf.models.config import DATA_FIELDS, ModelConfig
 from partf.serialization import check_complete
-from partf.settings import setting
+from partf.settings import setting, unknown_choice
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS
 
@@ -268,14 +268,11 @@ class TrainConfig:
             raise ConfigError(
                 f"--arch_freeze_fraction must be in [0, 1), got {self.arch_freeze_fraction}."
             )
-        if self.search not in SEARCH_PRESETS:
-            raise ConfigError(
-                f"unknown --search {self.search!r}; valid: {', '.join(SEARCH_PRESETS)}."
-            )
-        if self.spike_guard not in SPIKE_GUARDS:
-            raise ConfigError(
-                f"unknown --spike_guard {self.spike_guard!r}; valid: {', '.join(SPIKE_GUARDS)}."
-            )
+        # search, spike_guard, objective and distribution_strategy
+        wrong = unknown_choice(self)
+        if wrong is not None:
+            name, value, choices = wrong
+            raise ConfigError(f"unknown --{name} {value!r}; valid: {', '.join(choices)}.")
         if not self.spike_factor > 0 or self.spike_warmup < 0:
             raise ConfigError(
                 f"--spike_factor must be > 0 and --spike_warmup >= 0, got {self.spike_factor} "
@@ -295,19 +292,10 @@ class TrainConfig:
             )
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps == 0:
             raise ConfigError("--lr_schedule inverse_sqrt needs --warmup_steps > 0.")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(
-                f"unknown --objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}."
-            )
         if self.objective == "mlm" and self.distribution_strategy != "default":
             raise ConfigError(
                 "--objective=mlm trains on one device only so far; drop "
                 f"--distribution_strategy={self.distribution_strategy}."
-            )
-        if self.distribution_strategy not in DISTRIBUTION_STRATEGIES:
-            raise ConfigError(
-                f"unknown --distribution_strategy {self.distribution_strategy!r}; valid: "
-                f"{', '.join(DISTRIBUTION_STRATEGIES)}."
             )
         if self.opt_name.lower() not in OPTIMIZERS:
             raise ConfigError(

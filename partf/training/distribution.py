@@ -41,26 +41,19 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.config import DISTRIBUTION_STRATEGIES, ConfigError
+from partf.training.config import DISTRIBUTION_STRATEGIES as STRATEGIES
+from partf.training.config import ConfigError
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 logger = logging.getLogger("partf.training")
 
-STRATEGIES = DISTRIBUTION_STRATEGIES
-
 
 def build_strategy(name: str) -> tf.distribute.Strategy | None:
-    """The `tf.distribute` strategy called `name` (one of `STRATEGIES`).
-
-    Must run before TensorFlow touches a device for "multi_worker" and "tpu".
-
-    Args:
-        name: "default", "mirrored", "multi_worker" or "tpu".
-
-    Returns:
-        The strategy; None for "default" (no strategy: one device).
+    """The `tf.distribute` strategy called `name` (one of `STRATEGIES`); None for
+    "default" (one device). Must run before TensorFlow touches a device for
+    "multi_worker" and "tpu".
 
     Raises:
         ConfigError: an unknown name, or a strategy on a backend other than TensorFlow.
@@ -114,17 +107,10 @@ def per_replica_batch(strategy: tf.distribute.Strategy, global_batch: int) -> in
 def distribute_rows(
     strategy: tf.distribute.Strategy | None, dataset: tf.data.Dataset, global_batch: int
 ) -> Any:
-    """Gives replica k rows [k*b, (k+1)*b) of every batch of `dataset`, in order.
-
-    Args:
-        strategy: the strategy; None returns `dataset` as is.
-        dataset: (inputs, targets) int32 [B, L] batches, B = `global_batch`, in stream order.
-        global_batch: B.
-
-    Returns:
-        A distributed dataset whose per-replica elements are [b, L], b = B / replicas.
-        Each worker reads only its own rows.
-    """
+    """Gives replica k rows [k*b, (k+1)*b) of every (inputs, targets) int32 [B, L] batch
+    of `dataset` (B = `global_batch`), in order: a distributed dataset whose per-replica
+    elements are [b, L], b = B / replicas, each worker reading only its own rows. With
+    no `strategy`, `dataset` as is."""
     if strategy is None:
         return dataset
     import tensorflow as tf

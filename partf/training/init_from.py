@@ -150,18 +150,21 @@ def _suffix(variable: Any, block: Any, layer: Any) -> str:
     return variable.path.split(f"{block.name}/{layer.name}/", 1)[-1]
 
 
-def _copy_layer(source_block: Any, source: Any, target_block: Any, target: Any) -> list[str]:
-    """Copies `source`'s trainable weights into `target`'s of the same name and shape;
+def _copy_matching(sources: dict[str, Any], targets: dict[str, Any]) -> list[str]:
+    """Assigns each target variable the source variable of the same name and shape;
     returns the names copied."""
-    found = {_suffix(v, source_block, source): v for v in source.trainable_weights}
     copied = []
-    for variable in target.trainable_weights:
-        name = _suffix(variable, target_block, target)
-        match = found.get(name)
+    for name, variable in targets.items():
+        match = sources.get(name)
         if match is not None and tuple(match.shape) == tuple(variable.shape):
             variable.assign(match.value)
             copied.append(name)
     return copied
+
+
+def _layer_weights(block: Any, layer: Any) -> dict[str, Any]:
+    """A layer's trainable weights by their path inside it."""
+    return {_suffix(v, block, layer): v for v in layer.trainable_weights}
 
 
 def _copy_block(source_block: Any, target_block: Any) -> tuple[str, bool]:
@@ -182,11 +185,11 @@ def _copy_block(source_block: Any, target_block: Any) -> tuple[str, bool]:
             parts.append(f"{label} fresh")
             continue
         j = same[0]
-        copied = _copy_layer(
-            source_block, source_block.sublayers[j], target_block, target_block.sublayers[index]
-        )
-        norm = _copy_layer(
-            source_block, source_block.norms[j], target_block, target_block.norms[index]
+        own = _layer_weights(target_block, target_block.sublayers[index])
+        copied = _copy_matching(_layer_weights(source_block, source_block.sublayers[j]), own)
+        norm = _copy_matching(
+            _layer_weights(source_block, source_block.norms[j]),
+            _layer_weights(target_block, target_block.norms[index]),
         )
         source_label = source_block.kinds[j][1] or source_block.kinds[j][0]
         if not copied and not norm:
@@ -196,11 +199,7 @@ def _copy_block(source_block: Any, target_block: Any) -> tuple[str, bool]:
         if source_block.kinds[j] == target_block.kinds[index]:
             parts.append(f"{label} from {source_label}")
         else:
-            own = {
-                _suffix(v, target_block, target_block.sublayers[index])
-                for v in target_block.sublayers[index].trainable_weights
-            }
-            fresh = sorted(own - set(copied))
+            fresh = sorted(set(own) - set(copied))
             note = f" ({', '.join(copied)} copied" + (
                 f"; {', '.join(fresh)} fresh)" if fresh else ")"
             )
@@ -246,13 +245,7 @@ def init_weights(model: Any, folder: str | Path, source: Any | None = None) -> I
                 "start from a run of the same data and width."
             )
     alignment = block_alignment(source, model)
-    shared = []
-    sources = _outside_blocks(source)
-    for name, variable in _outside_blocks(model).items():
-        match = sources.get(name)
-        if match is not None and tuple(match.shape) == tuple(variable.shape):
-            variable.assign(match.value)
-            shared.append(name)
+    shared = _copy_matching(_outside_blocks(source), _outside_blocks(model))
     layers = sorted({name.rsplit("/", 1)[0] for name in shared})
     lines, fresh = [], []
     for t, s in enumerate(alignment):

@@ -178,18 +178,8 @@ class Delayed(keras.optimizers.schedules.LearningRateSchedule):
 def build_schedule(
     name: str, max_lr: float, warmup_steps: int, total_steps: int
 ) -> keras.optimizers.schedules.LearningRateSchedule:
-    """The schedule called `name` (one of `SCHEDULES`).
-
-    Args:
-        name: "cosine" (warm-up, cosine to zero at `total_steps`, the original's),
-            "inverse_sqrt" or "constant".
-        max_lr: peak rate.
-        warmup_steps: warm-up length.
-        total_steps: the run's length in updates.
-
-    Returns:
-        A `LearningRateSchedule` with a `value_at(step)` method.
-    """
+    """The schedule called `name`: "cosine" (`WarmupCosine`, the original's),
+    "inverse_sqrt" or "constant" (`max_lr` throughout); each has `value_at(step)`."""
     if name == "cosine":
         return WarmupCosine(max_lr, warmup_steps, total_steps)
     if name == "inverse_sqrt":

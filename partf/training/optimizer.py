@@ -8,8 +8,8 @@ weight decay 5e-4, and frozen for the first 10k steps
 routes the logits to their own optimizer of the same kind through `ArchSplitOptimizer`.
 
 Example:
-    >>> opt = build_optimizer("adam", learning_rate=1e-3, arch_lr=1e-2,
-    ...                       arch_freeze_steps=100)
+    >>> opt = build_optimizer("adam", learning_rate=1e-3,
+    ...                       arch=ArchSettings(lr=1e-2, freeze_steps=100))
 """
 
 from __future__ import annotations

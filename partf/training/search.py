@@ -25,14 +25,8 @@ STARTING_FIELDS = ("init_from", "drop_attention")
 
 def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[str]) -> str:
     """The discrete architecture of a search: the most likely candidate per block,
-    identity blocks dropped (they compute nothing), e.g. "A A D D D".
-
-    Args:
-        pi: one row of candidate probabilities per block.
-        candidates: the candidate names, in the order of pi's columns.
-
-    Returns:
-        The architecture in the tokens of `--architecture`.
+    identity blocks dropped (they compute nothing), e.g. "A A D D D", in the tokens of
+    `--architecture`; `pi` has one row per block, a column per name of `candidates`.
 
     Raises:
         ConfigError: every block chose the identity, or a block's pi is still exactly
@@ -72,13 +66,8 @@ class FinishedSearch:
 
 
 def read_search(folder: str | Path) -> FinishedSearch:
-    """The results of the search run whose checkpoints are in `folder`.
-
-    Args:
-        folder: the run's checkpoint folder (checkpoints/NAME).
-
-    Returns:
-        The search's name, pi, candidates and configuration.
+    """The results (name, pi, candidates and configuration) of the search run whose
+    checkpoints are in `folder` (checkpoints/NAME).
 
     Raises:
         ConfigError: `folder` holds no finished search (no readable results.json with pi,

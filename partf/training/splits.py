@@ -129,10 +129,9 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     if on_tensorflow:
         from partf.data.tfrecords import load_tfrecords, verify_records
 
-        dataset = load_tfrecords(path, sp_model, prefetch=False)
+        dataset = load_tfrecords(path, sp_model, prefetch=False)  # of known length
         # A truncated or corrupt shard is found now, not when training reaches it.
         verify_records(path)
-        dataset = dataset.apply(_assert_cardinality(metadata.num_batches))
     else:
         from partf.data.record_reader import read_record_batches
 
@@ -179,22 +178,9 @@ def _mqar_split(path: Path) -> Split:
     )
 
 
-def _assert_cardinality(count: int) -> Any:
-    import tensorflow as tf
-
-    return tf.data.experimental.assert_cardinality(count)
-
-
 def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
-    """The vocabulary size from the records' metadata, else from the tokenizer.
-
-    Args:
-        splits: the run's splits, in order of preference.
-        sp_model_prefix: the tokenizer, asked only when no split knows the size.
-
-    Returns:
-        The vocabulary size.
-    """
+    """The vocabulary size from the records' metadata (of `splits`, in order of
+    preference), else from the tokenizer `sp_model_prefix`."""
     from partf.data import model_path
     from partf.data import vocab_size_of as tokenizer_size
 
@@ -248,13 +234,7 @@ class RunData:
 
 
 def load_data(config: TrainConfig) -> RunData:
-    """Reads the splits `config` names and checks that they fit together.
-
-    Args:
-        config: the run's settings (directories, tokenizer, epochs, max_steps).
-
-    Returns:
-        The `RunData`.
+    """The `RunData` of the splits `config` names, checked to fit together.
 
     Raises:
         ConfigError: a missing folder, splits of different batch shapes, no way to tell

@@ -163,16 +163,9 @@ def log_run_start(paths: RunPaths, built: Built, data: RunData, start_step: int)
 def stop_error(
     reason: StopReason, last_checkpoint: str | None, spike_factor: float
 ) -> TrainingError | TrainingInterrupted:
-    """The exception that reports why the run stopped early.
-
-    Args:
-        reason: what stopped it (`first_stop` or `SignalWatch.stop_reason`).
-        last_checkpoint: the newest checkpoint, named in the message.
-        spike_factor: --spike_factor, named in the message of a spike.
-
-    Returns:
-        `TrainingError` for a spike or a NaN loss, `TrainingInterrupted` for a signal.
-    """
+    """The exception that reports why the run stopped early (`reason`, from `first_stop` or
+    `SignalWatch.stop_reason`), naming the newest checkpoint: `TrainingError` for a spike
+    (above --spike_factor) or a NaN loss, `TrainingInterrupted` for a signal."""
     if reason.kind == "spike":
         return TrainingError(
             f"the training loss spiked (above {spike_factor:g} x its running mean, or "
@@ -350,13 +343,6 @@ def drop_selection(config: TrainConfig, data: RunData, checkpoints: Path) -> Sel
 
 
 def train(config: TrainConfig, callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:
-    """Runs (or resumes) one training run; see `Trainer.run` for the stages.
-
-    Args:
-        config: the run's settings.
-        callbacks: extra Keras callbacks.
-
-    Returns:
-        The results also written to checkpoints/<model_name>/results.json.
-    """
+    """Runs (or resumes) one training run with extra Keras `callbacks`; returns the results
+    also written to checkpoints/<model_name>/results.json (see `Trainer.run`)."""
     return Trainer(config, callbacks).run()

@@ -177,7 +177,7 @@ class SpikeMonitor(EveryNSteps, RunStopper):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         super().on_train_begin(logs)
-        self._set_skipped(int(self.guard.skipped.numpy()))
+        self.skipped = int(self.guard.skipped.numpy())
 
     def due(self, previous: int, step: int) -> bool:
         # "stop" must see a spike at the execution that holds it, to stop right there.
@@ -195,10 +195,10 @@ class SpikeMonitor(EveryNSteps, RunStopper):
         if skipped == self.skipped:
             return
         new = skipped - self.skipped
-        self._set_skipped(skipped)
+        self.skipped = skipped
         write_scalars(self.writer, step, {"skipped_steps": skipped})
         if self.guard.mode == "stop":
-            self._stop(step)
+            self.stop_run(StopReason("spike", step))
             logger.error(
                 "loss spike (above %g x the running mean %.4f, or NaN) by step %d: stopping.",
                 self.guard.factor,
@@ -216,14 +216,8 @@ class SpikeMonitor(EveryNSteps, RunStopper):
             float(self.guard.mean.numpy()),
         )
         if int(self.guard.streak.numpy()) >= self.MAX_STREAK:
-            self._stop(step)
+            self.stop_run(StopReason("spike", step))
             logger.error("the last %d steps were all skipped: stopping.", self.MAX_STREAK)
-
-    def _set_skipped(self, skipped: int) -> None:
-        self.skipped = skipped
-
-    def _stop(self, step: int) -> None:
-        self.stop_run(StopReason("spike", step))
 
 
 class PiPlotter(EveryNSteps):

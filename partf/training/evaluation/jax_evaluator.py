@@ -87,16 +87,8 @@ class JaxEvaluator:
         self._device_get = jax.device_get
 
     def evaluate(self, dataset: Any, progress: Progress | None = None) -> SplitStats:
-        """One pass over `dataset`, memory starting empty.
-
-        Args:
-            dataset: (inputs, targets) int32 [B, T] batches in stream order: a
-                `tf.data.Dataset` or any iterable of numpy arrays.
-            progress: called with the batches done after each chunk of the pass.
-
-        Returns:
-            Its `SplitStats`.
-        """
+        """As `Evaluator.evaluate`; `dataset` is a `tf.data.Dataset` or any iterable of
+        numpy (inputs, targets) batches."""
         batches: Iterable[Any] = (
             dataset.as_numpy_iterator() if hasattr(dataset, "as_numpy_iterator") else dataset
         )

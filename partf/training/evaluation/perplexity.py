@@ -208,21 +208,17 @@ def score(
     tokens_per_batch: int = 0,
     text_counts: dict[str, int | None] | None = None,
 ) -> dict[str, float | None]:
-    """Scores `dataset` with `evaluator`, saying so on the console: what is scored before
-    it starts, the batches done with a rate and an ETA while it runs (`partf.console.Meter`:
-    in place on a terminal, plain lines at most every 10 s otherwise), the perplexity and
-    the time at the end.
+    """Scores `dataset` with `evaluator` and returns its `perplexity_report`, saying so on
+    the console: what is scored before it starts, the batches done with a rate and an ETA
+    while it runs (`partf.console.Meter`: in place on a terminal, plain lines at most
+    every 10 s otherwise), the perplexity and the time at the end.
 
     Args:
         evaluator: any evaluator (`evaluate(dataset, progress)`).
-        dataset: the split.
         name: what is scored, e.g. "valid" (the block weights are added to it).
         num_batches: batches in the split (for the share and the ETA).
         tokens_per_batch: target tokens of a full batch (for tokens per second).
         text_counts: keyword arguments of `perplexity_report`.
-
-    Returns:
-        The `perplexity_report` of the split.
     """
     meter = Meter(
         f"scoring {name}{weights_note(evaluator)}", num_batches, "batches", tokens_per_batch
@@ -305,15 +301,9 @@ class Evaluator:
         self._run = tf.function(run, reduce_retracing=True)
 
     def evaluate(self, dataset: tf.data.Dataset, progress: Progress | None = None) -> SplitStats:
-        """One pass over `dataset` of (inputs, targets) int32 [B, T], memory starting empty.
-
-        Args:
-            dataset: the split, batches in stream order.
-            progress: called with the batches done after each chunk of the pass.
-
-        Returns:
-            Its `SplitStats`.
-        """
+        """The `SplitStats` of one pass over `dataset` ((inputs, targets) int32 [B, T]
+        batches in stream order), memory starting empty; `progress` is called with the
+        batches done after each chunk of the pass."""
         import numpy as np
 
         self.model.reset_state("eval")
