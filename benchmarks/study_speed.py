@@ -74,6 +74,8 @@ class Measured:
             self.batch = max(self.batch * self.seq_len // args.seq_len, 1)
             self.seq_len = args.seq_len
         self.model = keras.saving.load_model(path, compile=False)
+        if self.batch != self.model.config.batch_size:  # its memory variables hold the rows
+            self.model = reconfigure(self.model, batch_size=self.batch)
         vocab = self.model.config.vocab_size
         rng = np.random.default_rng(0)
         steps = args.spe * args.train_calls
