@@ -3,8 +3,9 @@ accuracy beside measured training time, the prices each search paid, and a plot.
 
 `recall_table`: one row per arm, test and validation accuracy (answers exactly right,
 in %) as mean and min-max over the finished seeds, the arm's measured training time
-per token (microseconds, from the median of the run's logged tokens/s: the run's own
-machine and load), the attention blocks of each run's final architecture and their
+per token (microseconds: benchmarks/study_speed.py's side-by-side figures when every
+recall run has one, else the median of each run's logged tokens/s, its own machine and
+load), the attention blocks of each run's final architecture and their
 kinds. `cost_lines`: each search's measured cost table (`cost_table.json`, the
 forward-and-backward microseconds per token of every candidate at the run's batch
 shape). `recall_plot`: test accuracy against training microseconds per token, a dot per
@@ -35,12 +36,24 @@ def accuracy(run: Any, split: str) -> float | None:
     return None if value is None else 100.0 * value
 
 
-def train_us_per_token(run: Any) -> float | None:
-    """Microseconds per training token from the run's median logged rate, or None."""
+def train_us_per_token(run: Any, side_by_side: bool = False) -> float | None:
+    """Microseconds per training token, or None: from benchmarks/study_speed.py's
+    side-by-side figure (`side_by_side`), else from the run's median logged rate."""
+    if side_by_side:
+        rate = (run.speed or {}).get("train_tokens_per_second")
+        return 1e6 / rate if rate else None
     shape = (run.results or {}).get("data") or {}
     if run.steps_per_second and shape.get("batch_size") and shape.get("seq_len"):
         return 1e6 / (run.steps_per_second * shape["batch_size"] * shape["seq_len"])
     return None
+
+
+def side_by_side(rows: Sequence[Any]) -> bool:
+    """Whether every recall run of `rows` was timed side by side (study_speed.py's
+    speed.json): then those figures are the times, one machine and load for all; a run's
+    own logged rate depends on what shared the machine with it, so the two never mix."""
+    timed = [r for row in recall_rows(rows) for r in row.runs if accuracy(r, "test") is not None]
+    return bool(timed) and all((r.speed or {}).get("train_tokens_per_second") for r in timed)
 
 
 def softmax_blocks(architecture: str | None) -> str:
@@ -72,15 +85,16 @@ def recall_table(rows: Sequence[Any]) -> list[str]:
     rows = recall_rows(rows)
     if not rows:
         return []
+    paired = side_by_side(rows)
     lines = [
         "| arm | seeds | test accuracy % | valid accuracy % | train us/token "
-        "| softmax blocks | architectures |",
+        f"({'side by side' if paired else 'own run'}) | softmax blocks | architectures |",
         "|---|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         test = [v for r in row.runs if (v := accuracy(r, "test")) is not None]
         valid = [v for r in row.runs if (v := accuracy(r, "valid")) is not None]
-        times = [v for r in row.runs if (v := train_us_per_token(r)) is not None]
+        times = [v for r in row.runs if (v := train_us_per_token(r, paired)) is not None]
         archs = [(r.results or {}).get("architecture") for r in row.runs]
         kinds = sorted({softmax_blocks(a) for a in archs})
         shown = "; ".join(f"`{a}`" for a in dict.fromkeys(archs) if a)
@@ -124,12 +138,14 @@ def recall_plot(
 ) -> bool:
     """Writes test accuracy against training microseconds per token; False when no recall
     run has both figures."""
+    paired = side_by_side(rows)
     rows = recall_rows(rows)
     points = [
         (row.arm, t, a)
         for row in rows
         for r in row.runs
-        if (t := train_us_per_token(r)) is not None and (a := accuracy(r, "test")) is not None
+        if (t := train_us_per_token(r, paired)) is not None
+        and (a := accuracy(r, "test")) is not None
     ]
     if not points:
         return False
@@ -152,7 +168,8 @@ def recall_plot(
             linewidths=0.5,
             label=f"{row.arm} ({kind}, n={len(mine)})",
         )
-    axes.set_xlabel("measured training time per token (us; median logged rate)")
+    source = "side by side, study_speed.py" if paired else "each run's median logged rate"
+    axes.set_xlabel(f"measured training time per token (us; {source})")
     axes.set_ylabel("MQAR test accuracy (%)")
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3)

@@ -12,6 +12,7 @@ from partf.study.recall import (
     cost_lines,
     recall_plot,
     recall_table,
+    side_by_side,
     softmax_blocks,
     train_us_per_token,
 )
@@ -96,3 +97,19 @@ def test_the_plot_is_drawn_for_recall_runs_only(tmp_path):
     assert recall_plot(ROWS, tmp_path / "recall.png", "t", ["softmax", "soft4"], [])
     assert (tmp_path / "recall.png").stat().st_size > 0
     assert not recall_plot(ROWS[2:], tmp_path / "none.png", "t", [], [])
+
+
+def test_side_by_side_times_are_used_only_when_every_recall_run_has_one():
+    """A run's logged rate depends on what shared the machine with it; study_speed.py's
+    figures are one machine and load for all, so the table takes them, but only when
+    every recall run has one (the two never mix in one column)."""
+    rows = [ArmRow(r.arm, 3, [r]) for r in (run("a-s0", "A D", 1, 1), run("b-s0", "A D", 1, 1))]
+    rows[0].runs[0].speed = {"train_tokens_per_second": 50_000.0}
+    assert not side_by_side(rows)
+    assert "(own run)" in recall_table(rows)[0]
+    rows[1].runs[0].speed = {"train_tokens_per_second": 25_000.0}
+    assert side_by_side(rows)
+    lines = recall_table(rows)
+    assert "(side by side)" in lines[0]
+    cells = {line.split("|")[1].strip(): line.split("|")[5].strip() for line in lines[2:]}
+    assert cells == {"a": f"{1e6 / 50_000:.2f}", "b": f"{1e6 / 25_000:.2f}"}
