@@ -5,7 +5,7 @@ apart (see `partf.study.report`)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,18 @@ def front_at(front: list[tuple[float, float]], flops: float | None) -> float | N
     return min(below) if below else None
 
 
+def arm_groups(
+    rows: Sequence[Any], points: Sequence[tuple[str, float, float]]
+) -> Iterator[tuple[int, Any, tuple[float, ...], tuple[float, ...]]]:
+    """(index, row, xs, ys) of each row that has points among `points` ((arm, x, y)): a
+    plot draws each arm's runs in the colour of its index."""
+    for i, row in enumerate(rows):
+        mine = [(x, y) for arm, x, y in points if arm == row.arm]
+        if mine:
+            xs, ys = zip(*mine, strict=True)
+            yield i, row, xs, ys
+
+
 def pareto_plot(
     rows: Sequence[Any],
     reference: str | None,
@@ -63,12 +75,8 @@ def pareto_plot(
         return False
     figure, axes, colors = new_plot()
     centres: dict[str, tuple[float, float]] = {}
-    for i, row in enumerate(rows):
-        mine = [(x, y) for a, x, y in points if a == row.arm]
-        if not mine:
-            continue
+    for i, row, xs, ys in arm_groups(rows, points):
         color = colors[i % len(colors)]
-        xs, ys = zip(*mine, strict=True)
         axes.scatter(xs, ys, s=14, color=color, alpha=0.5)
         mx, my = statistics.fmean(xs), statistics.fmean(ys)
         centres[row.arm] = (mx, my)
@@ -81,7 +89,7 @@ def pareto_plot(
             markersize=8,
             color=color,
             capsize=3,
-            label=f"{row.arm} (n={len(mine)}{f', from {source}' if source else ''})",
+            label=f"{row.arm} (n={len(xs)}{f', from {source}' if source else ''})",
         )
         if row.arm == reference:
             axes.axhline(my, color=color, linestyle="--", linewidth=1)

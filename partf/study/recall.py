@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from partf.study.pareto import new_plot, save_plot
+from partf.study.pareto import arm_groups, new_plot, save_plot
 
 #: Mechanisms that are softmax attention over the whole context (the rest are
 #: sliding-window or linear).
@@ -150,12 +150,8 @@ def recall_plot(
     if not points:
         return False
     figure, axes, colors = new_plot()
-    for i, row in enumerate(rows):
-        mine = [(t, a) for arm, t, a in points if arm == row.arm]
-        if not mine:
-            continue
+    for i, row, xs, ys in arm_groups(rows, points):
         color = colors[i % len(colors)]
-        xs, ys = zip(*mine, strict=True)
         axes.scatter(xs, ys, s=12, color=color, alpha=0.4)
         kind = kind_of(row.arm, controls, searches)
         axes.scatter(
@@ -166,7 +162,7 @@ def recall_plot(
             color=color,
             edgecolors="black",
             linewidths=0.5,
-            label=f"{row.arm} ({kind}, n={len(mine)})",
+            label=f"{row.arm} ({kind}, n={len(xs)})",
         )
     source = "side by side, study_speed.py" if paired else "each run's median logged rate"
     axes.set_xlabel(f"measured training time per token (us; {source})")
