@@ -5,16 +5,20 @@ accuracy beside measured training time, the prices each search paid, and a plot.
 in %) as mean and min-max over the finished seeds, the arm's measured training time
 per token (microseconds: benchmarks/study_speed.py's side-by-side figures when every
 recall run has one, else the median of each run's logged tokens/s, its own machine and
-load), the attention blocks of each run's final architecture and their
-kinds. `cost_lines`: each search's measured cost table (`cost_table.json`, the
-forward-and-backward microseconds per token of every candidate at the run's batch
-shape). `recall_plot`: test accuracy against training microseconds per token, a dot per
-run and each arm's mean, marked by the kind of placement.
+load), the attention blocks of each run's final architecture and their kinds.
+`placement_table`: for each set of fixed placements of the same number of softmax places
+(from scratch or converted), the set's mean accuracy per seed, which is a random
+placement's expected accuracy when the set holds every placement. `cost_lines`: each
+search's measured cost table (`cost_table.json`, the forward-and-backward microseconds
+per token of every candidate at the run's batch shape). `recall_plot`: test accuracy
+against training microseconds per token, a dot per run and each arm's mean, marked by
+the kind of placement.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,6 +107,70 @@ def recall_table(rows: Sequence[Any]) -> list[str]:
             f"| {spread(times)} | {', '.join(kinds)} | {shown or '-'} |"
         )
     return lines
+
+
+def _fixed_placement(row: Any) -> tuple[tuple[int, int, int, bool], str] | None:
+    """(softmax places, attention places, blocks, converted) and the architecture of an
+    arm whose finished runs all trained one fixed mixed architecture, else None (a search,
+    a stage 2, or every place the same kind)."""
+    runs = [r for r in row.runs if accuracy(r, "test") is not None]
+    if (
+        row.arm.endswith("-stage2")
+        or not runs
+        or any((r.results or {}).get("search") for r in runs)
+    ):
+        return None
+    archs = {(r.results or {}).get("architecture") for r in runs}
+    if len(archs) != 1 or None in archs:
+        return None
+    arch = archs.pop()
+    places = [t for t in arch.split() if t not in ("D", "I", "dense", "identity")]
+    softmax = sum(t in SOFTMAX for t in places)
+    if softmax in (0, len(places)):
+        return None
+    return (softmax, len(places), len(arch.split()), runs[0].source is not None), arch
+
+
+def placement_table(rows: Sequence[Any]) -> list[str]:
+    """Markdown lines: for every set of two or more arms that place the same number of
+    softmax places among the same attention places, trained the same way (from scratch or
+    converted from another run), the set's mean test accuracy per seed (seeds where every
+    arm of the set finished), and its mean and min-max over those seeds. When the set holds
+    every placement, its mean is the expected accuracy of a placement drawn at random,
+    the control a searched placement of that count is measured against."""
+    groups: dict[tuple[int, int, int, bool], dict[str, Any]] = {}
+    for row in recall_rows(rows):
+        found = _fixed_placement(row)
+        if found is not None:
+            key, arch = found
+            groups.setdefault(key, {})[arch] = row
+    lines = []
+    for (softmax, places, blocks, converted), arms in sorted(groups.items()):
+        if len(arms) < 2:
+            continue
+        by_arm = [
+            {r.seed: v for r in row.runs if (v := accuracy(r, "test")) is not None}
+            for row in arms.values()
+        ]
+        seeds = sorted(set.intersection(*(set(scores) for scores in by_arm)))
+        means = [statistics.fmean(scores[seed] for scores in by_arm) for seed in seeds]
+        every = math.comb(places, softmax)
+        shown = "all" if len(arms) == every else f"{len(arms)} of {every}"
+        per_seed = ", ".join(f"s{seed} {mean:.1f}" for seed, mean in zip(seeds, means, strict=True))
+        trained = "converted" if converted else "from scratch"
+        lines.append(
+            f"| {softmax} of {places} ({blocks} blocks) | {trained} "
+            f"| {shown}: {', '.join(row.arm for row in arms.values())} | {per_seed or '-'} "
+            f"| {spread(means, 1)} |"
+        )
+    if not lines:
+        return []
+    header = [
+        "| softmax places | trained | placements | mean test accuracy % per seed "
+        "| over seeds: mean (min-max) |",
+        "|---|---|---|---|---:|",
+    ]
+    return header + lines
 
 
 def cost_lines(records: Sequence[Any], checkpoints_of: Any) -> list[str]:

@@ -39,7 +39,7 @@ from typing import Any
 from partf.study.pareto import front_at, front_points, pareto_plot
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan
-from partf.study.recall import cost_lines, recall_plot, recall_table, spread
+from partf.study.recall import cost_lines, placement_table, recall_plot, recall_table, spread
 from partf.study.runner import newest_step
 
 #: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
@@ -376,6 +376,15 @@ def write_report(
         recall_lines = recall_table(rows)
         if recall_lines:
             lines += ["", f"### Recall ({where})", "", *recall_lines]
+            placements = placement_table(rows)
+            if placements:
+                lines += [
+                    "",
+                    "Fixed placements by their count of softmax places (with every "
+                    "placement, the mean is a random placement's expected accuracy):",
+                    "",
+                    *placements,
+                ]
             searches = [arm.name for arm in plan.arms if arm.stage2]
             recall_png = "recall.png" if index == 0 else f"recall-{index + 1}.png"
             if recall_plot(rows, paths.out / recall_png, title, controls, searches):

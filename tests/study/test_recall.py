@@ -10,6 +10,7 @@ import pytest
 
 from partf.study.recall import (
     cost_lines,
+    placement_table,
     recall_plot,
     recall_table,
     side_by_side,
@@ -113,3 +114,50 @@ def test_side_by_side_times_are_used_only_when_every_recall_run_has_one():
     assert "(side by side)" in lines[0]
     cells = {line.split("|")[1].strip(): line.split("|")[5].strip() for line in lines[2:]}
     assert cells == {"a": f"{1e6 / 50_000:.2f}", "b": f"{1e6 / 25_000:.2f}"}
+
+
+def seeded(name: str, arch: str, test: float, source=None):
+    record = run(name, arch, test, test)
+    record.seed = int(name.rsplit("-s", 1)[1])
+    record.source = source
+    return record
+
+
+def test_placements_of_one_count_are_averaged_per_seed_over_common_seeds():
+    soft = "relative D relative D relative D relative D"
+    places = {
+        "p12": "relative D relative D norm D norm D",
+        "p34": "norm D norm D relative D relative D",
+    }
+    scores = {("p12", 0): 1.0, ("p12", 1): 0.9, ("p12", 2): 0.8, ("p34", 0): 0.2, ("p34", 1): 0.1}
+    rows = [
+        ArmRow(arm, 3, [seeded(f"{arm}-s{s}", arch, v) for (a, s), v in scores.items() if a == arm])
+        for arm, arch in places.items()
+    ]
+    source = seeded("softmax-s0", soft, 1.0)
+    rows += [
+        ArmRow("softmax", 3, [source]),  # every place softmax: no placement to choose
+        ArmRow("c12", 3, [seeded("c12-s0", places["p12"], 0.7, source)]),  # converted, alone
+        ArmRow("one", 3, [seeded("one-s0", "relative D norm D norm D norm D", 0.5)]),  # alone
+    ]
+    lines = placement_table(rows)
+    assert len(lines) == 3  # header, separator, one set: p12 and p34 from scratch
+    cells = [c.strip() for c in lines[2].split("|")]
+    means = [100 * (1.0 + 0.2) / 2, 100 * (0.9 + 0.1) / 2]  # seed 2: p34 has not finished
+    assert cells[1:4] == ["2 of 4 (8 blocks)", "from scratch", "2 of 6: p12, p34"]
+    assert cells[4] == f"s0 {means[0]:.1f}, s1 {means[1]:.1f}"
+    assert cells[5] == f"{statistics.fmean(means):.1f} ({min(means):.1f}-{max(means):.1f})"
+
+
+def test_converted_placements_form_their_own_set_and_a_full_set_says_all():
+    source = seeded("softmax-s0", "relative D relative D", 1.0)
+    archs = {"a": "relative D norm D", "b": "norm D relative D"}
+    rows = [ArmRow(arm, 1, [seeded(f"{arm}-s0", arch, 0.5, source)]) for arm, arch in archs.items()]
+    rows.append(ArmRow("s", 1, [seeded("s-s0", "relative D norm D", 0.3)]))  # from scratch
+    lines = placement_table(rows)
+    assert len(lines) == 3
+    assert [c.strip() for c in lines[2].split("|")][1:4] == [
+        "1 of 2 (4 blocks)",
+        "converted",
+        "all: a, b",
+    ]
