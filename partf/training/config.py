@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from partf.attention import attention_names
 from partf.errors import UsageError
 from partf.models.config import DATA_FIELDS, ModelConfig
 from partf.serialization import check_complete
@@ -191,6 +192,14 @@ class TrainConfig:
         "train the rest from its weights (0: off)",
         group=OPTIMIZATION,
     )
+    drop_attention_to: str = setting(
+        "identity",
+        "with --drop_attention: what the chosen blocks become, identity or an attention "
+        "mechanism (e.g. norm, linear) that takes the source attention's projections; each "
+        "block is scored with that mechanism in its place",
+        group=OPTIMIZATION,
+        metavar="MECHANISM",
+    )
     # Execution
     steps_per_execution: int = setting(32, "train steps per compiled call", group=RUN)
     jit_compile: bool = setting(True, "compile the train step with XLA", group=RUN)
@@ -283,6 +292,18 @@ class TrainConfig:
         if self.drop_attention and not self.init_from:
             raise ConfigError(
                 "--drop_attention drops blocks of a trained model; give it with --init_from=RUN."
+            )
+        # Not a `choices` setting: the mechanisms are the registry's, not literals.
+        mechanisms = ("identity", *attention_names())
+        if self.drop_attention_to not in mechanisms:
+            raise ConfigError(
+                f"unknown --drop_attention_to {self.drop_attention_to!r}; valid: "
+                f"{', '.join(mechanisms)}."
+            )
+        if self.drop_attention_to != "identity" and not self.drop_attention:
+            raise ConfigError(
+                "--drop_attention_to says what the blocks --drop_attention chooses become; "
+                "give it with --drop_attention=N."
             )
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max_steps must be >= 1, got {self.max_steps}.")

@@ -1,4 +1,4 @@
-"""The training-free conversion: drop the attention blocks a trained model misses least.
+"""The training-free conversion: replace the attention blocks a trained model misses least.
 
 `partf-train --init_from=RUN --drop_attention=N` scores the finished run on the
 validation split once as it is and once with each of its attention blocks replaced by
@@ -8,12 +8,23 @@ validation loss least as identity blocks, and fine-tunes the rest from the run's
 It is the no-search control of the conversions: the same fine-tune as a converted search,
 with the blocks chosen by a rule instead of by pi.
 
+`--drop_attention_to=MECHANISM` (a registered attention such as `norm`) replaces the
+blocks by that mechanism instead of the identity, so that the rule chooses where a
+linear attention goes as a search's pi would: each candidate is the source with one
+attention place run by the mechanism, its weights copied from the source as
+`init_from.init_weights` copies them (the source attention's projections and LayerNorm;
+the mechanism's other weights drawn from the run's seed, so that the scores are the
+same every time), scored as it is, without training.
+
 The choice is written to `checkpoints/<name>/selection.json`, which a resumed run reads
-instead of scoring again, so the run resumes into the architecture it started with.
+instead of scoring again, so the run resumes into the architecture it started with; a
+resume that asks for another mechanism than the file's is refused.
 
 Example:
     >>> selection = select_dropped(source, 2, data.valid, jit_compile=True)
     >>> selection.architecture    # e.g. "A D I D I D"
+    >>> select_dropped(source, 2, data.valid, True, mechanism="norm").architecture
+    'A D norm D norm D'
 """
 
 from __future__ import annotations
@@ -31,19 +42,24 @@ logger = logging.getLogger("partf.training")
 #: The file in the run's checkpoint folder that holds the choice.
 SELECTION_FILE = "selection.json"
 
+#: What the chosen blocks become by default (`--drop_attention_to`): nothing.
+IDENTITY = "identity"
+
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Which attention blocks a drop run removed, and why.
+    """Which attention blocks a drop run replaced, by what, and why.
 
     Attributes:
         source: the finished run's checkpoint folder.
-        architecture: the fixed architecture the run trains ("I" where a block was
-            dropped), as long as the source's.
-        dropped: the blocks dropped, in the order they were chosen.
+        architecture: the fixed architecture the run trains ("I", or the mechanism's
+            name, where a block was replaced), as long as the source's.
+        dropped: the blocks replaced, in the order they were chosen.
         baseline_loss: the source's validation loss per token, every block kept.
-        losses: per attention block of the source, the validation loss with that block
-            alone replaced by the identity.
+        losses: per attention block of the source that was scored, the validation loss
+            with that block alone replaced.
+        mechanism: what the blocks became: "identity" or an attention registry name
+            (`--drop_attention_to`).
     """
 
     source: str
@@ -51,11 +67,13 @@ class Selection:
     dropped: tuple[int, ...]
     baseline_loss: float
     losses: dict[int, float]
+    mechanism: str = IDENTITY
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "architecture": self.architecture,
+            "mechanism": self.mechanism,
             "dropped": list(self.dropped),
             "baseline_loss": self.baseline_loss,
             "losses": {str(b): loss for b, loss in self.losses.items()},
@@ -69,6 +87,8 @@ class Selection:
             dropped=tuple(values["dropped"]),
             baseline_loss=float(values["baseline_loss"]),
             losses={int(b): float(loss) for b, loss in values["losses"].items()},
+            # Files written before --drop_attention_to replaced blocks by the identity.
+            mechanism=values.get("mechanism", IDENTITY),
         )
 
 
@@ -80,16 +100,22 @@ def source_architecture(source: Any) -> list[str]:
     return [architecture_token(name) for name in chosen_candidates(source)]
 
 
-def attention_blocks(source: Any) -> list[int]:
-    """Indices of the source's blocks whose chosen candidate is an attention."""
+def attention_mechanisms(source: Any) -> dict[int, str]:
+    """The source's blocks whose chosen candidate is an attention: index -> its
+    mechanism's registry name."""
     from partf.training.init_from import chosen_candidates
 
     chosen = chosen_candidates(source)
-    return [
-        b
-        for b, (block, name) in enumerate(zip(source.blocks, chosen, strict=True))
-        if block.kinds[block.candidates.index(name)][0] == "attention"
+    kinds = [
+        block.kinds[block.candidates.index(name)]
+        for block, name in zip(source.blocks, chosen, strict=True)
     ]
+    return {b: mechanism for b, (kind, mechanism) in enumerate(kinds) if kind == "attention"}
+
+
+def attention_blocks(source: Any) -> list[int]:
+    """Indices of the source's blocks whose chosen candidate is an attention."""
+    return list(attention_mechanisms(source))
 
 
 def validation_loss(model: Any, split: Any, jit_compile: bool) -> float:
@@ -104,74 +130,119 @@ def validation_loss(model: Any, split: Any, jit_compile: bool) -> float:
     return float(report["loss"])
 
 
-def dropped_variant(source: Any, folder: str | Path, architecture: str) -> Any:
+def dropped_variant(source: Any, folder: str | Path, architecture: str, seed: int = 0) -> Any:
     """A fixed model of the source's settings with `architecture` (as many blocks as the
-    source), its weights copied from the source by `init_weights`."""
+    source), its weights copied from the source by `init_weights`; the weights nothing
+    is copied into (a replacing mechanism's own) are drawn after seeding every generator
+    with `seed`, so that a variant scores the same every time it is built."""
+    import keras
+
     from partf.models.par_transformer_xl import PARTransformerXL
     from partf.training.init_from import init_weights
 
     config = source.config.replace(architecture=architecture, num_layers=len(source.blocks))
+    keras.utils.set_random_seed(seed)
     model = PARTransformerXL(config, name="par_transformer_xl")
     model.build((config.batch_size, None))
     init_weights(model, folder, source)
     return model
 
 
-def select_dropped(folder: str | Path, count: int, split: Any, jit_compile: bool) -> Selection:
-    """Scores the finished run in `folder` with each attention block dropped and keeps
-    the `count` drops that raised the validation loss least.
+def select_dropped(
+    folder: str | Path,
+    count: int,
+    split: Any,
+    jit_compile: bool,
+    mechanism: str = IDENTITY,
+    seed: int = 0,
+) -> Selection:
+    """Scores the finished run in `folder` with each attention block replaced by
+    `mechanism` and keeps the `count` replacements that raised the validation loss least.
 
     Args:
         folder: the finished run's checkpoint folder.
-        count: attention blocks to drop (at least 1, at most as many as it has).
+        count: attention blocks to replace (at least 1, at most as many as it has that
+            do not run `mechanism` already).
         split: the validation split.
         jit_compile: compile the scoring passes.
+        mechanism: what a replaced block becomes: "identity" (dropped) or an attention
+            registry name, its weights copied from the source's attention where their
+            names and shapes match (`init_from.init_weights`).
+        seed: the seed of the weights a replacing mechanism does not copy (the run's).
 
     Raises:
-        ConfigError: `count` out of range, or no finished run in `folder`.
+        ConfigError: `count` out of range, a mechanism without a causal form, or no
+            finished run in `folder`.
     """
+    from partf.attention import attention_names, get_attention_class
+    from partf.models.config import architecture_token
     from partf.training.init_from import load_source
 
+    if mechanism != IDENTITY and not get_attention_class(mechanism).supports_causal:
+        causal = [n for n in attention_names() if get_attention_class(n).supports_causal]
+        raise ConfigError(
+            f"--drop_attention_to={mechanism} has no causal form, so it cannot replace a "
+            f"language model's attention; give identity or one of {', '.join(causal)}."
+        )
     source = load_source(folder)
-    blocks = attention_blocks(source)
+    # A place that runs the mechanism already would only score the source again.
+    blocks = [b for b, name in attention_mechanisms(source).items() if name != mechanism]
     if not 1 <= count <= len(blocks):
+        other = "" if mechanism == IDENTITY else f" other than {mechanism}"
         raise ConfigError(
             f"--drop_attention={count}, but the run in {folder} has {len(blocks)} attention "
-            f"blocks; give 1 to {len(blocks)}."
+            f"blocks{other}; give 1 to {len(blocks)}."
         )
+    token = architecture_token(mechanism)  # "I" for the identity
+    verb = "dropped" if mechanism == IDENTITY else f"as {mechanism}"
     tokens = source_architecture(source)
     logger.info("--drop_attention: scoring %s on valid as it is", folder)
     baseline = validation_loss(source, split, jit_compile)
     losses = {}
     for b in blocks:
-        dropped = " ".join("I" if i == b else t for i, t in enumerate(tokens))
-        logger.info("--drop_attention: scoring with block %d dropped (%s)", b, dropped)
-        losses[b] = validation_loss(dropped_variant(source, folder, dropped), split, jit_compile)
+        variant = " ".join(token if i == b else t for i, t in enumerate(tokens))
+        logger.info("--drop_attention: scoring with block %d %s (%s)", b, verb, variant)
+        model = dropped_variant(source, folder, variant, seed)
+        losses[b] = validation_loss(model, split, jit_compile)
     # The smallest rise first; ties go to the earlier block.
     chosen = tuple(sorted(blocks, key=lambda b: (losses[b], b))[:count])
-    architecture = " ".join("I" if i in chosen else t for i, t in enumerate(tokens))
-    selection = Selection(str(folder), architecture, chosen, baseline, losses)
+    architecture = " ".join(token if i in chosen else t for i, t in enumerate(tokens))
+    selection = Selection(str(folder), architecture, chosen, baseline, losses, mechanism)
     logger.info(
-        "--drop_attention: valid loss %.4f as it is; %s; dropping block(s) %s: %s",
+        "--drop_attention: valid loss %.4f as it is; %s; replacing block(s) %s by %s: %s",
         baseline,
-        ", ".join(f"block {b} dropped {loss:.4f}" for b, loss in losses.items()),
+        ", ".join(f"block {b} {verb} {loss:.4f}" for b, loss in losses.items()),
         ", ".join(map(str, chosen)),
+        mechanism,
         architecture,
     )
     return selection
 
 
-def read_selection(checkpoints: Path) -> Selection | None:
-    """The choice a run made before (its selection.json), or None."""
+def read_selection(checkpoints: Path, mechanism: str | None = None) -> Selection | None:
+    """The choice a run made before (its selection.json), or None.
+
+    Raises:
+        ConfigError: the file cannot be read, or it replaced the blocks by another
+            mechanism than `mechanism` (when given): the run's architecture would not be
+            the one `--drop_attention_to` asks for.
+    """
     path = checkpoints / SELECTION_FILE
     if not path.is_file():
         return None
     try:
-        return Selection.from_dict(json.loads(path.read_text()))
+        selection = Selection.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(
             f"cannot read {path} ({e}); pass --overwrite to choose the blocks again."
         ) from None
+    if mechanism is not None and selection.mechanism != mechanism:
+        raise ConfigError(
+            f"{path} replaced the blocks by {selection.mechanism}, but this run asks "
+            f"--drop_attention_to={mechanism}; resume it with "
+            f"--drop_attention_to={selection.mechanism}, or pass --overwrite to choose again."
+        )
+    return selection
 
 
 def write_selection(checkpoints: Path, selection: Selection) -> None:

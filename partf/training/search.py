@@ -20,7 +20,7 @@ from partf.training.config import ConfigError, TrainConfig, check_saved_config
 
 #: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
 #: scratch unless its own command line gives --init_from (a fine-tune of the search).
-STARTING_FIELDS = ("init_from", "drop_attention")
+STARTING_FIELDS = ("init_from", "drop_attention", "drop_attention_to")
 
 
 def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[str]) -> str:

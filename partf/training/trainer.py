@@ -322,15 +322,16 @@ class Trainer:
 
 
 def drop_selection(config: TrainConfig, data: RunData, checkpoints: Path) -> Selection:
-    """The blocks --drop_attention removes: those this run chose before (a resume), or
-    chosen now by scoring the --init_from run on the validation split."""
+    """The blocks --drop_attention replaces (by --drop_attention_to's mechanism): those
+    this run chose before (a resume, refused if it chose another mechanism), or chosen
+    now by scoring the --init_from run on the validation split."""
     if config.model.architecture is not None:
         raise ConfigError(
-            "--drop_attention chooses the architecture (the source's, with the dropped "
-            "blocks as identity); leave out --architecture."
+            "--drop_attention chooses the architecture (the source's, with the chosen "
+            "blocks as --drop_attention_to's identity or mechanism); leave out --architecture."
         )
     if not config.overwrite:
-        earlier = read_selection(checkpoints)
+        earlier = read_selection(checkpoints, config.drop_attention_to)
         if earlier is not None:
             logger.info("--drop_attention: %s as chosen before", earlier.architecture)
             return earlier
@@ -339,7 +340,14 @@ def drop_selection(config: TrainConfig, data: RunData, checkpoints: Path) -> Sel
             "--drop_attention scores the source run on the validation split; give "
             "--valid_directory."
         )
-    return select_dropped(config.init_from, config.drop_attention, data.valid, config.jit_compile)
+    return select_dropped(
+        config.init_from,
+        config.drop_attention,
+        data.valid,
+        config.jit_compile,
+        mechanism=config.drop_attention_to,
+        seed=config.seed,
+    )
 
 
 def train(config: TrainConfig, callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:

@@ -114,6 +114,8 @@ ADDED_FLAGS = {
     # Starting from a trained model: conversions (issue 47).
     "--init_from": ("init_from", "str", None),
     "--drop_attention": ("drop_attention", "int", 0),
+    # What the blocks --drop_attention chooses become: a linear attention (issue 65).
+    "--drop_attention_to": ("drop_attention_to", "str", "identity"),
     "--search_estimator": ("search_estimator", "str", None, ("mixture", "sampled")),
     "--search_cost_weight": ("search_cost_weight", "float", None),
     # The fixed-depth search priced by measured time (issue 65).
@@ -191,6 +193,7 @@ ADDED_DEFAULTS = {
     "objective": "causal",
     "init_from": None,
     "drop_attention": 0,
+    "drop_attention_to": "identity",
     "compiled_loop": False,
 }
 

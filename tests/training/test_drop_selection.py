@@ -1,16 +1,29 @@
-"""partf.training.drop_selection (`--drop_attention`): the training-free drop chosen by
-the validation loss, each score checked against the loss computed block by block here.
+"""partf.training.drop_selection (`--drop_attention`, `--drop_attention_to`): the
+training-free drop (or replacement by a linear attention) chosen by the validation loss,
+each score checked against the loss computed block by block here, of a model built here.
 The source run and the split come from tests/training/conftest.py."""
 
 from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
 
 import keras
 import numpy as np
 import pytest
 
-from partf.training.config import ConfigError
-from partf.training.drop_selection import select_dropped
-from tests.training.helpers import BATCH
+from partf.training.config import ConfigError, TrainConfig
+from partf.training.drop_selection import (
+    SELECTION_FILE,
+    read_selection,
+    select_dropped,
+    write_selection,
+)
+from partf.training.init_from import init_weights
+from partf.training.resolve import resolve_model
+from partf.training.trainer import drop_selection
+from tests.training.helpers import BATCH, SIZES, VOCAB, build
 
 
 def direct_loss(model, split, skip: int | None) -> float:
@@ -49,3 +62,137 @@ def test_the_drop_scores_are_the_validation_losses(source, valid_split):
     assert selection.architecture == " ".join(tokens)
     with pytest.raises(ConfigError, match="has 2 attention blocks; give 1 to 2"):
         select_dropped(folder, 3, valid_split, jit_compile=False)
+
+
+def replaced(block: int, mechanism: str) -> str:
+    """The source's architecture with attention block `block` run by `mechanism`."""
+    tokens = ["A", "D", "A", "D"]
+    tokens[block] = mechanism
+    return " ".join(tokens)
+
+
+def converted_loss(folder, split, architecture: str, seed: int) -> float:
+    """The loss of the conversion built here: the model of `architecture`, its weights
+    drawn from `seed` and then copied from the source by init_weights."""
+    model = build(architecture, seed=seed)
+    init_weights(model, folder)
+    return direct_loss(model, split, None)
+
+
+@pytest.fixture(scope="module")
+def norm_selection(source, valid_split):
+    _, folder = source
+    return select_dropped(folder, 1, valid_split, jit_compile=False, mechanism="norm", seed=7)
+
+
+def test_the_norm_scores_are_the_converted_models_losses(source, valid_split, norm_selection):
+    """--drop_attention_to=norm: each score is the validation loss of the source with that
+    attention block alone run by norm attention, weights copied as --init_from copies
+    them; the block replaced is the one whose score is lowest."""
+    model, folder = source
+    selection = norm_selection
+    assert selection.mechanism == "norm"
+    assert sorted(selection.losses) == [0, 2]
+    for block, loss in selection.losses.items():
+        want = converted_loss(folder, valid_split, replaced(block, "norm"), seed=7)
+        assert loss == pytest.approx(want, rel=1e-5)
+        # Norm attention ran there: neither the source's loss nor the identity's.
+        assert loss != pytest.approx(direct_loss(model, valid_split, block), rel=1e-4)
+        assert loss != pytest.approx(selection.baseline_loss, rel=1e-4)
+    assert selection.baseline_loss == pytest.approx(direct_loss(model, valid_split, None), 1e-5)
+    best = min(selection.losses, key=selection.losses.get)
+    assert selection.dropped == (best,)
+    assert selection.architecture == replaced(best, "norm")
+    with pytest.raises(ConfigError, match="has 2 attention blocks other than norm; give 1 to 2"):
+        select_dropped(folder, 3, valid_split, jit_compile=False, mechanism="norm")
+
+
+def test_fresh_weights_of_the_mechanism_come_from_the_seed(source, valid_split, caplog):
+    """Fastformer's own weights (its pooling vectors, its transform) are not copied: they
+    are drawn from the run's seed, so the scores are those of the model built here with
+    that seed, the same every time, and another seed scores otherwise. The log line of
+    the scores names the mechanism."""
+    _, folder = source
+    with caplog.at_level(logging.INFO, logger="partf.training"):
+        first = select_dropped(folder, 1, valid_split, False, mechanism="fastformer", seed=3)
+    assert f"block 0 as fastformer {first.losses[0]:.4f}" in caplog.text
+    assert f"replacing block(s) {first.dropped[0]} by fastformer: " in caplog.text
+    again = select_dropped(folder, 1, valid_split, False, mechanism="fastformer", seed=3)
+    other = select_dropped(folder, 1, valid_split, False, mechanism="fastformer", seed=4)
+    assert first.losses == again.losses
+    assert first.losses[0] != other.losses[0]
+    want = converted_loss(folder, valid_split, replaced(0, "fastformer"), seed=3)
+    assert first.losses[0] == pytest.approx(want, rel=1e-5)
+
+
+def run_config(folder, mechanism: str = "norm", count: int = 1) -> TrainConfig:
+    """A --drop_attention run of the source's sizes from `folder`."""
+    model = {k: v for k, v in SIZES.items() if k != "vocab_size"}
+    return TrainConfig(
+        init_from=str(folder),
+        drop_attention=count,
+        drop_attention_to=mechanism,
+        jit_compile=False,
+        model={**model, "num_layers": 4},
+    )
+
+
+def test_the_run_has_norm_where_it_was_chosen_and_resumes_into_it(
+    tmp_path, source, valid_split, norm_selection
+):
+    """The run's model has norm attention at the block chosen and the source's attention
+    elsewhere; a resume reads selection.json (no split needed) when it asks for the same
+    mechanism and is refused in one line when it asks for another."""
+    _, folder = source
+    data = SimpleNamespace(valid=valid_split, vocab_size=VOCAB, total_steps=10)
+    config = run_config(folder)
+    selection = drop_selection(config, data, tmp_path)
+    assert selection == norm_selection
+    model_config = resolve_model(config, data, BATCH, architecture=selection.architecture)
+    mechanisms = [names[0] for names in model_config.block_candidates]
+    (best,) = selection.dropped
+    source_blocks = ["attention", "dense", "attention", "dense"]
+    assert mechanisms == ["norm" if b == best else n for b, n in enumerate(source_blocks)]
+
+    write_selection(tmp_path, selection)
+    assert read_selection(tmp_path).mechanism == "norm"
+    data.valid = None  # a resume scores nothing
+    assert drop_selection(config, data, tmp_path) == selection
+    with pytest.raises(ConfigError) as refused:
+        drop_selection(run_config(folder, "identity"), data, tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{SELECTION_FILE} replaced the blocks by norm, but this run asks " in message
+    assert "--drop_attention_to=identity; resume it with --drop_attention_to=norm" in message
+
+
+def test_a_selection_file_from_before_the_mechanism_is_the_identity(tmp_path, source):
+    """selection.json files written before --drop_attention_to hold no mechanism: they
+    dropped blocks, so they resume identity runs and refuse others."""
+    values = {
+        "source": "x",
+        "architecture": "I D A D",
+        "dropped": [0],
+        "baseline_loss": 4.0,
+        "losses": {"0": 4.1, "2": 4.2},
+    }
+    (tmp_path / SELECTION_FILE).write_text(json.dumps(values))
+    assert read_selection(tmp_path, "identity").mechanism == "identity"
+    with pytest.raises(ConfigError, match="replaced the blocks by identity"):
+        read_selection(tmp_path, "norm")
+
+
+def test_a_bad_mechanism_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(init_from="x", drop_attention=1, drop_attention_to="nrom")
+    message = str(refused.value)
+    assert message.startswith("unknown --drop_attention_to 'nrom'; valid: identity, ")
+    assert " norm, " in message and "\n" not in message
+    with pytest.raises(ConfigError, match="give it with --drop_attention=N"):
+        TrainConfig(init_from="x", drop_attention_to="norm")
+
+
+def test_a_mechanism_without_a_causal_form_is_refused(source, valid_split):
+    _, folder = source
+    with pytest.raises(ConfigError, match="--drop_attention_to=lara has no causal form"):
+        select_dropped(folder, 1, valid_split, jit_compile=False, mechanism="lara")
