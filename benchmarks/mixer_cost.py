@@ -4,8 +4,9 @@ For the recall study's model (width 64, two heads, dense width 128, no memory), 
 training step (forward and backward, Adam) of each mixer as the only block, with
 `partf.training.cost_table.measure_costs`, the measurement a `--search_cost=time` search
 makes when it begins, at several lengths with the same tokens per batch, and prints the
-microseconds per token each adds over the model without it (embedding and output layer),
-and the length from which each linear mixer is cheaper than relative attention.
+microseconds per token each adds over the model without it (embedding and output layer;
+the table's `microseconds`, not the dense-block units a search pays), and the length
+from which each linear mixer is cheaper than relative attention.
 
 Run: .venv/bin/python benchmarks/mixer_cost.py [--lengths 64 256 1024 4096]
      [--tokens 4096] [--mixers relative local norm linear] [--repeats 5] [--out FILE]
@@ -57,7 +58,7 @@ def measure(
                 search_cost_weight=0.01,
             ),
         )  # fmt: skip
-        return measure_costs(config, load_data(config), repeats=repeats).costs
+        return measure_costs(config, load_data(config), repeats=repeats).microseconds
 
 
 def crossover(table: dict[int, dict[str, float]], mixer: str) -> int | None:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per batch")
     parser.add_argument("--mixers", nargs="+", default=["relative", "local", "norm", "linear"])
     parser.add_argument("--vocab_size", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5, help="rounds; the best counts")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds; the quietest counts")
     parser.add_argument("--out", help="also write the table as JSON here")
     args = parser.parse_args(argv)
     if "relative" not in args.mixers:
