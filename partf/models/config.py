@@ -121,7 +121,7 @@ class ModelConfig(BlockSettings):
         "flops",
         "the cost-aware search's cost: flops (forward MFLOPs per token, counted) or time "
         "(each candidate's forward-and-backward time per token over the dense block's, "
-        "measured in the same rounds on this machine at the run's batch shape when it "
+        "measured in the same passes on this machine at the run's batch shape when it "
         "begins, so the machine's load cancels; kept in cost_table.json beside it)",
         choices=SEARCH_COSTS,
     )

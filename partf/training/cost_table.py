@@ -1,6 +1,6 @@
 """The measured cost table of a search with `--search_cost=time`: each candidate's
 forward-and-backward time per token, on this machine, at the run's batch shape, in units
-of the dense block's time measured in the same round.
+of the dense block's time measured in the same passes.
 
 FLOPs are not time: on a CPU a softmax attention of 256 tokens costs more than its
 FLOPs say, and a linear one less. So a search that pays for time measures it. When a run
@@ -12,12 +12,12 @@ subtracted, so each figure is what one block of that kind adds.
 
 Microseconds scale with the machine's load (on a shared 2-core machine 2 to 7 times the
 quiet figures), and lambda (--search_cost_weight) with them. So the search pays in dense
-blocks: a candidate's cost is its time over the dense block's, both from the same round.
-Each round times one training step of every block in turn, `steps` times over, so a
-change of load between steps slows all blocks alike; the quietest round (least time in
-all) gives every figure. The table keeps the microseconds too (`microseconds`), for the
-record. It is written as `cost_table.json` beside the run's results, read again when the
-run resumes (so a resumed search pays the same prices), and kept in the model's
+blocks: a candidate's cost is its time over the dense block's. Each pass times one
+training step of every block in turn, and each block's figure is the median over the
+passes of its time less the identity's in the same pass, so a change of load between
+passes slows all blocks alike. The table keeps the microseconds too (`microseconds`),
+for the record. It is written as `cost_table.json` beside the run's results, read again
+when the run resumes (so a resumed search pays the same prices), and kept in the model's
 configuration (`ModelConfig.candidate_costs`).
 
 Example:
@@ -35,8 +35,9 @@ import functools
 import json
 import logging
 import platform
+import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ FORMAT_VERSION = 2
 UNIT = "dense"
 #: The floor of a measured time, in microseconds per token, and of a cost, in dense
 #: blocks: a block never costs nothing (timer noise can make the difference to the
-#: identity's time zero or negative for the cheapest candidates).
+#: identity's time zero or negative for the cheapest candidates). The dense block's time,
+#: the unit, is floored at its measurement's noise too (`price_passes`).
 FLOOR_US = 0.01
 FLOOR = 0.01
 
@@ -72,7 +74,7 @@ class CostTable:
 
     Attributes:
         costs: {candidate: forward-and-backward time per token over the dense block's,
-            from the same round}; "dense" 1, "identity" 0. What the search's loss charges.
+            from the same passes}; "dense" 1, "identity" 0. What the search's loss charges.
         microseconds: {candidate: the same times in microseconds per token}; they scale
             with the machine's load, so the search does not pay them.
         batch_size, seq_len: the batch shape measured.
@@ -207,12 +209,9 @@ def table_names(config: TrainConfig) -> list[str]:
     return sorted(set(names) | {"identity", UNIT})
 
 
-def measure_costs(
-    config: TrainConfig, data: RunData, repeats: int = 3, steps: int = 8
-) -> CostTable:
-    """Times one training step of a one-block model of each candidate (`time_rounds`:
-    `repeats` rounds of `steps` steps of every block in turn) and prices them from the
-    quietest round (`price_round`)."""
+def measure_costs(config: TrainConfig, data: RunData, passes: int = 24) -> CostTable:
+    """Times one training step of a one-block model of each candidate, every block once a
+    pass (`time_passes`), and prices them in dense blocks (`price_passes`)."""
     from partf.training.build import build_model
     from partf.training.resolve import resolve_model
 
@@ -231,16 +230,10 @@ def measure_costs(
         built = build_model(one, resolve_model(one, data, batch), data, None)
         built.model.train_on_batch(x, x)  # compiles
         steppers[name] = functools.partial(built.model.train_on_batch, x, x)
-    rounds = time_rounds(steppers, repeats, steps)
+    timed = time_passes(steppers, passes)
     # Nothing of the measurement may shift the run's own model (its layer names, seeds).
     keras.backend.clear_session()
-    costs, microseconds = price_round(min(rounds, key=lambda r: sum(r.values())), batch * length)
-    if microseconds[UNIT] <= FLOOR_US:
-        logger.warning(
-            "the %s block measured no slower than the model without it: its unit is timer "
-            "noise, and the costs in it are not to be trusted",
-            UNIT,
-        )
+    costs, microseconds = price_passes(timed, batch * length)
     return CostTable(
         costs=costs,
         microseconds=microseconds,
@@ -251,53 +244,84 @@ def measure_costs(
     )
 
 
-def time_rounds(
+def time_passes(
     steppers: Mapping[str, Callable[[], Any]],
-    repeats: int,
-    steps: int,
+    passes: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[dict[str, float]]:
-    """Per round, each block's seconds per step: a round runs `steps` passes, and a pass
-    one step of every block (in an order that turns by one each pass), so a change of the
-    machine's load between passes slows every block of the round alike.
+    """Per pass, each block's seconds for one training step: a pass steps every block
+    once, in an order that turns by one each pass, so that a change of the machine's load
+    between passes slows every block of the pass alike.
 
     Args:
         steppers: {candidate: a call that runs one training step}.
-        repeats: the rounds.
-        steps: the passes of a round.
+        passes: how many.
         clock: seconds (the tests pass a fake one).
     """
     names = list(steppers)
-    rounds = []
-    for _ in range(repeats):
-        spent = dict.fromkeys(names, 0.0)
-        for step in range(steps):
-            turn = step % len(names)
-            for name in names[turn:] + names[:turn]:
-                start = clock()
-                steppers[name]()
-                spent[name] += clock() - start
-        rounds.append({name: seconds / steps for name, seconds in spent.items()})
-    return rounds
+    timed = []
+    for index in range(passes):
+        turn = index % len(names)
+        seconds = {}
+        for name in names[turn:] + names[:turn]:
+            start = clock()
+            steppers[name]()
+            seconds[name] = clock() - start
+        timed.append(seconds)
+    return timed
 
 
-def price_round(
-    seconds: Mapping[str, float], tokens: int
+def price_passes(
+    timed: Sequence[Mapping[str, float]], tokens: int
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """(costs in dense blocks, microseconds per token) of one round's seconds per step of
-    each block, `tokens` a step: each block's time less the identity's, floored
-    (`FLOOR_US`, `FLOOR`); the dense block costs 1 and the identity 0."""
-    base = seconds["identity"]
-    microseconds = {
-        name: 0.0 if name == "identity" else max((t - base) * 1e6 / tokens, FLOOR_US)
-        for name, t in seconds.items()
+    """(costs in dense blocks, microseconds per token) from each pass's seconds per step
+    of every block, `tokens` a step.
+
+    A block's time is the median over the passes of its time less the identity's in the
+    same pass (a load that changes between passes scales numerator and denominator
+    alike; one that spikes in a few passes is outvoted), floored at `FLOOR_US`; its cost
+    is that over the dense block's, floored at `FLOOR`. The dense block costs 1, the
+    identity 0. The dense block's time is floored too at what the passes can tell apart
+    from nothing (the standard error of its median, `_median_error`): on a model too
+    small for its time to stand out of a busy machine's noise, a unit of noise would
+    price every block in thousands of dense blocks; a warning says when this applies.
+    """
+    if not timed:
+        raise ValueError("no passes to price")
+    names = sorted(timed[0])
+    added = {
+        name: [one[name] - one["identity"] for one in timed] for name in names if name != "identity"
     }
+    per_token = 1e6 / tokens
+    microseconds = {
+        name: max(statistics.median(d) * per_token, FLOOR_US) for name, d in added.items()
+    }
+    microseconds["identity"] = 0.0
+    noise = _median_error(added[UNIT]) * per_token
+    if microseconds[UNIT] < noise:
+        logger.warning(
+            "the %s block's time (%.3g us/token over the model without it) is within the "
+            "timer's noise on this machine (%.3g us/token): it is priced at the noise, so "
+            "the costs in its unit are rough; measure on a quieter machine or a larger model",
+            UNIT,
+            microseconds[UNIT],
+            noise,
+        )
+        microseconds[UNIT] = noise
     unit = microseconds[UNIT]
     costs = {
         name: 0.0 if name == "identity" else 1.0 if name == UNIT else max(us / unit, FLOOR)
         for name, us in microseconds.items()
     }
     return _rounded(costs), _rounded(microseconds)
+
+
+def _median_error(values: Sequence[float]) -> float:
+    """The standard error of the median of `values`, from their median absolute
+    deviation (a few spikes move it as little as they move the median)."""
+    middle = statistics.median(values)
+    spread = 1.4826 * statistics.median(abs(v - middle) for v in values)
+    return 1.2533 * spread / len(values) ** 0.5
 
 
 def _rounded(figures: dict[str, float]) -> dict[str, float]:

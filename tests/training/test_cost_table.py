@@ -1,6 +1,7 @@
 """The measured cost table of a --search_cost=time search: priced in dense blocks timed in
-the same round (so a uniformly slower machine, or a load that changes while measuring,
-gives the same costs), measured once when the run begins, written beside it, read again
+the same passes (so a uniformly slower machine, a load that changes between passes, or a
+spike in a few, gives the same costs; a dense block within the timer's noise is priced
+at the noise), measured once when the run begins, written beside it, read again
 when it resumes, refused in one line naming the file when it is missing, malformed or of
 the earlier format in microseconds; and a fixed-depth search on MQAR that never holds
 identity, end to end."""
@@ -8,6 +9,7 @@ identity, end to end."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -20,10 +22,10 @@ from partf.training.cost_table import (
     cost_table,
     measure_costs,
     needs_table,
-    price_round,
+    price_passes,
     read_cost_table,
     table_names,
-    time_rounds,
+    time_passes,
     write_cost_table,
 )
 from partf.training.splits import load_data
@@ -38,9 +40,10 @@ STEP = {"identity": 1.0, "dense": 1.5, "norm": 2.75, "relative": 4.0}
 
 class FakeMachine:
     """A clock and one step per block that advances it by the block's `STEP` times the
-    load, which may change from one pass over the blocks to the next (`load(pass)`)."""
+    load, which may change from one pass over the blocks to the next, or for one block
+    in one pass (`load(pass, block)`)."""
 
-    def __init__(self, load=lambda passes: 1.0):
+    def __init__(self, load=lambda passes, name: 1.0):
         self.now, self.calls, self.load = 0.0, 0, load
 
     def clock(self):
@@ -50,13 +53,12 @@ class FakeMachine:
         return {name: (lambda name=name: self.step(name)) for name in names}
 
     def step(self, name):
-        self.now += STEP[name] * self.load(self.calls // len(STEP))
+        self.now += STEP[name] * self.load(self.calls // len(STEP), name)
         self.calls += 1
 
 
-def priced(machine, repeats=3, steps=4):
-    rounds = time_rounds(machine.steppers(STEP), repeats, steps, clock=machine.clock)
-    return rounds, price_round(min(rounds, key=lambda r: sum(r.values())), tokens=100)
+def priced(machine, passes=12):
+    return price_passes(time_passes(machine.steppers(STEP), passes, clock=machine.clock), 100)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,7 @@ def test_only_a_time_priced_search_needs_a_table(splits, tmp_path):
 
 
 def test_a_cost_is_a_blocks_time_over_the_dense_blocks():
-    _, (costs, microseconds) = priced(FakeMachine())
+    costs, microseconds = priced(FakeMachine())
     assert costs["dense"] == 1.0 and costs["identity"] == 0.0
     assert costs["norm"] == (2.75 - 1.0) / (1.5 - 1.0) == 3.5
     assert costs["relative"] == (4.0 - 1.0) / (1.5 - 1.0) == 6.0
@@ -122,46 +124,80 @@ def test_a_cost_is_a_blocks_time_over_the_dense_blocks():
     assert microseconds == {"dense": 5000.0, "identity": 0.0, "norm": 17500.0, "relative": 30000.0}
 
 
+def test_every_pass_steps_every_block_once_in_a_turning_order():
+    order = []
+    steppers = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
+    timed = time_passes(steppers, 4)
+    assert len(timed) == 4 and all(set(one) == {"a", "b", "c"} for one in timed)
+    assert order == [*"abc", *"bca", *"cab", *"abc"]
+
+
 def test_a_slower_machine_gives_the_same_costs():
-    _, (quiet, quiet_us) = priced(FakeMachine())
-    _, (slow, slow_us) = priced(FakeMachine(load=lambda passes: 3.0))
+    quiet, quiet_us = priced(FakeMachine())
+    slow, slow_us = priced(FakeMachine(load=lambda passes, name: 3.0))
     assert slow == quiet
     assert slow_us == {k: 3 * v for k, v in quiet_us.items()}
 
 
-def test_a_load_that_changes_while_measuring_slows_every_block_of_a_round_alike():
-    """Each pass times one step of every block: a load that changes from pass to pass
-    (here 1, 4, 7, 3, ... times the quiet machine) leaves every round's ratios as they
-    are; the quietest round gives the figures."""
-    rounds, (costs, microseconds) = priced(FakeMachine(load=lambda passes: 1 + 3 * passes % 7))
-    assert len({round(sum(r.values()), 9) for r in rounds}) == 3  # the rounds differ
-    assert costs == priced(FakeMachine())[1][0]
-    quietest = min(rounds, key=lambda r: sum(r.values()))
-    unit = quietest["dense"] - quietest["identity"]
-    assert microseconds["dense"] == pytest.approx(unit * 1e6 / 100)
+def test_a_load_that_changes_between_passes_slows_every_block_of_a_pass_alike():
+    """Loads of 1, 4, 7, 3, 6, 2, 5, ... times the quiet machine, one a pass: the costs
+    are the quiet machine's; the microseconds are the median pass's."""
+    costs, microseconds = priced(FakeMachine(load=lambda passes, name: 1 + 3 * passes % 7))
+    assert costs == priced(FakeMachine())[0]
+    # The loads of the 12 passes, sorted: 1 1 2 3 3 4 4 5 6 6 7 7; their median is 4.
+    assert microseconds["dense"] == 4 * 5000.0
+
+
+def test_a_spike_in_a_few_passes_is_outvoted():
+    """Another process takes the machine while one block steps, in 3 passes of 12."""
+    spiked = FakeMachine(load=lambda passes, name: 20.0 if (passes, name) in SPIKES else 1.0)
+    assert priced(spiked) == priced(FakeMachine())
+
+
+SPIKES = {(1, "relative"), (5, "dense"), (9, "identity")}
 
 
 def test_the_cheapest_blocks_are_floored():
     step = {"identity": 1.0, "dense": 1.5, "norm": 1.0, "relative": 0.9}
-    costs, microseconds = price_round(step, tokens=100)
+    costs, microseconds = price_passes([step], tokens=100)
     assert costs["norm"] == costs["relative"] == cost_table_module.FLOOR
     assert microseconds["norm"] == microseconds["relative"] == cost_table_module.FLOOR_US
     assert costs["identity"] == microseconds["identity"] == 0.0
 
 
-def test_measure_costs_prices_the_quietest_round_in_dense_blocks(run, monkeypatch):
-    """The built one-block models stepped by a fake machine, three times as loaded in the
-    first round as in the other two."""
+def test_a_dense_block_within_the_noise_is_priced_at_the_noise(caplog):
+    """A model too small for the dense block to stand out of the timer's noise: its time
+    is floored at the noise (the standard error of its median), not at FLOOR_US, which
+    would price the others in thousands of dense blocks."""
+    timed = [
+        {"identity": 1.0, "dense": 1.0 + (0.1 if i % 2 else -0.1), "relative": 4.0}
+        for i in range(16)
+    ]
+    with caplog.at_level(logging.WARNING, logger="partf.training"):
+        costs, microseconds = price_passes(timed, tokens=100)
+    # Median absolute deviation 0.1: sigma 1.4826 x 0.1, over sqrt(16) passes.
+    noise = 1.2533 * 1.4826 * 0.1 / 4 * 1e6 / 100
+    assert microseconds["dense"] == pytest.approx(noise, rel=1e-4)
+    assert costs["dense"] == 1.0
+    assert costs["relative"] == pytest.approx(30000.0 / noise, rel=1e-3)  # about 65
+    assert "within the timer's noise" in caplog.text
+
+
+def test_measure_costs_prices_in_dense_blocks(run, monkeypatch):
+    """The built one-block models, timed by a fake machine three times as loaded in the
+    first 8 passes of 24 as in the rest."""
     cfg, _ = run
-    machine = FakeMachine(load=lambda passes: 3.0 if passes < 8 else 1.0)
-    real = cost_table_module.time_rounds
+    machine = FakeMachine(load=lambda passes, name: 3.0 if passes < 8 else 1.0)
+    real = cost_table_module.time_passes
 
-    def fake_rounds(steppers, repeats, steps):
-        assert sorted(steppers) == sorted(STEP)
-        return real(machine.steppers(steppers), repeats, steps, clock=machine.clock)
+    def fake_passes(steppers, passes):
+        assert sorted(steppers) == sorted(STEP) and passes == 24
+        for step in steppers.values():
+            step()  # each one-block model trains a step
+        return real(machine.steppers(steppers), passes, clock=machine.clock)
 
-    monkeypatch.setattr(cost_table_module, "time_rounds", fake_rounds)
-    table = measure_costs(cfg, load_data(cfg), repeats=3, steps=8)
+    monkeypatch.setattr(cost_table_module, "time_passes", fake_passes)
+    table = measure_costs(cfg, load_data(cfg))
     assert table.costs == {"dense": 1.0, "identity": 0.0, "norm": 3.5, "relative": 6.0}
     tokens = table.batch_size * table.seq_len
     assert table.microseconds["dense"] == pytest.approx(0.5 * 1e6 / tokens)
