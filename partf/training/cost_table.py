@@ -156,8 +156,9 @@ def read_cost_table(path: Path) -> CostTable:
             raise ConfigError(
                 f"{path} was written by an earlier partf (cost table format {found}, costs in "
                 f"microseconds per token; this partf reads format {FORMAT_VERSION}, costs in "
-                f"{UNIT} blocks): delete it to measure again (the run's search then pays the "
-                "new prices), or train from the commit that wrote it."
+                f"{UNIT} blocks): delete it to measure again (a run with checkpoints then "
+                "starts again with --overwrite, as its search was priced in microseconds), or "
+                "train from the commit that wrote it."
             )
         if record.get("format") != FORMAT or found != FORMAT_VERSION:
             raise ValueError(
