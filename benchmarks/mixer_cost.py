@@ -4,11 +4,12 @@ For the recall study's model (width 64, two heads, dense width 128, no memory), 
 training step (forward and backward, Adam) of each mixer as the only block, with
 `partf.training.cost_table.measure_costs`, the measurement a `--search_cost=time` search
 makes when it begins, at several lengths with the same tokens per batch, and prints the
-microseconds per token each adds over the model without it (embedding and output layer),
-and the length from which each linear mixer is cheaper than relative attention.
+microseconds per token each adds over the model without it (embedding and output layer;
+the table's `microseconds`, not the dense-block units a search pays), and the length
+from which each linear mixer is cheaper than relative attention.
 
 Run: .venv/bin/python benchmarks/mixer_cost.py [--lengths 64 256 1024 4096]
-     [--tokens 4096] [--mixers relative local norm linear] [--repeats 5] [--out FILE]
+     [--tokens 4096] [--mixers relative local norm linear] [--passes 40] [--out FILE]
 Pause other work on the machine while it runs: each figure is a difference of two times.
 """
 
@@ -25,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def measure(
-    length: int, tokens: int, mixers: list[str], vocab: int, repeats: int
+    length: int, tokens: int, mixers: list[str], vocab: int, passes: int
 ) -> dict[str, float]:
     """{mixer: us/token} at `length`, `tokens // length` rows a batch."""
     from partf.data.mqar import MQARSettings, write_mqar
@@ -57,7 +58,7 @@ def measure(
                 search_cost_weight=0.01,
             ),
         )  # fmt: skip
-        return measure_costs(config, load_data(config), repeats=repeats).costs
+        return measure_costs(config, load_data(config), passes=passes).microseconds
 
 
 def crossover(table: dict[int, dict[str, float]], mixer: str) -> int | None:
@@ -75,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per batch")
     parser.add_argument("--mixers", nargs="+", default=["relative", "local", "norm", "linear"])
     parser.add_argument("--vocab_size", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5, help="rounds; the best counts")
+    parser.add_argument(
+        "--passes", type=int, default=40, help="passes over the mixers; the median counts"
+    )
     parser.add_argument("--out", help="also write the table as JSON here")
     args = parser.parse_args(argv)
     if "relative" not in args.mixers:
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {}
     for length in args.lengths:
         print(f"mixer_cost: measuring {length} tokens", file=sys.stderr, flush=True)
-        table[length] = measure(length, args.tokens, args.mixers, args.vocab_size, args.repeats)
+        table[length] = measure(length, args.tokens, args.mixers, args.vocab_size, args.passes)
     print("| tokens | " + " | ".join(args.mixers) + " | dense |")
     print("|---:|" + "---:|" * (len(args.mixers) + 1))
     for length, costs in table.items():

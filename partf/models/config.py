@@ -114,17 +114,19 @@ class ModelConfig(BlockSettings):
     search_cost_weight: float = setting(
         0.0,
         "lambda of the cost-aware search: adds lambda x the expected cost per token of the "
-        "architecture drawn from pi to the loss, in the unit of --search_cost (0: off)",
+        "architecture drawn from pi to the loss, in the unit of --search_cost (forward "
+        "MFLOPs, or dense blocks with time; 0: off)",
     )
     search_cost: str = setting(
         "flops",
         "the cost-aware search's cost: flops (forward MFLOPs per token, counted) or time "
-        "(forward-and-backward microseconds per token of each candidate, measured on this "
-        "machine at the run's batch shape when it begins, kept in cost_table.json beside it)",
+        "(each candidate's forward-and-backward time per token over the dense block's, "
+        "measured in the same passes on this machine at the run's batch shape when it "
+        "begins, so the machine's load cancels; kept in cost_table.json beside it)",
         choices=SEARCH_COSTS,
     )
-    # search_cost "time": {candidate: microseconds per token}, the run's measured table
-    # (partf.training.cost_table fills it; a model keeps it, so its loss needs no file).
+    # search_cost "time": {candidate: time per token in dense blocks}, the run's measured
+    # table (partf.training.cost_table fills it; a model keeps it, so its loss needs no file).
     candidate_costs: dict = dataclasses.field(default_factory=dict)
     position: str = setting(
         "none",

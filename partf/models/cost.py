@@ -6,9 +6,10 @@ or feed-forward layer: matrix products, 2 FLOPs per multiply-add, for segments o
 `seq_len` tokens with the model's memory and batch), the identity costs nothing. The
 cost-aware search (`ModelConfig.search_cost_weight`) adds lambda times the expected cost
 of the architecture drawn from pi to the loss: in forward MFLOPs per token, or with
-`search_cost="time"` in the forward-and-backward microseconds per token measured for each
-candidate on the run's machine (`ModelConfig.candidate_costs`, filled from the run's
-`cost_table.json` by `partf.training.cost_table`). Benchmarks report the cost of a derived
+`search_cost="time"` in each candidate's forward-and-backward time per token measured on
+the run's machine, in units of the dense block's time measured beside it
+(`ModelConfig.candidate_costs`, filled from the run's `cost_table.json` by
+`partf.training.cost_table`). Benchmarks report the cost of a derived
 architecture with `architecture_flops` and of the whole model with `model_flops`.
 
 Example:
@@ -53,8 +54,8 @@ def cost_key(kind: str, mechanism: str | None) -> str:
 
 
 def measured_costs(model: CostedModel) -> list[list[float]]:
-    """Per block, each candidate's measured microseconds per token (forward and backward)
-    from `config.candidate_costs`.
+    """Per block, each candidate's measured time per token (forward and backward) in dense
+    blocks, from `config.candidate_costs`.
 
     Raises:
         ValueError: a candidate the table does not hold, naming the ones it does.
@@ -76,7 +77,7 @@ def measured_costs(model: CostedModel) -> list[list[float]]:
 
 def search_costs(model: CostedModel, seq_len: int) -> list[list[float]]:
     """Per block, each candidate's cost as the search's loss charges it: forward MFLOPs
-    per token (`search_cost="flops"`) or measured microseconds per token ("time")."""
+    per token (`search_cost="flops"`) or measured time per token in dense blocks ("time")."""
     if model.config.search_cost == "time":
         return measured_costs(model)
     return [[c / 1e6 for c in costs] for costs in candidate_flops(model, seq_len)]

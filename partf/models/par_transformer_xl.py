@@ -327,7 +327,7 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
         loss = add_layer_losses(data_loss, self.losses, replicas)
         if self.config.search_cost_weight and self.config.is_stochastic:
             seq_len = int(y.shape[1])
-            cost = expected_cost(self, seq_len)  # MFLOPs or measured us per token
+            cost = expected_cost(self, seq_len)  # MFLOPs or measured dense blocks per token
             loss = loss + self.config.search_cost_weight * cost / replicas
         if training and path_log_probs:
             loss = loss + score_function_term(path_log_probs, self.search_baseline, data_loss)

@@ -9,10 +9,11 @@ load), the attention blocks of each run's final architecture and their kinds.
 `placement_table`: for each set of fixed placements of the same number of softmax places
 (from scratch or converted), the set's mean accuracy per seed, which is a random
 placement's expected accuracy when the set holds every placement. `cost_lines`: each
-search's measured cost table (`cost_table.json`, the forward-and-backward microseconds
-per token of every candidate at the run's batch shape). `recall_plot`: test accuracy
-against training microseconds per token, a dot per run and each arm's mean, marked by
-the kind of placement.
+search's measured cost table (`cost_table.json`, the forward-and-backward time per token
+of every candidate at the run's batch shape: in dense blocks with the microseconds beside
+them, or, a table of format 1 written by an earlier partf, in microseconds alone).
+`recall_plot`: test accuracy against training microseconds per token, a dot per run and
+each arm's mean, marked by the kind of placement.
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ def placement_table(rows: Sequence[Any]) -> list[str]:
 
 
 def cost_lines(records: Sequence[Any], checkpoints_of: Any) -> list[str]:
-    """One line per finished search with a measured cost table: its prices."""
+    """One line per finished search with a measured cost table: its prices, in dense
+    blocks and microseconds per token (format 2) or in microseconds (format 1)."""
     lines = []
     for record in records:
         if not record.finished or not (record.results or {}).get("search"):
@@ -184,13 +186,21 @@ def cost_lines(records: Sequence[Any], checkpoints_of: Any) -> list[str]:
             table = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        costs = ", ".join(f"{k} {v:.3g}" for k, v in sorted(table.get("costs", {}).items()))
+        costs = _figures(table.get("costs", {}))
+        if table.get("unit") == "dense":
+            unit = f"dense blocks; us/token {_figures(table.get('microseconds', {}))}"
+        else:
+            unit = "us/token"
         lines.append(
-            f"- {record.name}: {costs} (us/token, forward and backward, batch "
+            f"- {record.name}: {costs} ({unit}; forward and backward, batch "
             f"{table.get('batch_size')} x {table.get('seq_len')}, {table.get('backend')} on "
             f"{table.get('machine')})"
         )
     return lines
+
+
+def _figures(figures: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3g}" for k, v in sorted(figures.items()))
 
 
 def kind_of(arm: str, controls: Sequence[str], searches: Sequence[str]) -> str:

@@ -1,29 +1,43 @@
 """The measured cost table of a search with `--search_cost=time`: each candidate's
-forward-and-backward microseconds per token, on this machine, at the run's batch shape.
+forward-and-backward time per token, on this machine, at the run's batch shape, in units
+of the dense block's time measured in the same passes.
 
 FLOPs are not time: on a CPU a softmax attention of 256 tokens costs more than its
 FLOPs say, and a linear one less. So a search that pays for time measures it. When a run
-begins, every candidate of its search (each attention mechanism, dense, identity) is timed
-as the only block of a model otherwise like the run's (same width, memory, output layer),
-compiled as the run compiles, on random tokens of one training batch's shape; the
-identity's time (the embedding and output layer alone) is subtracted, so each figure is
-what one block of that kind adds. The table is written as `cost_table.json` beside the
-run's results, read again when the run resumes (so a resumed search pays the same prices),
-and kept in the model's configuration (`ModelConfig.candidate_costs`).
+begins, every candidate of its search (each attention mechanism, dense, identity; dense
+always, as it is the unit) is timed as the only block of a model otherwise like the run's
+(same width, memory, output layer), compiled as the run compiles, on random tokens of one
+training batch's shape; the identity's time (the embedding and output layer alone) is
+subtracted, so each figure is what one block of that kind adds.
+
+Microseconds scale with the machine's load (on a shared 2-core machine 2 to 7 times the
+quiet figures), and lambda (--search_cost_weight) with them. So the search pays in dense
+blocks: a candidate's cost is its time over the dense block's. Each pass times one
+training step of every block in turn, and each block's figure is the median over the
+passes of its time less the identity's in the same pass, so a change of load between
+passes slows all blocks alike. The table keeps the microseconds too (`microseconds`),
+for the record. It is written as `cost_table.json` beside the run's results, read again
+when the run resumes (so a resumed search pays the same prices), and kept in the model's
+configuration (`ModelConfig.candidate_costs`).
 
 Example:
     >>> table, measured = cost_table(config, data, paths.checkpoints)   # read, or measure
     >>> table.costs
-    {'dense': 0.41, 'identity': 0.0, 'norm': 0.62, 'relative': 1.9}
+    {'dense': 1.0, 'identity': 0.0, 'norm': 3.5, 'relative': 5.64}
+    >>> table.microseconds
+    {'dense': 0.92, 'identity': 0.0, 'norm': 3.22, 'relative': 5.19}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import platform
+import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +55,17 @@ logger = logging.getLogger("partf.training")
 #: The file beside a run's results.json.
 COST_TABLE_FILE = "cost_table.json"
 FORMAT = "partf-cost-table"
-FORMAT_VERSION = 1
-#: The floor of a measured cost: a block never costs nothing (timer noise can make the
-#: difference to the identity's time zero or negative for the cheapest candidates).
+#: 2: costs in dense blocks (`UNIT`), the microseconds beside them. 1 (earlier partf):
+#: costs in microseconds per token; refused, as a search would pay them as dense blocks.
+FORMAT_VERSION = 2
+#: The candidate whose time is the unit of the costs.
+UNIT = "dense"
+#: The floor of a measured time, in microseconds per token, and of a cost, in dense
+#: blocks: a block never costs nothing (timer noise can make the difference to the
+#: identity's time zero or negative for the cheapest candidates). The dense block's time,
+#: the unit, is floored at its measurement's noise too (`price_passes`).
 FLOOR_US = 0.01
+FLOOR = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +73,17 @@ class CostTable:
     """What a run's search pays per candidate.
 
     Attributes:
-        costs: {candidate: forward-and-backward microseconds per token}; "identity" 0.
+        costs: {candidate: forward-and-backward time per token over the dense block's,
+            from the same passes}; "dense" 1, "identity" 0. What the search's loss charges.
+        microseconds: {candidate: the same times in microseconds per token}; they scale
+            with the machine's load, so the search does not pay them.
         batch_size, seq_len: the batch shape measured.
         machine: the processor it was measured on.
         backend: the Keras backend.
     """
 
     costs: dict[str, float]
+    microseconds: dict[str, float]
     batch_size: int
     seq_len: int
     machine: str
@@ -68,7 +93,7 @@ class CostTable:
         return {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "unit": "microseconds per token, forward and backward",
+            "unit": UNIT,
             **dataclasses.asdict(self),
         }
 
@@ -97,7 +122,7 @@ def cost_table(config: TrainConfig, data: RunData, checkpoints: Path) -> tuple[C
     if not config.overwrite:
         if path.is_file():
             table = read_cost_table(path)
-            logger.info("measured costs (us/token) from %s: %s", path, _show(table.costs))
+            logger.info("measured costs from %s: %s", path, _show(table))
             return table, False
         if any(checkpoints.glob("ckpt-*")):
             raise ConfigError(
@@ -106,7 +131,7 @@ def cost_table(config: TrainConfig, data: RunData, checkpoints: Path) -> tuple[C
                 "(measures anew)."
             )
     table = measure_costs(config, data)
-    logger.info("measured costs (us/token): %s", _show(table.costs))
+    logger.info("measured costs: %s", _show(table))
     return table, True
 
 
@@ -121,25 +146,43 @@ def read_cost_table(path: Path) -> CostTable:
     """A table written by `cost_table`.
 
     Raises:
-        ConfigError: one line naming the file and what is wrong with it.
+        ConfigError: one line naming the file and what is wrong with it; for a table of
+            an earlier format (its costs in microseconds), how to measure it again.
     """
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("format") != FORMAT or record.get("format_version") != FORMAT_VERSION:
+        found = record.get("format_version")
+        if record.get("format") == FORMAT and isinstance(found, int) and found < FORMAT_VERSION:
+            raise ConfigError(
+                f"{path} was written by an earlier partf (cost table format {found}, costs in "
+                f"microseconds per token; this partf reads format {FORMAT_VERSION}, costs in "
+                f"{UNIT} blocks): delete it to measure again (a run with checkpoints then "
+                "starts again with --overwrite, as its search was priced in microseconds), or "
+                "train from the commit that wrote it."
+            )
+        if record.get("format") != FORMAT or found != FORMAT_VERSION:
             raise ValueError(
                 f"not a {FORMAT} file of version {FORMAT_VERSION} (found "
-                f"{record.get('format')!r} version {record.get('format_version')!r})"
+                f"{record.get('format')!r} version {found!r})"
             )
-        costs = {str(k): float(v) for k, v in record["costs"].items()}
-        if not costs or any(not np.isfinite(v) or v < 0 for v in costs.values()):
-            raise ValueError("its costs must be finite, non-negative numbers")
+        if record.get("unit") != UNIT:
+            raise ValueError(f"its unit must be {UNIT!r}, not {record.get('unit')!r}")
+        costs = _figures(record["costs"], "costs")
+        microseconds = _figures(record["microseconds"], "microseconds")
+        if set(costs) != set(microseconds):
+            raise ValueError("its costs and microseconds must name the same candidates")
+        if costs.get(UNIT) != 1.0:
+            raise ValueError(f"its {UNIT} block must cost 1 (the unit)")
         return CostTable(
             costs=costs,
+            microseconds=microseconds,
             batch_size=int(record["batch_size"]),
             seq_len=int(record["seq_len"]),
             machine=str(record["machine"]),
             backend=str(record["backend"]),
         )
+    except ConfigError:
+        raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(
             f"{path} is not a valid measured cost table ({e}); delete it to measure again, "
@@ -147,8 +190,16 @@ def read_cost_table(path: Path) -> CostTable:
         ) from None
 
 
+def _figures(values: Mapping[str, Any], what: str) -> dict[str, float]:
+    figures = {str(k): float(v) for k, v in values.items()}
+    if not figures or any(not np.isfinite(v) or v < 0 for v in figures.values()):
+        raise ValueError(f"its {what} must be finite, non-negative numbers")
+    return figures
+
+
 def table_names(config: TrainConfig) -> list[str]:
-    """The candidates a search's table must price: each block's, by `cost_key`."""
+    """The candidates a search's table prices: each block's, by `cost_key`, and the
+    identity and the dense block (the floor subtracted and the unit) always."""
     from partf.layers.candidates import candidate_kind
 
     model = config.model
@@ -156,15 +207,12 @@ def table_names(config: TrainConfig) -> list[str]:
     for block in model.block_candidates:
         for name in block:
             names.append(cost_key(*candidate_kind(name, model.attention)))
-    return sorted(set(names) | {"identity"})
+    return sorted(set(names) | {"identity", UNIT})
 
 
-def measure_costs(
-    config: TrainConfig, data: RunData, repeats: int = 3, steps: int = 8
-) -> CostTable:
-    """Times one training step of a one-block model of each candidate (best of `repeats`
-    rounds of `steps` steps, round-robin so that a change of load hits all alike) and
-    subtracts the identity's time."""
+def measure_costs(config: TrainConfig, data: RunData, passes: int = 24) -> CostTable:
+    """Times one training step of a one-block model of each candidate, every block once a
+    pass (`time_passes`), and prices them in dense blocks (`price_passes`)."""
     from partf.training.build import build_model
     from partf.training.resolve import resolve_model
 
@@ -182,29 +230,103 @@ def measure_costs(
         one = dataclasses.replace(config, model=model, spike_guard="off", compiled_loop=False)
         built = build_model(one, resolve_model(one, data, batch), data, None)
         built.model.train_on_batch(x, x)  # compiles
-        steppers[name] = built.model
-    best = {name: float("inf") for name in steppers}
-    for _ in range(repeats):
-        for name, model in steppers.items():
-            start = time.perf_counter()
-            for _ in range(steps):
-                model.train_on_batch(x, x)
-            best[name] = min(best[name], (time.perf_counter() - start) / steps)
+        steppers[name] = functools.partial(built.model.train_on_batch, x, x)
+    timed = time_passes(steppers, passes)
     # Nothing of the measurement may shift the run's own model (its layer names, seeds).
     keras.backend.clear_session()
-    base = best["identity"]
-    per_token = 1e6 / (batch * length)
-    costs = {
-        name: 0.0 if name == "identity" else max((t - base) * per_token, FLOOR_US)
-        for name, t in best.items()
-    }
+    costs, microseconds = price_passes(timed, batch * length)
     return CostTable(
-        costs={k: round(v, 4) for k, v in costs.items()},
+        costs=costs,
+        microseconds=microseconds,
         batch_size=batch,
         seq_len=length,
         machine=_machine(),
         backend=keras.backend.backend(),
     )
+
+
+def time_passes(
+    steppers: Mapping[str, Callable[[], Any]],
+    passes: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[dict[str, float]]:
+    """Per pass, each block's seconds for one training step: a pass steps every block
+    once, in an order that turns by one each pass, so that a change of the machine's load
+    between passes slows every block of the pass alike.
+
+    Args:
+        steppers: {candidate: a call that runs one training step}.
+        passes: how many.
+        clock: seconds (the tests pass a fake one).
+    """
+    names = list(steppers)
+    timed = []
+    for index in range(passes):
+        turn = index % len(names)
+        seconds = {}
+        for name in names[turn:] + names[:turn]:
+            start = clock()
+            steppers[name]()
+            seconds[name] = clock() - start
+        timed.append(seconds)
+    return timed
+
+
+def price_passes(
+    timed: Sequence[Mapping[str, float]], tokens: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(costs in dense blocks, microseconds per token) from each pass's seconds per step
+    of every block, `tokens` a step.
+
+    A block's time is the median over the passes of its time less the identity's in the
+    same pass (a load that changes between passes scales numerator and denominator
+    alike; one that spikes in a few passes is outvoted), floored at `FLOOR_US`; its cost
+    is that over the dense block's, floored at `FLOOR`. The dense block costs 1, the
+    identity 0. The dense block's time is floored too at what the passes can tell apart
+    from nothing (the standard error of its median, `_median_error`): on a model too
+    small for its time to stand out of a busy machine's noise, a unit of noise would
+    price every block in thousands of dense blocks; a warning says when this applies.
+    """
+    if not timed:
+        raise ValueError("no passes to price")
+    names = sorted(timed[0])
+    added = {
+        name: [one[name] - one["identity"] for one in timed] for name in names if name != "identity"
+    }
+    per_token = 1e6 / tokens
+    microseconds = {
+        name: max(statistics.median(d) * per_token, FLOOR_US) for name, d in added.items()
+    }
+    microseconds["identity"] = 0.0
+    noise = _median_error(added[UNIT]) * per_token
+    if microseconds[UNIT] < noise:
+        logger.warning(
+            "the %s block's time (%.3g us/token over the model without it) is within the "
+            "timer's noise on this machine (%.3g us/token): it is priced at the noise, so "
+            "the costs in its unit are rough; measure on a quieter machine or a larger model",
+            UNIT,
+            microseconds[UNIT],
+            noise,
+        )
+        microseconds[UNIT] = noise
+    unit = microseconds[UNIT]
+    costs = {
+        name: 0.0 if name == "identity" else 1.0 if name == UNIT else max(us / unit, FLOOR)
+        for name, us in microseconds.items()
+    }
+    return _rounded(costs), _rounded(microseconds)
+
+
+def _median_error(values: Sequence[float]) -> float:
+    """The standard error of the median of `values`, from their median absolute
+    deviation (a few spikes move it as little as they move the median)."""
+    middle = statistics.median(values)
+    spread = 1.4826 * statistics.median(abs(v - middle) for v in values)
+    return 1.2533 * spread / len(values) ** 0.5
+
+
+def _rounded(figures: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in sorted(figures.items())}
 
 
 def _machine() -> str:
@@ -217,5 +339,12 @@ def _machine() -> str:
     return platform.processor() or platform.machine()
 
 
-def _show(costs: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.3g}" for k, v in sorted(costs.items()))
+def _show(table: CostTable) -> str:
+    """The costs in dense blocks, each with its microseconds per token."""
+    return (
+        ", ".join(
+            f"{k} {v:.3g} ({table.microseconds.get(k, float('nan')):.3g} us/token)"
+            for k, v in sorted(table.costs.items())
+        )
+        + f" (the {UNIT} block is the unit)"
+    )

@@ -81,16 +81,24 @@ def test_time_per_token_needs_a_logged_rate():
 
 
 def test_cost_lines_read_each_searchs_table(tmp_path):
-    search = run("search-s0", "norm D relative D", 1, 1)
-    folder = tmp_path / "search-s0"
-    folder.mkdir()
-    table = {"costs": {"relative": 5.19, "norm": 3.22}, "batch_size": 16, "seq_len": 256,
-             "backend": "tensorflow", "machine": "cpu"}  # fmt: skip
-    (folder / "cost_table.json").write_text(json.dumps(table))
-    lines = cost_lines([search, ROWS[0].runs[0]], lambda name: tmp_path / name)
+    """In dense blocks with the microseconds beside them; a table of format 1 (the pinned
+    studies') in microseconds alone."""
+    searches = [run(name, "norm D relative D", 1, 1) for name in ("search-s0", "search-s1")]
+    shape = {"batch_size": 16, "seq_len": 256, "backend": "tensorflow", "machine": "cpu"}
+    tables = {
+        "search-s0": {"format_version": 2, "unit": "dense", "costs": {"dense": 1.0, "norm": 3.5},
+                      "microseconds": {"dense": 0.92, "norm": 3.22}, **shape},
+        "search-s1": {"format_version": 1, "costs": {"relative": 5.19, "norm": 3.22}, **shape},
+    }  # fmt: skip
+    for name, table in tables.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cost_table.json").write_text(json.dumps(table))
+    lines = cost_lines([*searches, ROWS[0].runs[0]], lambda name: tmp_path / name)
     assert lines == [
-        "- search-s0: norm 3.22, relative 5.19 (us/token, forward and backward, batch "
-        "16 x 256, tensorflow on cpu)"
+        "- search-s0: dense 1, norm 3.5 (dense blocks; us/token dense 0.92, norm 3.22; "
+        "forward and backward, batch 16 x 256, tensorflow on cpu)",
+        "- search-s1: norm 3.22, relative 5.19 (us/token; forward and backward, batch "
+        "16 x 256, tensorflow on cpu)",
     ]
 
 
