@@ -207,6 +207,8 @@ class RunData:
         vocab_size: from the records' metadata, else the tokenizer.
         total_steps: updates the run makes: epochs x batches per epoch, capped by max_steps.
         masking: how the training batches are masked (--objective=mlm), else None.
+        recall: the MQAR split scored by its answers at the end (--recall_directory),
+            else None.
     """
 
     train: Split
@@ -215,6 +217,7 @@ class RunData:
     vocab_size: int
     total_steps: int
     masking: Masking | None = None
+    recall: Split | None = None
 
     @property
     def batches_per_epoch(self) -> int:
@@ -236,9 +239,13 @@ class RunData:
 def load_data(config: TrainConfig) -> RunData:
     """The `RunData` of the splits `config` names, checked to fit together.
 
+    With --mix_directory the training split is the mixed stream of
+    `partf.training.mixing`, and its `num_batches` (the batches per epoch) counts the
+    MQAR batches too.
+
     Raises:
         ConfigError: a missing folder, splits of different batch shapes, no way to tell
-            the vocabulary size.
+            the vocabulary size, an MQAR split that does not fit the text.
         DataError: empty or damaged records.
     """
     sp = config.sp_model_prefix
@@ -259,6 +266,12 @@ def load_data(config: TrainConfig) -> RunData:
                 f"{train.task}; give every split of the same task."
             )
     vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
+    recall = None
+    if config.mix_directory or config.recall_directory:
+        from partf.training.mixing import task_splits
+
+        # MQAR batches mixed into the training stream, and a recall split to score.
+        train, recall = task_splits(config, train, vocab_size)
     masking = None
     if config.objective == "mlm":
         if keras.backend.backend() != "tensorflow":
@@ -289,7 +302,7 @@ def load_data(config: TrainConfig) -> RunData:
             config.warmup_steps,
             total_steps,
         )
-    return RunData(train, valid, test, vocab_size, total_steps, masking)
+    return RunData(train, valid, test, vocab_size, total_steps, masking, recall)
 
 
 def _mask_id(config: TrainConfig, train: Split, *others: Split | None) -> int:

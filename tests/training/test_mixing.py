@@ -1,0 +1,238 @@
+"""MQAR batches mixed into a text stream and MQAR splits read by a text run
+(`partf.training.mixing`): the mixed stream is the order written out by hand, on numpy
+batches and on tf.data, of the length the run is planned with; splits that do not fit
+the text are refused in one line; and a run trains on the mixed stream, resumes into it
+as an uninterrupted run, and scores the recall split into results.json."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from partf.data.mqar import MQARSettings, write_mqar
+from partf.training.config import ConfigError, TrainConfig
+from partf.training.fitting import plan_segments
+from partf.training.mixing import MQAR, TEXT, mix_choices, mixed_split
+from partf.training.run_state import Segment
+from partf.training.splits import ArrayBatches, Split, load_data
+
+VOCAB, ROWS, LENGTH = 50, 2, 4
+
+
+def test_one_mqar_batch_follows_every_k_text_batches():
+    assert mix_choices(3, 1).tolist() == [TEXT, MQAR] * 3
+    assert mix_choices(5, 2).tolist() == [TEXT, TEXT, MQAR, TEXT, TEXT, MQAR, TEXT]
+    assert mix_choices(2, 3).tolist() == [TEXT, TEXT]  # fewer text batches than k
+    with pytest.raises(ValueError):
+        mix_choices(3, 0)
+
+
+def direct_stream(text, mqar, every):
+    """The mixed stream written out: after every `every`-th text batch, the next MQAR
+    batch, cycling over the split."""
+    stream, used = [], 0
+    for i, batch in enumerate(text):
+        stream.append(batch)
+        if (i + 1) % every == 0:
+            stream.append(mqar[used % len(mqar)])
+            used += 1
+    return stream
+
+
+def arrays(count, seed, low):
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(low, low + 10, size=(count, ROWS, LENGTH)).astype(np.int32)
+    return inputs, inputs + 100  # targets told apart from inputs
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+def test_the_mixed_numpy_stream_is_the_stream_written_out(every):
+    text, mqar = arrays(7, 0, 1), arrays(2, 1, 500)  # two MQAR batches: they cycle
+    split = Split(ArrayBatches(*text), 7, ROWS, LENGTH, VOCAB, {})
+    mixed = mixed_split(split, Split(ArrayBatches(*mqar), 2, ROWS, LENGTH, 8, {}), every)
+    want = direct_stream(list(zip(*text, strict=True)), list(zip(*mqar, strict=True)), every)
+    assert mixed.num_batches == len(mixed.dataset) == 7 + 7 // every == len(want)
+    for (x, y), (wx, wy) in zip(mixed.dataset, want, strict=True):
+        np.testing.assert_array_equal(x, wx)
+        np.testing.assert_array_equal(y, wy)
+    # What fit reads of a resumed epoch: the rows of the batches after those consumed.
+    x, y = mixed.dataset.rows(3, len(want))
+    np.testing.assert_array_equal(x, np.concatenate([b[0] for b in want[3:]]))
+    np.testing.assert_array_equal(y, np.concatenate([b[1] for b in want[3:]]))
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_the_mixed_tf_data_stream_is_the_stream_written_out(every):
+    text, mqar = arrays(5, 2, 1), arrays(3, 3, 500)
+    slices = tf.data.Dataset.from_tensor_slices
+    split = Split(slices(text), 5, ROWS, LENGTH, VOCAB, {})
+    mixed = mixed_split(split, Split(slices(mqar), 3, ROWS, LENGTH, 8, {}), every)
+    want = direct_stream(list(zip(*text, strict=True)), list(zip(*mqar, strict=True)), every)
+    assert int(mixed.dataset.cardinality()) == mixed.num_batches == len(want)
+    got = list(mixed.dataset.as_numpy_iterator())
+    assert len(got) == len(want)
+    for (x, y), (wx, wy) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(x, wx)
+        np.testing.assert_array_equal(y, wy)
+    # fitting.run_fit's view of a resumed epoch: skip the consumed batches, take the rest.
+    rest = list(mixed.dataset.cache().skip(4).take(len(want) - 4).as_numpy_iterator())
+    for (x, y), (wx, wy) in zip(rest, want[4:], strict=True):
+        np.testing.assert_array_equal(x, wx)
+        np.testing.assert_array_equal(y, wy)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Text records `train` (3 batches of 2 x 4, vocabulary 50) and MQAR splits that fit
+    them (`fit_train`: 2 batches, `fit_test`: 1), and that do not (`wide_train`: 4 rows a
+    batch; `large_train`: vocabulary 64)."""
+    from partf.data import context_batches, write_tfrecords
+
+    root = tmp_path_factory.mktemp("mixing")
+    tokens = np.random.default_rng(0).integers(1, VOCAB, 3 * ROWS * LENGTH + 1).astype("int32")
+    write_tfrecords(context_batches(tokens, ROWS, LENGTH), root / "train", vocab_size=VOCAB)
+    small = dict(seq_len=LENGTH, pairs=(1,), vocab_size=8, train_examples=4, eval_examples=2)
+    write_mqar(root / "fit", MQARSettings(batch_size=ROWS, **small))
+    write_mqar(root / "wide", MQARSettings(batch_size=4, **{**small, "eval_examples": 4}))
+    write_mqar(root / "large", MQARSettings(batch_size=ROWS, **{**small, "vocab_size": 64}))
+    return root
+
+
+def config(root: Path, **changes) -> TrainConfig:
+    values = dict(
+        train_directory=str(root / "train"),
+        valid_directory="",
+        test_directory="",
+        sp_model_prefix="",
+        epochs=2,
+        warmup_steps=1,
+    )
+    return TrainConfig(**{**values, **changes})
+
+
+def test_a_mixed_run_counts_the_mqar_batches_in_its_epochs(folders):
+    from partf.data.mqar import read_mqar
+
+    data = load_data(config(folders, mix_directory=str(folders / "fit_train"), mix_every=1))
+    assert data.batches_per_epoch == 6 and data.total_steps == 12
+    assert data.task == "text" and data.vocab_size == VOCAB and data.recall is None
+    got = list(data.train.dataset.as_numpy_iterator())
+    _, _, mqar_inputs, mqar_targets = read_mqar(folders / "fit_train")
+    for position, index in ((1, 0), (3, 1), (5, 0)):  # after each text batch, cycling
+        np.testing.assert_array_equal(got[position][0], mqar_inputs[index])
+        np.testing.assert_array_equal(got[position][1], mqar_targets[index])
+    # A run resumed at step 8 finishes epoch 1 from its third batch, in the mixed stream.
+    assert plan_segments(8, data.batches_per_epoch, data.total_steps) == [Segment(1, 2, 2, 6)]
+    recall = load_data(config(folders, recall_directory=str(folders / "fit_test")))
+    assert recall.batches_per_epoch == 3 and recall.recall.task == "mqar"
+    assert recall.recall.num_batches == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"mix_directory": "wide_train"},
+            r"^--mix_directory .*wide_train has batches of 4x4 but the training records 2x4; "
+            r"build the \[mqar\] split with the text's --batch_size=2 and --seq_len=4\.$",
+        ),
+        (
+            {"recall_directory": "wide_test"},
+            r"^--recall_directory .*wide_test has batches of 4x4 but the training records 2x4",
+        ),
+        (
+            {"mix_directory": "large_train"},
+            r"^--mix_directory .*large_train has an MQAR vocabulary of 64 tokens but the "
+            r"text's has 50; build the \[mqar\] split with --vocab_size <= 50",
+        ),
+        (
+            {"recall_directory": "train"},
+            r"^--recall_directory .*train is not an MQAR split .*partf-build-data --task=mqar "
+            r"--batch_size=2 --seq_len=4\.$",
+        ),
+    ],
+)
+def test_an_mqar_split_that_does_not_fit_the_text_is_one_line(folders, changes, message):
+    changes = {key: str(folders / value) for key, value in changes.items()}
+    with pytest.raises(ConfigError, match=message):
+        load_data(config(folders, **changes))
+
+
+def test_mixing_into_mqar_or_masked_training_is_refused(folders):
+    with pytest.raises(ConfigError, match="the training records are mqar data"):
+        load_data(
+            config(
+                folders,
+                train_directory=str(folders / "fit_train"),
+                mix_directory=str(folders / "fit_train"),
+            )
+        )
+    with pytest.raises(ConfigError, match="use --objective=causal"):
+        config(folders, recall_directory=str(folders / "fit_test"), objective="mlm")
+    with pytest.raises(ConfigError, match="--mix_every must be >= 1"):
+        config(folders, mix_every=0)
+
+
+# ------------------------------------------------------------------ a whole run
+@pytest.fixture(scope="module")
+def mixed_runs(trainer_records, tmp_path_factory):
+    """Runs of 2 epochs of 6 text batches with an MQAR batch after every second (9 steps
+    an epoch, no XLA): one uninterrupted, one stopped by SIGINT at step 4 and resumed."""
+    from partf.training.checkpoint import CheckpointManager
+    from partf.training.trainer import RunPaths, TrainingInterrupted, train
+    from tests.training.helpers import SigintAt, train_config
+
+    settings = MQARSettings(
+        seq_len=16, pairs=(2,), vocab_size=32, batch_size=8, train_examples=16, eval_examples=16
+    )
+    splits = write_mqar(tmp_path_factory.mktemp("mqar") / "mqar", settings)
+    common = dict(
+        train_directory=str(trainer_records[0] / "train6"),
+        valid_directory="",
+        mix_directory=str(splits["train"]),
+        mix_every=2,
+        recall_directory=str(splits["test"]),
+        jit_compile=False,
+        steps_per_execution=2,
+        ckpt_every=0,
+        eval_every=0,
+        log_every=3,
+    )
+    whole = train_config(trainer_records, tmp_path_factory.mktemp("whole"), **common)
+    whole_results = train(whole)
+    split = train_config(trainer_records, tmp_path_factory.mktemp("split"), **common)
+    with pytest.raises(TrainingInterrupted):
+        train(split, callbacks=[SigintAt(batch=1)])
+    saved = CheckpointManager(RunPaths(Path(split.output_dir), "tiny").checkpoints)
+    steps = [step for step, _ in saved.checkpoints()]
+    resumed_results = train(split)
+    return whole, whole_results, steps, resumed_results
+
+
+def test_a_mixed_run_trains_the_mixed_stream_and_scores_recall(mixed_runs):
+    from tests.training.helpers import tensorboard_scalars
+
+    whole, results, _, _ = mixed_runs
+    assert results["data"]["batches_per_epoch"] == 9 and results["steps"] == 18
+    recall = results["recall"]
+    assert recall["num_tokens"] == 2 * 8 * 2  # two answers a row, 8 rows, 2 batches
+    assert recall["num_batches"] == 2 and 0.0 <= recall["accuracy"] <= 1.0
+    assert recall["perplexity"] == pytest.approx(math.exp(recall["loss"]))
+    assert results["test"]["accuracy"] is None  # the text is scored by perplexity alone
+    assert results["eval_ms_per_batch"]["recall"] > 0
+    assert results["config"]["training"]["mix_every"] == 2
+    valid = tensorboard_scalars(Path(whole.output_dir) / "logs" / "tiny" / "valid")
+    assert valid["recall_accuracy"] == [(18, pytest.approx(recall["accuracy"], rel=1e-6))]
+    assert valid["recall_loss"] == [(18, pytest.approx(recall["loss"], rel=1e-6))]
+
+
+def test_a_mixed_run_resumed_mid_epoch_ends_like_the_uninterrupted_one(mixed_runs):
+    _, whole, steps, resumed = mixed_runs
+    assert steps == [4]  # mid-epoch: 4 of the epoch's 9 mixed batches consumed
+    assert resumed["steps"] == whole["steps"] == 18
+    for key in (("train", "loss"), ("test", "loss"), ("recall", "loss"), ("recall", "accuracy")):
+        assert resumed[key[0]][key[1]] == pytest.approx(whole[key[0]][key[1]], rel=1e-6), key
