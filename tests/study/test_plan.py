@@ -16,7 +16,15 @@ STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
 @pytest.mark.parametrize(
-    "name", ["tiny.toml", "base.toml", "long_context.toml", "eva_mask.toml", "recall.toml"]
+    "name",
+    [
+        "tiny.toml",
+        "base.toml",
+        "long_context.toml",
+        "eva_mask.toml",
+        "recall.toml",
+        "recall_text.toml",
+    ],
 )
 def test_shipped_plans_load_and_their_flags_parse(name):
     plan = load_plan(STUDIES / name)
