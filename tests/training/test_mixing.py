@@ -1,8 +1,8 @@
-"""MQAR batches mixed into a text stream and MQAR splits read by a text run
-(`partf.training.mixing`): the mixed stream is the order written out by hand, on numpy
-batches and on tf.data, of the length the run is planned with; splits that do not fit
-the text are refused in one line; and a run trains on the mixed stream, resumes into it
-as an uninterrupted run, and scores the recall split into results.json."""
+"""MQAR batches mixed into a text stream (`partf.training.mixing`, made into a split by
+`partf.training.splits.mixed_split`): the mixed stream is the order written out by hand,
+on numpy batches and on tf.data, of the length the run is planned with; and a run trains
+on it, resumes into it as an uninterrupted run does, and scores the recall split into
+results.json. (Reading and checking the MQAR splits: tests/training/test_splits.py.)"""
 
 from __future__ import annotations
 
@@ -14,11 +14,8 @@ import pytest
 import tensorflow as tf
 
 from partf.data.mqar import MQARSettings, write_mqar
-from partf.training.config import ConfigError, TrainConfig
-from partf.training.fitting import plan_segments
-from partf.training.mixing import MQAR, TEXT, mix_choices, mixed_split
-from partf.training.run_state import Segment
-from partf.training.splits import ArrayBatches, Split, load_data
+from partf.training.mixing import MQAR, TEXT, mix_choices
+from partf.training.splits import ArrayBatches, Split, mixed_split
 
 VOCAB, ROWS, LENGTH = 50, 2, 4
 
@@ -83,98 +80,6 @@ def test_the_mixed_tf_data_stream_is_the_stream_written_out(every):
     for (x, y), (wx, wy) in zip(rest, want[4:], strict=True):
         np.testing.assert_array_equal(x, wx)
         np.testing.assert_array_equal(y, wy)
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Text records `train` (3 batches of 2 x 4, vocabulary 50) and MQAR splits that fit
-    them (`fit_train`: 2 batches, `fit_test`: 1), and that do not (`wide_train`: 4 rows a
-    batch; `large_train`: vocabulary 64)."""
-    from partf.data import context_batches, write_tfrecords
-
-    root = tmp_path_factory.mktemp("mixing")
-    tokens = np.random.default_rng(0).integers(1, VOCAB, 3 * ROWS * LENGTH + 1).astype("int32")
-    write_tfrecords(context_batches(tokens, ROWS, LENGTH), root / "train", vocab_size=VOCAB)
-    small = dict(seq_len=LENGTH, pairs=(1,), vocab_size=8, train_examples=4, eval_examples=2)
-    write_mqar(root / "fit", MQARSettings(batch_size=ROWS, **small))
-    write_mqar(root / "wide", MQARSettings(batch_size=4, **{**small, "eval_examples": 4}))
-    write_mqar(root / "large", MQARSettings(batch_size=ROWS, **{**small, "vocab_size": 64}))
-    return root
-
-
-def config(root: Path, **changes) -> TrainConfig:
-    values = dict(
-        train_directory=str(root / "train"),
-        valid_directory="",
-        test_directory="",
-        sp_model_prefix="",
-        epochs=2,
-        warmup_steps=1,
-    )
-    return TrainConfig(**{**values, **changes})
-
-
-def test_a_mixed_run_counts_the_mqar_batches_in_its_epochs(folders):
-    from partf.data.mqar import read_mqar
-
-    data = load_data(config(folders, mix_directory=str(folders / "fit_train"), mix_every=1))
-    assert data.batches_per_epoch == 6 and data.total_steps == 12
-    assert data.task == "text" and data.vocab_size == VOCAB and data.recall is None
-    got = list(data.train.dataset.as_numpy_iterator())
-    _, _, mqar_inputs, mqar_targets = read_mqar(folders / "fit_train")
-    for position, index in ((1, 0), (3, 1), (5, 0)):  # after each text batch, cycling
-        np.testing.assert_array_equal(got[position][0], mqar_inputs[index])
-        np.testing.assert_array_equal(got[position][1], mqar_targets[index])
-    # A run resumed at step 8 finishes epoch 1 from its third batch, in the mixed stream.
-    assert plan_segments(8, data.batches_per_epoch, data.total_steps) == [Segment(1, 2, 2, 6)]
-    recall = load_data(config(folders, recall_directory=str(folders / "fit_test")))
-    assert recall.batches_per_epoch == 3 and recall.recall.task == "mqar"
-    assert recall.recall.num_batches == 1
-
-
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        (
-            {"mix_directory": "wide_train"},
-            r"^--mix_directory .*wide_train has batches of 4x4 but the training records 2x4; "
-            r"build the \[mqar\] split with the text's --batch_size=2 and --seq_len=4\.$",
-        ),
-        (
-            {"recall_directory": "wide_test"},
-            r"^--recall_directory .*wide_test has batches of 4x4 but the training records 2x4",
-        ),
-        (
-            {"mix_directory": "large_train"},
-            r"^--mix_directory .*large_train has an MQAR vocabulary of 64 tokens but the "
-            r"text's has 50; build the \[mqar\] split with --vocab_size <= 50",
-        ),
-        (
-            {"recall_directory": "train"},
-            r"^--recall_directory .*train is not an MQAR split .*partf-build-data --task=mqar "
-            r"--batch_size=2 --seq_len=4\.$",
-        ),
-    ],
-)
-def test_an_mqar_split_that_does_not_fit_the_text_is_one_line(folders, changes, message):
-    changes = {key: str(folders / value) for key, value in changes.items()}
-    with pytest.raises(ConfigError, match=message):
-        load_data(config(folders, **changes))
-
-
-def test_mixing_into_mqar_or_masked_training_is_refused(folders):
-    with pytest.raises(ConfigError, match="the training records are mqar data"):
-        load_data(
-            config(
-                folders,
-                train_directory=str(folders / "fit_train"),
-                mix_directory=str(folders / "fit_train"),
-            )
-        )
-    with pytest.raises(ConfigError, match="use --objective=causal"):
-        config(folders, recall_directory=str(folders / "fit_test"), objective="mlm")
-    with pytest.raises(ConfigError, match="--mix_every must be >= 1"):
-        config(folders, mix_every=0)
 
 
 # ------------------------------------------------------------------ a whole run
