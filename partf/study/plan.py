@@ -23,6 +23,11 @@ A plan may also name a multi-query associative recall task (`partf.data.mqar`): 
 optionally `eval_pairs`, `train_examples`, `eval_examples`, `seed`), and arms with
 `task = "mqar"` train on it (the study writes its splits once under `<out>/data/mqar/`);
 the other arms train on `[data]`, which a plan of recall arms alone may leave out.
+Arms with `task = "text+mqar"` ask both questions of one model: they train on `[data]`
+with the [mqar] training split's batches mixed into the stream (`--mix_directory`, one
+after every `--mix_every` text batches) and score its test split by recall at the end
+(`--recall_directory`, results.json's "recall"); the [mqar] rows must then have the
+text's `batch_size` and `seq_len` (partf.training.mixing).
 
 Instead of records, `[data]` may name text (`text = "${DATA_DIR}"`: a folder with
 train.txt, valid.txt and test.txt, or one file, split by lines 90% / 5% / 5%) with
@@ -66,8 +71,11 @@ MQAR_KEYS = (
     "eval_examples",
     "seed",
 )
-#: The tasks an arm may train on.
-TASKS = ("text", "mqar")
+#: The tasks an arm may train on: the plan's [data], its [mqar] task, or its [data] with
+#: the [mqar] training split mixed in and its test split scored by recall at the end.
+TASKS = ("text", "mqar", "text+mqar")
+#: The tasks that read the [mqar] splits.
+MQAR_TASKS = ("mqar", "text+mqar")
 RECORD_KEYS = ("train", "valid", "test", "sp_model_prefix")
 TEXT_KEYS = ("text", "sp_model_prefix", "vocab_size", "batch_size", "seq_len")
 ARM_KEYS = (
@@ -135,7 +143,8 @@ class Run:
     """One partf-train run of a study: `name` (`<arm>-s<seed>`, or `<arm>-stage2-s<seed>`),
     `arm` (its report row, `<arm>` or `<arm>-stage2`), `seed`, `flags` (all but the output
     folder and name), `after` (the search a stage 2 derives from), `init_from` (the run
-    whose weights it starts from) and `task` ("text", the plan's [data], or "mqar")."""
+    whose weights it starts from) and `task` ("text", the plan's [data]; "mqar"; or
+    "text+mqar", [data] with the MQAR splits mixed in and scored)."""
 
     name: str
     arm: str
@@ -443,10 +452,24 @@ def load_plan(path: str | Path) -> Plan:
                 f"trained as long as it with nothing removed, one of {list(by_name)}.",
             )
     mqar = _mqar(path, table["mqar"]) if "mqar" in table else None
-    recall = [arm.name for arm in arms if arm.task == "mqar"]
+    recall = [arm for arm in arms if arm.task in MQAR_TASKS]
     if recall and mqar is None:
-        raise _fail(path, f"arm {recall[0]} has task = 'mqar' but the plan has no [mqar] table.")
-    text_arms = len(recall) < len(arms)
+        raise _fail(
+            path,
+            f"arm {recall[0].name} has task = '{recall[0].task}' but the plan has no [mqar] table.",
+        )
+    text_arms = any(arm.task != "mqar" for arm in arms)
+    data = _data(path, table.get("data")) if text_arms or "data" in table else None
+    mixed = [arm.name for arm in arms if arm.task == "text+mqar"]
+    if mixed and data is not None and data.text is not None:
+        shape, text_shape = (mqar["batch_size"], mqar["seq_len"]), (data.batch_size, data.seq_len)
+        if shape != text_shape:
+            raise _fail(
+                path,
+                f"arm {mixed[0]} mixes [mqar] batches of {shape[0]}x{shape[1]} into [data] "
+                f"batches of {text_shape[0]}x{text_shape[1]}; give [mqar] the batch_size "
+                "and seq_len of [data].",
+            )
     reference = table.get("reference")
     if reference is not None and reference not in arms_table:
         raise _fail(
@@ -455,7 +478,7 @@ def load_plan(path: str | Path) -> Plan:
     return Plan(
         path=path,
         description=str(table.get("description", "")),
-        data=_data(path, table.get("data")) if text_arms or "data" in table else None,
+        data=data,
         flags=_flags(path, "flags", table.get("flags", "")),
         arms=arms,
         seeds=tuple(seeds),

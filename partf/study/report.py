@@ -4,8 +4,10 @@ One table per backend and machine (rows measured on different ones never share a
 table; a run resumed on another one is "mixed" and gets a table of its own). One row
 per arm: the seeds finished of those planned, validation and test perplexity (exact,
 token-weighted) as mean and min-max over the finished seeds, each against the
-reference arm's mean, the architectures the runs ended with and the step from which
-each search had decided, forward FLOPs per token (blocks, and all with the output
+reference arm's mean, and for runs that also answered MQAR (`--recall_directory`, a
+plan's `task = "text+mqar"`) their recall accuracy beside them, in %; the architectures
+the runs ended with and the step from which each search had decided, forward FLOPs per
+token (blocks, and all with the output
 layer), its position against the hand-made front (the best of the control arms,
 `control = true`, and the reference at or below its FLOPs; for a conversion, which
 trained longer, its ratio to its matched arm against the front's to the reference) and
@@ -39,7 +41,14 @@ from typing import Any
 from partf.study.pareto import front_at, front_points, pareto_plot
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan
-from partf.study.recall import cost_lines, placement_table, recall_plot, recall_table, spread
+from partf.study.recall import (
+    accuracy,
+    cost_lines,
+    placement_table,
+    recall_plot,
+    recall_table,
+    spread,
+)
 from partf.study.runner import newest_step
 
 #: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
@@ -265,11 +274,16 @@ def table(
     front = front_points(rows, controls, reference)
     ref_valid = _mean(ref.values("valid", "perplexity")) if ref else None
     ref_flops = _mean(ref.values("flops_per_token", "total")) if ref else None
+    # Runs that also answered MQAR (--recall_directory): their accuracy beside perplexity.
+    recall = any(accuracy(r, "recall") is not None for row in rows for r in row.runs)
     lines = [
-        "| arm | seeds | valid ppl | vs ref | test ppl | vs ref | architectures (decided at) "
+        "| arm | seeds | valid ppl | vs ref | test ppl | vs ref | "
+        + ("recall accuracy % | " if recall else "")
+        + "architectures (decided at) "
         "| MFLOPs/token blocks | total | vs ref | vs hand-made front | vs matched "
         "| train TFLOPs | train steps/s | test ms/batch |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|" + ("---:|" if recall else "") + "---|---:|---:|---:|"
+        "---:|---:|---:|---:|---:|",
     ]
     side_by_side = any(r.speed for row in rows for r in row.runs)
     if side_by_side:
@@ -295,10 +309,13 @@ def table(
             versus_front = "-"  # trained longer than the front, and nothing matches it
         else:
             versus_front = against_front(mean_valid, _mean(flops), front, ref_valid, matched_valid)
+        answered = [v for r in row.runs if (v := accuracy(r, "recall")) is not None]
         lines.append(
             f"| {name} | {len(row.runs)}/{row.planned} | {spread(valid)} "
             f"| {_against(mean_valid, ref_valid)} | {spread(test)} "
-            f"| {_against(_mean(test), ref_test)} | {_architectures(row)} "
+            f"| {_against(_mean(test), ref_test)} | "
+            + (f"{spread(answered)} | " if recall else "")
+            + f"{_architectures(row)} "
             f"| {spread(blocks, 3)} | {spread(total, 3)} "
             f"| {_against(_mean(flops), ref_flops)} | {versus_front} "
             f"| {_against(mean_valid, matched_valid)} "
@@ -352,6 +369,11 @@ def write_report(
         "('-' for one with no matched arm). On the plot, conversions are triangles, each "
         "with an arrow from its matched arm.",
     ]
+    if any(accuracy(r, "recall") is not None for r in records if r.finished):
+        lines[-1] += (
+            " 'recall accuracy %': the answers of the [mqar] test split a run got exactly "
+            "right after training on text with MQAR batches mixed in."
+        )
     ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
     controls, matched = plan.control_arms(), plan.matched_arms()
     conversions = plan.conversion_arms()

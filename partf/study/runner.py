@@ -64,6 +64,9 @@ def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
     tokenizer = tokenizer_of(plan, paths)
     if tokenizer:
         data.append(f"--sp_model_prefix={tokenizer}")
+    if run.task == "text+mqar":  # recall asked of the text model: trained and scored
+        folders = mqar_folders(paths)
+        data += [f"--mix_directory={folders['train']}", f"--recall_directory={folders['test']}"]
     return [*data, *run.flags, f"--seed={run.seed}", *own]
 
 

@@ -108,7 +108,7 @@ def build_model(
     # Learned positions cannot raise inside compiled code: refuse a split whose streams
     # (one epoch, or one evaluation pass, between memory resets) outrun the table now.
     # An encoder's sequences are the rows of one batch.
-    for split in (data.train, data.valid, data.test):
+    for split in (data.train, data.valid, data.test, data.recall):
         if split is not None:
             try:
                 if config.objective == "mlm":

@@ -43,7 +43,12 @@ import numpy as np
 
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION, FormatError, format_problem
 from partf.training.atomic import TMP_PREFIX, atomic_write_bytes
-from partf.training.config import RESUMABLE_CHANGES, ConfigError, check_saved_config
+from partf.training.config import (
+    RESUMABLE_CHANGES,
+    ConfigError,
+    check_saved_config,
+    with_later_settings,
+)
 from partf.training.run_state import Clock, attach_fit_state
 
 if TYPE_CHECKING:
@@ -417,7 +422,7 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
         return Resumed()
     groups, meta, path = latest
     check_saved_config(meta["config"], f"checkpoint {path}")
-    differences = config_differences(meta["config"], built.full_config)
+    differences = config_differences(with_later_settings(meta["config"]), built.full_config)
     if differences:
         raise ConfigError(
             f"{folder} holds a run with another configuration "

@@ -63,6 +63,8 @@ RESUMABLE_CHANGES = (
     "valid_directory",
     "test_directory",
     "sp_model_prefix",
+    "mix_directory",
+    "recall_directory",
     "output_dir",
     "log_every",
     "eval_every",
@@ -78,6 +80,13 @@ RESUMABLE_CHANGES = (
     # is the same source.
     "init_from",
 )
+
+
+#: Training settings added after files of this format were first written, each with the
+#: value that leaves a run as it was before the setting existed: a saved configuration
+#: without one is read with that value, so that runs begun before it still resume and
+#: still give their stage 2 (`with_later_settings`).
+LATER_SETTINGS: dict[str, Any] = {"mix_directory": None, "mix_every": 1, "recall_directory": None}
 
 
 class ConfigError(UsageError):
@@ -112,6 +121,26 @@ class TrainConfig:
         "SentencePiece model prefix; gives the vocabulary size when the records carry no "
         "metadata.json",
         group=DATA,
+    )
+    # Recall beside perplexity (partf.training.mixing): an MQAR split mixed into the text
+    # stream, and one scored by its answers at the end (issue 65).
+    mix_directory: str | None = setting(
+        None,
+        "an MQAR split (partf-build-data --task=mqar, built with the records' --batch_size "
+        "and --seq_len) whose batches go between the training batches, one after every "
+        "--mix_every; its keys and values are used as token ids of the text's vocabulary",
+        group=DATA,
+        metavar="DIR",
+    )
+    mix_every: int = setting(
+        1, "with --mix_directory: text batches before each MQAR batch (1: half of them)", group=DATA
+    )
+    recall_directory: str | None = setting(
+        None,
+        "an MQAR split scored at the end by its answers (accuracy beside the loss, "
+        "results.json 'recall'), with the records' batch shape",
+        group=DATA,
+        metavar="DIR",
     )
     # Where results go: <output_dir>/{logs,checkpoints,plots}/<model_name>; partf-train
     # names a run after the current time unless --model_name is given.
@@ -257,6 +286,7 @@ class TrainConfig:
             "log_every": self.log_every,
             "plot_every": self.plot_every,
             "keep_checkpoints": self.keep_checkpoints,
+            "mix_every": self.mix_every,
         }
         for name, value in positive.items():
             if value < 1:
@@ -317,6 +347,11 @@ class TrainConfig:
             raise ConfigError(
                 "--objective=mlm trains on one device only so far; drop "
                 f"--distribution_strategy={self.distribution_strategy}."
+            )
+        if self.objective == "mlm" and (self.mix_directory or self.recall_directory):
+            raise ConfigError(
+                "--mix_directory and --recall_directory are next-token recall tasks; drop "
+                "them or use --objective=causal."
             )
         if self.opt_name.lower() not in OPTIMIZERS:
             raise ConfigError(
@@ -431,10 +466,19 @@ class TrainConfig:
         return cls(**values)
 
 
+def with_later_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved configuration ({"model": ..., "training": ...}) with each of
+    `LATER_SETTINGS` it lacks at the value that run trained with (the setting did not
+    exist yet); the settings it holds stay."""
+    return {**saved, "training": {**LATER_SETTINGS, **saved["training"]}}
+
+
 def check_saved_config(saved: Mapping[str, Any], what: str) -> None:
     """Refuses the configuration a run's file stores ({"model": ..., "training": ...}: a
     checkpoint's, results.json's) when it lacks a setting, rather than letting the setting
-    take today's default (FormatError, `partf.serialization.check_complete`)."""
+    take today's default (FormatError, `partf.serialization.check_complete`); those of
+    `LATER_SETTINGS` may be absent (`with_later_settings`)."""
     check_complete(saved["model"], ModelConfig, f"{what} (model settings)")
-    training = {"model": None, **saved["training"]}  # the model's are stored beside them
+    # The model's are stored beside them.
+    training = {"model": None, **with_later_settings(saved)["training"]}
     check_complete(training, TrainConfig, f"{what} (training settings)")

@@ -1,8 +1,9 @@
 """The end of a run: the final scores, results.json, the pi animation and the model.
 
 `finish(...)` scores the validation and test splits (each with its own memory, starting
-empty; the validation of the last step is reused), then writes everything a finished
-run leaves and returns the results.
+empty; the validation of the last step is reused) and, with --recall_directory, the
+MQAR split by its answers ("recall"), then writes everything a finished run leaves and
+returns the results.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def finish(
     valid_writer: Any,
     clock: Clock,
     expected: Any = None,
+    recall_evaluator: Any = None,
 ) -> dict[str, Any]:
     """Scores the splits, saves the model and writes results.json.
 
@@ -78,6 +80,10 @@ def finish(
         expected: a search's evaluator with expected block weights
             (`partf.training.evaluation.block_weights.expected_evaluator`): the splits are scored
             with it too, as results.json's "expected_weights"; None: not.
+        recall_evaluator: scores `data.recall` (--recall_directory) by its answers, after
+            the test split, its memory carried from batch to batch as for text: the
+            report (loss, accuracy, num_tokens the answers scored) is results.json's
+            "recall", and the validation writer's recall_loss and recall_accuracy.
 
     Returns:
         The results, as written to results.json.
@@ -110,8 +116,18 @@ def finish(
             report = score(expected, split.dataset, name, *_sizes(split))
             expected_scores[name] = report
             _log_scores(f"{name} (expected block weights)", report)
+    recall = None
+    if data.recall is not None:
+        recall = score_recall(recall_evaluator, data.recall)
+        seconds["recall"] = recall.pop("seconds_per_batch")
+        write_scalars(
+            valid_writer,
+            step,
+            {"recall_loss": recall["loss"], "recall_accuracy": recall["accuracy"]},
+        )
     if "valid" in scores:
         write_scalars(valid_writer, step, {"final_perplexity": scores["valid"]["perplexity"]})
+    if recall is not None or "valid" in scores:
         valid_writer.flush()
     train_loss = trained.train_loss
     results = {
@@ -131,6 +147,8 @@ def finish(
         },
         "valid": scores.get("valid"),
         "test": scores.get("test"),
+        # --recall_directory: the MQAR split's answers, scored after the test split.
+        "recall": recall,
         # A search scored by argmax: the same splits with the expected mixture of pi.
         "expected_weights": expected_scores or None,
         "objective": config.objective,
@@ -166,6 +184,22 @@ def finish(
         paths.results,
     )
     return results
+
+
+def score_recall(evaluator: Any, split: Any) -> dict[str, Any]:
+    """The recall split's `perplexity_report` (its "accuracy": the answers predicted
+    exactly, "num_tokens": the answers scored), with "seconds_per_batch"; logged."""
+    logger.info("scoring the recall split (%d batches)", split.num_batches)
+    began = time.perf_counter()
+    report = score(evaluator, split.dataset, "recall", *_sizes(split))
+    report["seconds_per_batch"] = (time.perf_counter() - began) / max(split.num_batches, 1)
+    logger.info(
+        "recall: loss %.4f, accuracy %.2f%% of %d answers",
+        report["loss"],
+        100.0 * report["accuracy"],
+        report["num_tokens"],
+    )
+    return report
 
 
 def train_flops(model: keras.Model, data: RunData, steps: int) -> dict[str, float]:

@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from partf.models.config import DATA_FIELDS
-from partf.training.config import ConfigError, TrainConfig, check_saved_config
+from partf.training.config import (
+    ConfigError,
+    TrainConfig,
+    check_saved_config,
+    with_later_settings,
+)
 
 #: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
 #: scratch unless its own command line gives --init_from (a fine-tune of the search).
@@ -89,7 +94,8 @@ def read_search(folder: str | Path) -> FinishedSearch:
             pi=results["pi"],
             candidates=results["candidates"],
             model=results["config"]["model"],
-            training=results["config"]["training"],
+            # A search run before a setting existed trained without it.
+            training=with_later_settings(results["config"])["training"],
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise ConfigError(

@@ -207,6 +207,8 @@ class RunData:
         vocab_size: from the records' metadata, else the tokenizer.
         total_steps: updates the run makes: epochs x batches per epoch, capped by max_steps.
         masking: how the training batches are masked (--objective=mlm), else None.
+        recall: the MQAR split scored by its answers at the end (--recall_directory),
+            else None.
     """
 
     train: Split
@@ -215,6 +217,7 @@ class RunData:
     vocab_size: int
     total_steps: int
     masking: Masking | None = None
+    recall: Split | None = None
 
     @property
     def batches_per_epoch(self) -> int:
@@ -236,9 +239,13 @@ class RunData:
 def load_data(config: TrainConfig) -> RunData:
     """The `RunData` of the splits `config` names, checked to fit together.
 
+    With --mix_directory the training split is the mixed stream of
+    `partf.training.mixing`, and its `num_batches` (the batches per epoch) counts the
+    MQAR batches too.
+
     Raises:
         ConfigError: a missing folder, splits of different batch shapes, no way to tell
-            the vocabulary size.
+            the vocabulary size, an MQAR split that does not fit the text.
         DataError: empty or damaged records.
     """
     sp = config.sp_model_prefix
@@ -259,6 +266,12 @@ def load_data(config: TrainConfig) -> RunData:
                 f"{train.task}; give every split of the same task."
             )
     vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
+    # An MQAR split scored by its answers at the end, and one mixed into the training.
+    recall = None
+    if config.recall_directory:
+        recall = task_split(config.recall_directory, "--recall_directory", train, vocab_size)
+    if config.mix_directory:
+        train = _mix(config, train, vocab_size)
     masking = None
     if config.objective == "mlm":
         if keras.backend.backend() != "tensorflow":
@@ -289,7 +302,77 @@ def load_data(config: TrainConfig) -> RunData:
             config.warmup_steps,
             total_steps,
         )
-    return RunData(train, valid, test, vocab_size, total_steps, masking)
+    return RunData(train, valid, test, vocab_size, total_steps, masking, recall)
+
+
+def task_split(directory: str, flag: str, train: Split, vocab_size: int) -> Split:
+    """The MQAR split `directory` names (`flag` is its flag, for messages), checked to fit
+    the training records: the same batch shape, and its tokens ids of the text's
+    vocabulary (partf.training.mixing).
+
+    Raises:
+        ConfigError: not an MQAR split, another batch shape, too large a vocabulary.
+        DataError: a damaged split file.
+    """
+    from partf.data.mqar import is_mqar
+
+    if not is_mqar(directory):
+        raise ConfigError(
+            f"{flag} {directory} is not an MQAR split (a folder with mqar.json); write one "
+            f"with partf-build-data --task=mqar --batch_size={train.batch_size} "
+            f"--seq_len={train.seq_len}."
+        )
+    split = _mqar_split(Path(directory))
+    if (split.batch_size, split.seq_len) != (train.batch_size, train.seq_len):
+        raise ConfigError(
+            f"{flag} {directory} has batches of {split.batch_size}x{split.seq_len} but the "
+            f"training records {train.batch_size}x{train.seq_len}; build the [mqar] split "
+            f"with the text's --batch_size={train.batch_size} and --seq_len={train.seq_len}."
+        )
+    if split.vocab_size > vocab_size:
+        raise ConfigError(
+            f"{flag} {directory} has an MQAR vocabulary of {split.vocab_size} tokens but the "
+            f"text's has {vocab_size}; build the [mqar] split with --vocab_size <= "
+            f"{vocab_size}, its tokens being ids of the text's vocabulary."
+        )
+    return split
+
+
+def mixed_split(train: Split, mqar: Split, every: int) -> Split:
+    """`train` with a batch of `mqar` after every `every` of its batches
+    (`partf.training.mixing`): a split of `train.num_batches + train.num_batches // every`
+    batches, of the same kind as `train.dataset` (a `tf.data.Dataset`, or `ArrayBatches`)."""
+    from partf.training.mixing import mix_choices, mixed_arrays, mixed_dataset
+
+    choices = mix_choices(train.num_batches, every)
+    if isinstance(train.dataset, ArrayBatches):
+        text, task = train.dataset, mqar.dataset
+        mixed = mixed_arrays((text.inputs, text.targets), (task.inputs, task.targets), choices)
+        dataset: Any = ArrayBatches(*mixed)
+    else:
+        dataset = mixed_dataset(train.dataset, mqar.dataset, choices)
+    return dataclasses.replace(train, dataset=dataset, num_batches=len(choices))
+
+
+def _mix(config: TrainConfig, train: Split, vocab_size: int) -> Split:
+    """The training split with the batches of --mix_directory mixed in."""
+    if train.task != "text":
+        raise ConfigError(
+            f"--mix_directory mixes MQAR batches into text, but the training records are "
+            f"{train.task} data; drop --mix_directory or train on text records."
+        )
+    mqar = task_split(config.mix_directory, "--mix_directory", train, vocab_size)
+    mixed = mixed_split(train, mqar, config.mix_every)
+    logger.info(
+        "%d MQAR batches of %s mixed into the %d text batches of each epoch (one after every "
+        "%d): %d batches per epoch",
+        mixed.num_batches - train.num_batches,
+        config.mix_directory,
+        train.num_batches,
+        config.mix_every,
+        mixed.num_batches,
+    )
+    return mixed
 
 
 def _mask_id(config: TrainConfig, train: Split, *others: Split | None) -> int:

@@ -21,8 +21,8 @@ reads top to bottom):
    loss or a loss spike stops the run, SIGINT/SIGTERM checkpoint and stop; the trainer
    then asks the callbacks why (`first_stop`) and raises.
 5. `finish(...) -> results`: score the validation and test splits (each with its own
-   memory, starting empty), write `results.json`, the animated GIF of pi, and the model
-   as `.keras`.
+   memory, starting empty) and, with --recall_directory, the MQAR split by its answers;
+   write `results.json`, the animated GIF of pi, and the model as `.keras`.
 
 Everything that can reject the inputs (stages 1 to 3) runs before anything is written.
 
@@ -36,7 +36,8 @@ Output layout, under `output_dir`:
 
     logs/<model_name>/train/        TensorBoard: loss, perplexity, lr, tau, tokens_per_second,
                                     pi/block_<i>/<candidate>, pi heatmap images
-    logs/<model_name>/valid/        TensorBoard: loss, perplexity, perplexity_original, ...
+    logs/<model_name>/valid/        TensorBoard: loss, perplexity, perplexity_original, ...,
+                                    final_perplexity, recall_loss, recall_accuracy
     logs/<model_name>/training.log  configuration, model summary, progress
     checkpoints/<model_name>/       config.json, ckpt-<step>.npz (newest 5), results.json,
                                     <model_name>.keras (the final model)
@@ -273,14 +274,16 @@ class Trainer:
         with _log_to_file(paths.training_log):
             log_run_start(paths, built, data, resumed.step)
 
-            def new_evaluator(mode: str | None = None) -> Any:
+            def new_evaluator(mode: str | None = None, accuracy: bool | None = None) -> Any:
                 # A recall task is scored by its exact answers, beside the loss.
-                accuracy = data.task == "mqar"
+                accuracy = data.task == "mqar" if accuracy is None else accuracy
                 return make_evaluator(
                     built.model, strategy, data.train.batch_size, config.jit_compile, mode, accuracy
                 )
 
             self.evaluator = evaluator = new_evaluator()
+            # --recall_directory: an MQAR split scored by its answers at the end.
+            recall = new_evaluator(accuracy=True) if data.recall is not None else None
             self.progress = progress = RunProgress(
                 data.batches_per_epoch, data.total_steps, data.tokens_per_batch
             )
@@ -317,7 +320,16 @@ class Trainer:
                 valid_report_step=validation.report_step if validation else None,
             )
             return finish(
-                config, paths, built, data, evaluator, trained, own.writers.valid, clock, expected
+                config,
+                paths,
+                built,
+                data,
+                evaluator,
+                trained,
+                own.writers.valid,
+                clock,
+                expected,
+                recall,
             )
 
 

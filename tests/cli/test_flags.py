@@ -122,6 +122,10 @@ ADDED_FLAGS = {
     "--search_cost": ("search_cost", "str", None, ("flops", "time")),
     "--arch_freeze_fraction": ("arch_freeze_fraction", "float", None),
     "--search": ("search", "str", "original", ("original", "par")),
+    # Recall beside perplexity: MQAR mixed into text, and scored at the end (issue 65).
+    "--mix_directory": ("mix_directory", "str", None),
+    "--mix_every": ("mix_every", "int", 1),
+    "--recall_directory": ("recall_directory", "str", None),
     # The speed options of issue 49: chunked causal scores, the compiled JAX loop.
     "--attn_query_chunk": ("attn_query_chunk", "int", None),
     "--attn_relative_query_chunk": ("attn_relative_query_chunk", "int", None),
@@ -195,6 +199,9 @@ ADDED_DEFAULTS = {
     "drop_attention": 0,
     "drop_attention_to": "identity",
     "compiled_loop": False,
+    "mix_directory": None,
+    "mix_every": 1,
+    "recall_directory": None,
 }
 
 RECORDED_DEFAULTS = {

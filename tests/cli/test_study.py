@@ -21,7 +21,7 @@ TINY = str(Path(__file__).resolve().parents[2] / "studies" / "tiny.toml")
         (["missing.toml"], "does not exist; give a TOML file"),
         (
             [TINY, "--arms", "nope"],
-            "--arms nope is not in the plan; its arms: conv, par, recall, txl.",
+            "--arms nope is not in the plan; its arms: conv, mixed, par, recall, txl.",
         ),
         ([TINY, "--seeds", "7"], "--seeds 7 is not in the plan; its seeds: [0, 1]."),
         ([TINY, "--workers", "0"], "--workers must be 1 or more, not 0."),

@@ -18,9 +18,17 @@ par = { flags = "--search=par", stage2 = true }
 """
 
 
-def fake_run(paths: StudyPaths, name: str, valid: float, flops: float, where: list[str]):
-    """Writes what the report reads of a finished run: its results.json, and its record of
-    the backends it ran on (`where`, one per launch)."""
+def fake_run(
+    paths: StudyPaths,
+    name: str,
+    valid: float,
+    flops: float,
+    where: list[str],
+    recall: float | None = None,
+):
+    """Writes what the report reads of a finished run: its results.json (with `recall`,
+    the accuracy of a --recall_directory), and its record of the backends it ran on
+    (`where`, one per launch)."""
     folder = paths.checkpoints(name)
     folder.mkdir(parents=True)
     results = {
@@ -31,6 +39,8 @@ def fake_run(paths: StudyPaths, name: str, valid: float, flops: float, where: li
         "search": {"preset": "par"} if name.startswith("par-s") else None,
         "eval_ms_per_batch": {"test": 2.0},
     }
+    if recall is not None:
+        results["recall"] = {"loss": 1.0, "accuracy": recall, "num_tokens": 64}
     (folder / "results.json").write_text(json.dumps(results))
     launches = [{"backend": b, "machine": "m"} for b in where]
     paths.record(name).write_text(json.dumps({"launches": launches}))

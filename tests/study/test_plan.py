@@ -16,7 +16,15 @@ STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
 @pytest.mark.parametrize(
-    "name", ["tiny.toml", "base.toml", "long_context.toml", "eva_mask.toml", "recall.toml"]
+    "name",
+    [
+        "tiny.toml",
+        "base.toml",
+        "long_context.toml",
+        "eva_mask.toml",
+        "recall.toml",
+        "recall_text.toml",
+    ],
 )
 def test_shipped_plans_load_and_their_flags_parse(name):
     plan = load_plan(STUDIES / name)
@@ -247,12 +255,87 @@ def test_a_plan_mixing_text_and_recall_arms_gives_each_its_data(tmp_path):
     ("change", "message"),
     [
         ('task = "mqar"', r"has no \[mqar\] table"),
-        ('task = "vision"', "task must be one of text, mqar"),
+        ('task = "vision"', r"task must be one of text, mqar, text\+mqar"),
+        ('task = "text+mqar"', r"arm r has task = 'text\+mqar' but the plan has no \[mqar\]"),
     ],
 )
 def test_bad_task_keys_are_refused(tmp_path, change, message):
     with pytest.raises(PlanError, match=message):
         load_plan(write(tmp_path, GOOD + f"[arms.r]\nflags = ''\n{change}\n"))
+
+
+TEXT_AND_RECALL = """
+seeds = [2]
+flags = "--d_model=16 --mix_every=2"
+[data]
+text = "corpus"
+batch_size = 8
+seq_len = 64
+sp_model_prefix = "tokenizer/spm"
+[mqar]
+seq_len = 64
+batch_size = 8
+vocab_size = 64
+pairs = [4, 8]
+[arms]
+both = { task = "text+mqar", flags = "--architecture='A D'", stage2 = false }
+text = "--architecture='A D'"
+"""
+
+
+def test_text_and_recall_arms_train_on_the_text_with_the_mqar_splits_mixed_in(tmp_path):
+    plan = load_plan(write(tmp_path, TEXT_AND_RECALL))
+    runs = {run.name: run for run in plan.runs()}
+    assert runs["both-s2"].task == "text+mqar" and plan.data.text == str(tmp_path / "corpus")
+    paths = StudyPaths(tmp_path / "out")
+    args = train_args(plan, paths, runs["both-s2"])
+    data, mqar = tmp_path / "out" / "data", tmp_path / "out" / "data" / "mqar" / "mqar"
+    # The text's records and tokenizer, the MQAR training split mixed in, its test split
+    # scored, then the shared and the arm's flags.
+    assert args == [
+        *(
+            f"--{split}_directory={data / 'records'}_{split}"
+            for split in ("train", "valid", "test")
+        ),
+        f"--sp_model_prefix={tmp_path / 'tokenizer' / 'spm'}",
+        f"--mix_directory={mqar}_train",
+        f"--recall_directory={mqar}_test",
+        "--d_model=16",
+        "--mix_every=2",
+        "--architecture=A D",
+        "--seed=2",
+        "--model_name=both-s2",
+        f"--output_dir={tmp_path / 'out' / 'runs' / 'both-s2'}",
+    ]
+    assert not any("mqar" in a for a in train_args(plan, paths, runs["text-s2"]))
+
+
+def test_text_and_recall_arms_need_the_mqar_rows_of_the_text(tmp_path):
+    text = TEXT_AND_RECALL.replace("[mqar]\nseq_len = 64", "[mqar]\nseq_len = 32")
+    with pytest.raises(PlanError) as raised:
+        load_plan(write(tmp_path, text))
+    assert str(raised.value).endswith(
+        "arm both mixes [mqar] batches of 8x32 into [data] batches of 8x64; give [mqar] "
+        "the batch_size and seq_len of [data]."
+    )
+
+
+def test_a_stage_2_or_conversion_of_a_text_and_recall_arm_keeps_its_data(tmp_path):
+    """A stage 2 reads its search's settings (the MQAR folders among them, as partf-train
+    --from_search takes them); a conversion of the arm is given them again."""
+    extra = (
+        'search = { task = "text+mqar", flags = "--search=par", stage2 = true }\n'
+        'conv = { task = "text+mqar", init_from = "both", matched = "both", flags = "" }\n'
+    )
+    plan = load_plan(write(tmp_path, TEXT_AND_RECALL + extra))
+    runs = {run.name: run for run in plan.runs()}
+    paths = StudyPaths(tmp_path / "out")
+    stage2 = train_args(plan, paths, runs["search-stage2-s2"])
+    assert stage2[0] == f"--from_search={paths.checkpoints('search-s2')}"
+    assert not any(a.startswith(("--mix_directory", "--train_directory")) for a in stage2)
+    conv = train_args(plan, paths, runs["conv-s2"])
+    assert f"--init_from={paths.checkpoints('both-s2')}" in conv
+    assert any(a.startswith("--mix_directory=") for a in conv)
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,29 @@ def test_the_report_separates_backends_and_compares_with_the_reference(tmp_path)
     assert "par-stage2" not in jax.split("## mixed")[0]
     assert "- par-s1: not started" in report
     assert (paths.out / "pareto.png").is_file() and (paths.out / "pareto-2.png").is_file()
+    assert "recall accuracy" not in report  # no run answered MQAR
+
+
+def test_runs_that_answered_mqar_show_their_recall_accuracy_beside_perplexity(tmp_path):
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    paths = StudyPaths(tmp_path / "out")
+    fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"], recall=0.5)
+    fake_run(paths, "txl-s1", 42.0, 3e6, ["jax"], recall=0.25)
+    fake_run(paths, "par-s0", 44.1, 2e6, ["jax"])  # a run without a recall split
+    report = write_report(load_plan(plan_file), paths).read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| arm"))
+    assert header.startswith(
+        "| arm | seeds | valid ppl | vs ref | test ppl | vs ref | recall accuracy % | architectures"
+    )
+    rule = report.splitlines()[report.splitlines().index(header) + 1]
+    assert rule.count("|") == header.count("|")
+    txl = next(line for line in report.splitlines() if line.startswith("| **txl**"))
+    par = next(line for line in report.splitlines() if line.startswith("| par |"))
+    # The mean and range of its runs' accuracy, in %, after the test perplexity.
+    assert "| 40.00 (39.00-41.00) | +0.0% | 37.50 (25.00-50.00) | `A D`" in txl
+    assert "| 44.10 | +7.6% | 43.10 | +7.8% | - | `A D` (undecided) |" in par
+    assert "'recall accuracy %': the answers of the [mqar] test split" in report
 
 
 CONVERSION_PLAN = """

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "studies" / "tiny.toml"
 RUNS = [
-    *(f"{arm}-s{seed}" for seed in (0, 1) for arm in ("txl", "par", "conv", "recall")),
+    *(f"{arm}-s{seed}" for seed in (0, 1) for arm in ("txl", "par", "conv", "recall", "mixed")),
     *(f"{arm}-stage2-s{seed}" for seed in (0, 1) for arm in ("par", "conv", "recall")),
 ]
 
@@ -99,7 +99,7 @@ def derived(search: dict) -> str:
     return searched_architecture(search["pi"], search["candidates"])
 
 
-@pytest.mark.slow  # the module fixture runs the 14-run plan: about 5 minutes
+@pytest.mark.slow  # the module fixture runs the 16-run plan: about 6 minutes
 def test_the_plan_runs_to_the_end_with_two_workers(whole):
     out, status, output, *_ = whole
     assert status == 0, output
@@ -133,6 +133,17 @@ def test_the_plan_runs_to_the_end_with_two_workers(whole):
         assert set(json.loads((table / "cost_table.json").read_text())["costs"]) == {
             "dense", "identity", "norm", "relative"
         }  # fmt: skip
+        # The text arm with recall mixed in trains on the text and the MQAR training
+        # split, one MQAR batch after every second text batch, and is scored on both.
+        mixed = results(out, f"mixed-s{seed}")
+        training = mixed["config"]["training"]
+        assert "records_train" in training["train_directory"]
+        assert "mqar_train" in training["mix_directory"]
+        assert "mqar_test" in training["recall_directory"]
+        text_batches = results(out, f"txl-s{seed}")["data"]["batches_per_epoch"]
+        assert mixed["data"]["batches_per_epoch"] == text_batches + text_batches // 2
+        assert mixed["test"]["perplexity"] > 1 and 0.0 <= mixed["recall"]["accuracy"] <= 1.0
+        assert mixed["recall"]["num_tokens"] == 16 * 2  # 16 examples of 2 answers
     # Two at once: some run started before another had finished.
     starts = [line for line in output.splitlines() if ": starting (2 running" in line]
     assert starts, output
@@ -140,13 +151,14 @@ def test_the_plan_runs_to_the_end_with_two_workers(whole):
     assert (out / "recall.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "### Recall (" in report and "- recall-s0: dense " in report
+    assert "| recall accuracy % |" in report
 
 
 @pytest.mark.slow  # reads the whole plan run
 def test_a_second_invocation_trains_nothing(whole):
     out, _, _, again_status, again, seconds = whole
     assert again_status == 0, again
-    assert "14 of 14 runs finished before; 0 to go" in again
+    assert "16 of 16 runs finished before; 0 to go" in again
     assert "starting" not in again and "resuming" not in again
     assert seconds < 60
 
@@ -160,8 +172,10 @@ def test_the_report_means_are_the_runs_own(whole):
         for line in report.splitlines()
         if line.startswith("| ") and not line.startswith("| arm")
     }
+    header = next(line for line in report.splitlines() if line.startswith("| arm"))
+    total = [c.strip() for c in header.split("|")].index("total")  # after recall accuracy
     assert set(rows) == {
-        "txl", "par", "par-stage2", "conv", "conv-stage2", "recall", "recall-stage2"
+        "txl", "par", "par-stage2", "conv", "conv-stage2", "recall", "recall-stage2", "mixed"
     }  # fmt: skip
     for arm, names in {
         "txl": ["txl-s0", "txl-s1"],
@@ -175,13 +189,12 @@ def test_the_report_means_are_the_runs_own(whole):
         assert cells[2] == "2/2"
         assert cells[3] == f"{statistics.fmean(valid):.2f} ({min(valid):.2f}-{max(valid):.2f})"
         assert cells[5] == f"{statistics.fmean(test):.2f} ({min(test):.2f}-{max(test):.2f})"
-        assert cells[9].startswith(f"{statistics.fmean(flops):.3f}")
+        assert cells[total].startswith(f"{statistics.fmean(flops):.3f}")
     # A conversion's training compute counts the txl it started from.
     for seed in (0, 1):
         conv = results(out, f"conv-s{seed}")["train_flops"]["total"]
         txl = results(out, f"txl-s{seed}")["train_flops"]["total"]
         assert conv > 0 and txl > 0
-    header = next(line for line in report.splitlines() if line.startswith("| arm"))
     compute = [c.strip() for c in header.split("|")].index("train TFLOPs")
     conv_cells = [c.strip() for c in rows["conv"].split("|")]
     sums = [
@@ -204,7 +217,7 @@ def test_a_killed_study_resumes_to_the_same_results(whole, interrupted):
     assert listed[0] == 0
     lines = [line for line in listed[1].splitlines() if line.startswith("partf-train ")]
     names = [line.split("--model_name=")[1].split()[0] for line in lines]
-    assert names == ["txl-s0", "par-s0", "recall-s0"]
+    assert names == ["txl-s0", "par-s0", "recall-s0", "mixed-s0"]
     assert term[0] == 128 + signal.SIGTERM, term[1]
     assert "resumes next time" in term[1]
     assert final[0] == 0, final[1]
@@ -241,7 +254,7 @@ def test_the_plan_runs_on_jax_without_tensorflow(whole, tmp_path):
     process = study(out, "--seeds", "0", "--workers", "2", env=env)
     status, output = finish(process)
     assert status == 0, output
-    for name in ("txl-s0", "par-s0", "par-stage2-s0"):
+    for name in ("txl-s0", "par-s0", "par-stage2-s0", "mixed-s0"):
         got = results(out, name)
         assert got["test"]["perplexity"] > 1
         log = (out / "runs" / name / "console.log").read_text()

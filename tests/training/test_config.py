@@ -58,3 +58,29 @@ def test_json_round_trip(changes):
     values = json.loads(json.dumps(config.to_dict()))
     assert values["model"] == config.model.to_dict() and values["model"]["vocab_size"] is None
     assert TrainConfig.from_dict(values) == config
+
+
+def test_a_saved_config_from_before_the_later_settings_reads_them_as_off():
+    """A checkpoint or results.json written before --mix_directory and its kin existed
+    lacks them: it is read with each at the value that run trained with, so it resumes
+    (no difference from a run of the same flags) and gives its stage 2; another missing
+    setting is still refused."""
+    from partf.serialization import FormatError
+    from partf.training.checkpoint import config_differences
+    from partf.training.config import LATER_SETTINGS, check_saved_config, with_later_settings
+
+    model = ModelConfig(vocab_size=100, batch_size=8, tau_steps=10, cutoffs=(50,)).to_dict()
+    current = {"model": model, "training": TrainConfig().training_dict()}
+    older = {"model": model, "training": dict(current["training"])}
+    for name in LATER_SETTINGS:
+        del older["training"][name]
+    check_saved_config(older, "an older checkpoint")
+    assert with_later_settings(older) == current
+    assert config_differences(with_later_settings(older), current) == []
+    mixed = TrainConfig(mix_directory="mqar_train", mix_every=2).training_dict()
+    assert config_differences(with_later_settings(older), {"model": model, "training": mixed}) == [
+        "mix_every: 1 -> 2"  # the folder may move, as the records may
+    ]
+    del older["training"]["epochs"]
+    with pytest.raises(FormatError, match="lacks epochs, which every format"):
+        check_saved_config(older, "an older checkpoint")

@@ -157,3 +157,17 @@ def test_model_flags_are_checked_with_the_search_fields_they_join(tmp_path):
     assert (config.model.d_model, config.model.num_heads) == (12, 3)
     with pytest.raises(ConfigError, match="not divisible by num_heads=5"):
         config_from_search(folder, TrainConfig(), explicit=set(), model={"num_heads": 5})
+
+
+def test_a_search_from_before_the_later_settings_gives_its_stage_2(tmp_path):
+    """results.json of a search run before --mix_directory existed: its stage 2 takes those
+    settings as the search trained, off."""
+    from partf.training.config import LATER_SETTINGS
+
+    folder = _write_search(tmp_path / "s", _SEARCHED_MODEL)
+    results = json.loads((folder / "results.json").read_text())
+    for name in LATER_SETTINGS:
+        del results["config"]["training"][name]
+    (folder / "results.json").write_text(json.dumps(results))
+    config = config_from_search(folder, TrainConfig(), explicit=set())
+    assert (config.mix_directory, config.mix_every, config.recall_directory) == (None, 1, None)

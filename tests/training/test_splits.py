@@ -1,5 +1,6 @@
 """A run's records (`partf.training.splits`): each split's batches and text counts, the
-numpy batches the JAX backend trains on, and the checks that the splits fit together."""
+numpy batches the JAX backend trains on, the checks that the splits fit together, and
+the MQAR splits of --mix_directory and --recall_directory read beside the text."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 from partf.training.config import ConfigError, TrainConfig
+from partf.training.fitting import plan_segments
+from partf.training.run_state import Segment
 from partf.training.splits import ArrayBatches, Split, load_data, load_split, vocab_size_of
 
 VOCAB = 50
@@ -103,3 +106,85 @@ def test_without_metadata_the_vocabulary_comes_from_the_tokenizer(tmp_path):
     assert vocab_size_of([unknown, Split(None, 1, 2, 4, 77, {})], "") == 77
     with pytest.raises(ConfigError, match="cannot tell the vocabulary size: .* pass --sp_model"):
         vocab_size_of([unknown], str(tmp_path / "missing"))
+
+
+# ------------------------------------------------------------------ recall tasks
+@pytest.fixture(scope="module")
+def mqar_folders(tmp_path_factory):
+    """MQAR splits that fit the `train` records (`fit_train`: 2 batches of 2 x 4,
+    `fit_test`: 1), and that do not (`wide_*`: 4 rows a batch; `large_*`: vocabulary 64,
+    above the records' 50). The `train` records themselves are no MQAR split."""
+    from partf.data.mqar import MQARSettings, write_mqar
+
+    root = tmp_path_factory.mktemp("mqar")
+    small = dict(seq_len=4, pairs=(1,), vocab_size=8, train_examples=4, eval_examples=2)
+    write_mqar(root / "fit", MQARSettings(batch_size=2, **small))
+    write_mqar(root / "wide", MQARSettings(batch_size=4, **{**small, "eval_examples": 4}))
+    write_mqar(root / "large", MQARSettings(batch_size=2, **{**small, "vocab_size": 64}))
+    return root
+
+
+def test_a_mixed_run_counts_the_mqar_batches_in_its_epochs(records, mqar_folders):
+    from partf.data.mqar import read_mqar
+
+    data = load_data(config(records, mix_directory=str(mqar_folders / "fit_train"), mix_every=1))
+    assert data.batches_per_epoch == 6 and data.total_steps == 12
+    assert data.task == "text" and data.vocab_size == VOCAB and data.recall is None
+    got = list(data.train.dataset.as_numpy_iterator())
+    _, _, mqar_inputs, mqar_targets = read_mqar(mqar_folders / "fit_train")
+    for position, index in ((1, 0), (3, 1), (5, 0)):  # after each text batch, cycling
+        np.testing.assert_array_equal(got[position][0], mqar_inputs[index])
+        np.testing.assert_array_equal(got[position][1], mqar_targets[index])
+    # A run resumed at step 8 finishes epoch 1 from its third batch, in the mixed stream.
+    assert plan_segments(8, data.batches_per_epoch, data.total_steps) == [Segment(1, 2, 2, 6)]
+    recall = load_data(config(records, recall_directory=str(mqar_folders / "fit_test")))
+    assert recall.batches_per_epoch == 3 and recall.recall.task == "mqar"
+    assert recall.recall.num_batches == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"mix_directory": "wide_train"},
+            r"^--mix_directory .*wide_train has batches of 4x4 but the training records 2x4; "
+            r"build the \[mqar\] split with the text's --batch_size=2 and --seq_len=4\.$",
+        ),
+        (
+            {"recall_directory": "wide_test"},
+            r"^--recall_directory .*wide_test has batches of 4x4 but the training records 2x4",
+        ),
+        (
+            {"mix_directory": "large_train"},
+            r"^--mix_directory .*large_train has an MQAR vocabulary of 64 tokens but the "
+            r"text's has 50; build the \[mqar\] split with --vocab_size <= 50",
+        ),
+        (
+            {"recall_directory": "train"},
+            r"^--recall_directory .*train is not an MQAR split .*partf-build-data --task=mqar "
+            r"--batch_size=2 --seq_len=4\.$",
+        ),
+    ],
+)
+def test_an_mqar_split_that_does_not_fit_the_text_is_one_line(
+    records, mqar_folders, changes, message
+):
+    folder = {"train": records / "train"}  # text records, no MQAR split
+    changes = {key: str(folder.get(value, mqar_folders / value)) for key, value in changes.items()}
+    with pytest.raises(ConfigError, match=message):
+        load_data(config(records, **changes))
+
+
+def test_mixing_into_mqar_or_masked_training_is_refused(records, mqar_folders):
+    with pytest.raises(ConfigError, match="the training records are mqar data"):
+        load_data(
+            config(
+                records,
+                train_directory=str(mqar_folders / "fit_train"),
+                mix_directory=str(mqar_folders / "fit_train"),
+            )
+        )
+    with pytest.raises(ConfigError, match="use --objective=causal"):
+        config(records, recall_directory=str(mqar_folders / "fit_test"), objective="mlm")
+    with pytest.raises(ConfigError, match="--mix_every must be >= 1"):
+        config(records, mix_every=0)
