@@ -86,7 +86,12 @@ RESUMABLE_CHANGES = (
 #: value that leaves a run as it was before the setting existed: a saved configuration
 #: without one is read with that value, so that runs begun before it still resume and
 #: still give their stage 2 (`with_later_settings`).
-LATER_SETTINGS: dict[str, Any] = {"mix_directory": None, "mix_every": 1, "recall_directory": None}
+LATER_SETTINGS: dict[str, Any] = {
+    "mix_directory": None,
+    "mix_every": 1,
+    "recall_directory": None,
+    "drop_attention_to": "identity",
+}
 
 
 class ConfigError(UsageError):

@@ -61,10 +61,10 @@ def test_json_round_trip(changes):
 
 
 def test_a_saved_config_from_before_the_later_settings_reads_them_as_off():
-    """A checkpoint or results.json written before --mix_directory and its kin existed
-    lacks them: it is read with each at the value that run trained with, so it resumes
-    (no difference from a run of the same flags) and gives its stage 2; another missing
-    setting is still refused."""
+    """A checkpoint or results.json written before --mix_directory and its kin (or
+    --drop_attention_to) existed lacks them: it is read with each at the value that run
+    trained with, so it resumes (no difference from a run of the same flags) and gives its
+    stage 2; another missing setting is still refused."""
     from partf.serialization import FormatError
     from partf.training.checkpoint import config_differences
     from partf.training.config import LATER_SETTINGS, check_saved_config, with_later_settings
