@@ -1,12 +1,16 @@
 """A tiny fixed Transformer-XL saved as a finished run, for the tests of what reads one
 (`--init_from`, `--drop_attention`); and the trainer's tiny runs on learnable records, for
-the tests of the trainer and of what a run leaves (`partf.training.results`)."""
+the tests of the trainer and of what a run leaves (`partf.training.results`), with
+`interrupted_and_whole` for the tests that a resumed run ends like an uninterrupted one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
+from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
@@ -115,3 +119,36 @@ class SigintAt(keras.callbacks.Callback):
         if batch >= self.batch and not self.sent:
             self.sent = True
             os.kill(os.getpid(), signal.SIGINT)
+
+
+@dataclasses.dataclass
+class Interrupted:
+    """An uninterrupted run and the same run stopped by SIGINT, then resumed."""
+
+    whole: TrainConfig
+    whole_results: dict
+    split: TrainConfig
+    resumed_results: dict
+    stopped: Any  # the TrainingInterrupted the stopped run raised
+    checkpoints: list  # (step, path) of the stopped run's checkpoints before it resumed
+
+
+def interrupted_and_whole(records, tmp_path_factory, **changes) -> Interrupted:
+    """Trains `train_config(records, ..., **changes)` once through, and once stopped by
+    SIGINT at the first execution past batch 1 and resumed from its checkpoint."""
+    from partf.training.checkpoint import CheckpointManager
+    from partf.training.trainer import RunPaths, TrainingInterrupted, train
+
+    whole = train_config(records, tmp_path_factory.mktemp("whole"), **changes)
+    whole_results = train(whole)
+    split = train_config(records, tmp_path_factory.mktemp("split"), **changes)
+    try:
+        train(split, callbacks=[SigintAt(batch=1)])
+    except TrainingInterrupted as error:
+        stopped = error
+    else:
+        raise AssertionError("the run was not stopped by SIGINT")
+    checkpoints = CheckpointManager(
+        RunPaths(Path(split.output_dir), split.model_name).checkpoints
+    ).checkpoints()
+    return Interrupted(whole, whole_results, split, train(split), stopped, checkpoints)

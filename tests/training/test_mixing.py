@@ -87,15 +87,15 @@ def test_the_mixed_tf_data_stream_is_the_stream_written_out(every):
 def mixed_runs(trainer_records, tmp_path_factory):
     """Runs of 2 epochs of 6 text batches with an MQAR batch after every second (9 steps
     an epoch, no XLA): one uninterrupted, one stopped by SIGINT at step 4 and resumed."""
-    from partf.training.checkpoint import CheckpointManager
-    from partf.training.trainer import RunPaths, TrainingInterrupted, train
-    from tests.training.helpers import SigintAt, train_config
+    from tests.training.helpers import interrupted_and_whole
 
     settings = MQARSettings(
         seq_len=16, pairs=(2,), vocab_size=32, batch_size=8, train_examples=16, eval_examples=16
     )
     splits = write_mqar(tmp_path_factory.mktemp("mqar") / "mqar", settings)
-    common = dict(
+    run = interrupted_and_whole(
+        trainer_records,
+        tmp_path_factory,
         train_directory=str(trainer_records[0] / "train6"),
         valid_directory="",
         mix_directory=str(splits["train"]),
@@ -107,15 +107,8 @@ def mixed_runs(trainer_records, tmp_path_factory):
         eval_every=0,
         log_every=3,
     )
-    whole = train_config(trainer_records, tmp_path_factory.mktemp("whole"), **common)
-    whole_results = train(whole)
-    split = train_config(trainer_records, tmp_path_factory.mktemp("split"), **common)
-    with pytest.raises(TrainingInterrupted):
-        train(split, callbacks=[SigintAt(batch=1)])
-    saved = CheckpointManager(RunPaths(Path(split.output_dir), "tiny").checkpoints)
-    steps = [step for step, _ in saved.checkpoints()]
-    resumed_results = train(split)
-    return whole, whole_results, steps, resumed_results
+    steps = [step for step, _ in run.checkpoints]
+    return run.whole, run.whole_results, steps, run.resumed_results
 
 
 def test_a_mixed_run_trains_the_mixed_stream_and_scores_recall(mixed_runs):

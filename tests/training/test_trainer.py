@@ -20,8 +20,12 @@ from partf.serialization import FORMAT_VERSION
 from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.lr_schedules import WarmupCosine
-from partf.training.trainer import RunPaths, TrainingInterrupted, train
-from tests.training.helpers import TINY, SigintAt, tensorboard_scalars, train_config
+from partf.training.trainer import RunPaths, train
+from tests.training.helpers import (
+    TINY,
+    interrupted_and_whole,
+    tensorboard_scalars,
+)
 
 
 def test_every_artifact_is_written(trained_run):
@@ -87,7 +91,9 @@ def test_tensorboard_scalars(trained_run):
 @pytest.fixture(scope="module")
 def resumed(trainer_records, tmp_path_factory):
     """Uninterrupted and interrupted-then-resumed runs of 2 epochs of 6 batches (no XLA)."""
-    common = dict(
+    run = interrupted_and_whole(
+        trainer_records,
+        tmp_path_factory,
         train_directory=str(trainer_records[0] / "train6"),
         valid_directory="",
         jit_compile=False,
@@ -96,16 +102,14 @@ def resumed(trainer_records, tmp_path_factory):
         eval_every=0,
         log_every=3,
     )
-    whole = train_config(trainer_records, tmp_path_factory.mktemp("whole"), **common)
-    whole_results = train(whole)
-    split = train_config(trainer_records, tmp_path_factory.mktemp("split"), **common)
-    with pytest.raises(TrainingInterrupted) as stopped:
-        train(split, callbacks=[SigintAt(batch=1)])
-    checkpoints = CheckpointManager(
-        RunPaths(Path(split.output_dir), "tiny").checkpoints
-    ).checkpoints()
-    resumed_results = train(split)
-    return whole, whole_results, split, resumed_results, stopped.value, checkpoints
+    return (
+        run.whole,
+        run.whole_results,
+        run.split,
+        run.resumed_results,
+        run.stopped,
+        run.checkpoints,
+    )
 
 
 def test_interrupted_run_checkpoints_mid_epoch(resumed):
