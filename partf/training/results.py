@@ -102,13 +102,7 @@ def finish(
         if name == "valid" and trained.valid_report_step == step:
             report = trained.valid_report  # scored at this very step already
         else:
-            # The final passes take a while (about a minute on 2 CPU cores for WikiText-2's
-            # valid and test); say what runs instead of going quiet.
-            logger.info("scoring the %s split (%d batches)", name, split.num_batches)
-            began = time.perf_counter()
-            report = score(evaluator, split.dataset, name, *_sizes(split))
-            # Evaluation latency as this run measured it (partf-study's report shows it).
-            seconds[name] = (time.perf_counter() - began) / max(split.num_batches, 1)
+            report, seconds[name] = timed_score(evaluator, split, name)
         scores[name] = report
         _log_scores(name, report)
         if expected is not None:
@@ -118,8 +112,13 @@ def finish(
             _log_scores(f"{name} (expected block weights)", report)
     recall = None
     if data.recall is not None:
-        recall = score_recall(recall_evaluator, data.recall)
-        seconds["recall"] = recall.pop("seconds_per_batch")
+        recall, seconds["recall"] = timed_score(recall_evaluator, data.recall, "recall")
+        logger.info(
+            "recall: loss %.4f, accuracy %.2f%% of %d answers",
+            recall["loss"],
+            100.0 * recall["accuracy"],
+            recall["num_tokens"],
+        )
         write_scalars(
             valid_writer,
             step,
@@ -186,20 +185,15 @@ def finish(
     return results
 
 
-def score_recall(evaluator: Any, split: Any) -> dict[str, Any]:
-    """The recall split's `perplexity_report` (its "accuracy": the answers predicted
-    exactly, "num_tokens": the answers scored), with "seconds_per_batch"; logged."""
-    logger.info("scoring the recall split (%d batches)", split.num_batches)
+def timed_score(evaluator: Any, split: Any, name: str) -> tuple[dict[str, Any], float]:
+    """`split`'s `perplexity_report` by `evaluator`, and the seconds it took per batch:
+    the evaluation latency this run measured (partf-study's report shows it)."""
+    # The final passes take a while (about a minute on 2 CPU cores for WikiText-2's
+    # valid and test); say what runs instead of going quiet.
+    logger.info("scoring the %s split (%d batches)", name, split.num_batches)
     began = time.perf_counter()
-    report = score(evaluator, split.dataset, "recall", *_sizes(split))
-    report["seconds_per_batch"] = (time.perf_counter() - began) / max(split.num_batches, 1)
-    logger.info(
-        "recall: loss %.4f, accuracy %.2f%% of %d answers",
-        report["loss"],
-        100.0 * report["accuracy"],
-        report["num_tokens"],
-    )
-    return report
+    report = score(evaluator, split.dataset, name, *_sizes(split))
+    return report, (time.perf_counter() - began) / max(split.num_batches, 1)
 
 
 def train_flops(model: keras.Model, data: RunData, steps: int) -> dict[str, float]:
