@@ -113,11 +113,6 @@ def attention_mechanisms(source: Any) -> dict[int, str]:
     return {b: mechanism for b, (kind, mechanism) in enumerate(kinds) if kind == "attention"}
 
 
-def attention_blocks(source: Any) -> list[int]:
-    """Indices of the source's blocks whose chosen candidate is an attention."""
-    return list(attention_mechanisms(source))
-
-
 def validation_loss(model: Any, split: Any, jit_compile: bool) -> float:
     """Mean validation loss per token (nats) of `model` on `split`, memory starting
     empty, with the console progress of any scored split."""
