@@ -121,19 +121,34 @@ def batch_nll_sums(
     targets that are the most likely token are counted (from every token's
     log-probability, [B, T, V]: affordable for a task's small vocabulary); without, 0.
     """
-    if mode is None:  # a model of the contract need not take `mode` unless asked
-        hidden = model(inputs, training=False)
-    else:
-        hidden = model(inputs, training=False, mode=mode)
+    hidden = evaluation_call(model, inputs, mode)
     nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
     scored = ops.not_equal(targets, 0)
     count = ops.sum(ops.cast(scored, "float32"))
     correct = ops.zeros((), "float32")
     if accuracy:
-        best = ops.argmax(model.log_probs(hidden), axis=-1)
-        hits = ops.logical_and(scored, ops.equal(ops.cast(best, targets.dtype), targets))
-        correct = ops.sum(ops.cast(hits, "float32"))
+        correct = ops.sum(ops.cast(exact_targets(model, hidden, targets), "float32"))
     return ops.sum(nll), count, correct
+
+
+def evaluation_call(model: Any, inputs: Any, mode: str | None = None) -> Any:
+    """The model's hidden states [B, T, d_model] for one batch, through its evaluation
+    memory (which the call advances), with `mode` block weights when given."""
+    if mode is None:  # a model of the contract need not take `mode` unless asked
+        return model(inputs, training=False)
+    return model(inputs, training=False, mode=mode)
+
+
+def exact_targets(model: Any, hidden: Any, targets: Any) -> Any:
+    """bool [B, T]: the scored targets (not 0) that are the model's most likely token.
+
+    The one prediction a recall task's accuracy counts: `batch_nll_sums` sums it, and
+    `partf.training.evaluation.recall_distance` keeps it per position, so the two cannot
+    disagree about which answers are right. Takes every token's log-probability,
+    [B, T, V]: affordable for a task's small vocabulary."""
+    scored = ops.not_equal(targets, 0)
+    best = ops.argmax(model.log_probs(hidden), axis=-1)
+    return ops.logical_and(scored, ops.equal(ops.cast(best, targets.dtype), targets))
 
 
 def stats_of_batches(per_batch: Any, accuracy: bool = False) -> SplitStats:
