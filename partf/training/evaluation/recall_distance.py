@@ -1,0 +1,222 @@
+"""MQAR accuracy by the distance between a key's pair and its query.
+
+A model that recalls some answers and not others shows it here: each answer of an MQAR
+split (partf.data.mqar) is put in a bucket by its distance, the query's position minus
+the position of its key in the pair (`k v ... k`: the key occurs exactly once before
+its query), and each bucket counts its answers and those predicted exactly. Buckets are
+half-open token ranges, [0, 16), [16, 32), ... by default, and only those holding
+answers are returned.
+
+Which answers are right is the evaluator's own count, position by position:
+`exact_targets` of partf.training.evaluation.perplexity, which `batch_nll_sums` sums for
+`SplitStats.num_correct`. The rows are scored as the evaluator scores them, in stream
+order with the evaluation memory starting empty (XL memory, or a linear attention's
+running sums, carries from batch to batch as it does there), so the buckets' counts add
+up to the evaluator's `num_correct` and `num_tokens` on the same split.
+
+Example:
+    >>> _, _, inputs, targets = read_mqar("data/mqar_test")   # [batches, B, L]
+    >>> for bucket in accuracy_by_distance(model, inputs, targets):
+    ...     print(bucket.label, bucket.answers, bucket.correct, bucket.accuracy)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from partf.errors import DataError, UsageError
+from partf.training.evaluation.perplexity import evaluation_call, exact_targets
+
+#: Bucket edges in tokens: [0, 16), [16, 32), ..., [512, 1024), then [1024, inf).
+DEFAULT_EDGES = (0, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistanceBucket:
+    """The answers whose key-to-query distance d is in [low, high).
+
+    Attributes:
+        low: the smallest distance of the bucket, in tokens.
+        high: the first distance past it; None: no end (the last bucket).
+        answers: answers in the bucket.
+        correct: of those, the answers the model predicts exactly.
+    """
+
+    low: int
+    high: int | None
+    answers: int
+    correct: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.answers if self.answers else 0.0
+
+    @property
+    def label(self) -> str:
+        """ "16-32" for [16, 32), "1024+" for the open last bucket."""
+        return f"{self.low}+" if self.high is None else f"{self.low}-{self.high}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "distance": self.label,
+            "from": self.low,
+            "to": self.high,
+            "answers": self.answers,
+            "correct": self.correct,
+            "accuracy": self.accuracy,
+        }
+
+
+def answer_distances(inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """The distance of every answer from its key's pair, from the arrays alone.
+
+    At an answer (target not 0) the input is the key asked; it occurs exactly once
+    earlier in the row, in its pair, and the distance is the answer's position minus
+    that one's.
+
+    Args:
+        inputs: int [..., L] token ids, e.g. [batches, B, L] as `read_mqar` returns them.
+        targets: int [..., L], 0 except at the answers.
+
+    Returns:
+        int64 [..., L]: the distance at each answer (at least 1), 0 elsewhere.
+
+    Raises:
+        UsageError: `inputs` and `targets` differ in shape.
+        DataError: the targets hold no answer, or an answer's key does not occur exactly
+            once before it in its row (the arrays are not an MQAR split).
+    """
+    inputs, targets = np.asarray(inputs), np.asarray(targets)
+    if inputs.shape != targets.shape or inputs.ndim < 1:
+        raise UsageError(
+            f"inputs {inputs.shape} and targets {targets.shape} must have the same shape "
+            "[..., L]; pass an MQAR split's arrays as partf.data.mqar.read_mqar returns them"
+        )
+    length = inputs.shape[-1]
+    rows_x, rows_y = inputs.reshape(-1, length), targets.reshape(-1, length)
+    distances = np.zeros(rows_x.shape, np.int64)
+    rows, positions = np.nonzero(rows_y)  # every answer, row by row
+    if not len(rows):
+        raise DataError(
+            "the targets hold no answers (all 0); pass an MQAR split (partf-build-data --task=mqar)"
+        )
+    # [answers, L], a few thousand rows at a time: where each answer's key occurs before it.
+    for start in range(0, len(rows), 4096):
+        row, at = rows[start : start + 4096], positions[start : start + 4096]
+        keys = rows_x[row, at]
+        earlier = (rows_x[row] == keys[:, None]) & (np.arange(length)[None, :] < at[:, None])
+        found = earlier.sum(axis=1)
+        if (found != 1).any():
+            i = int(np.flatnonzero(found != 1)[0])
+            index = (*np.unravel_index(row[i], inputs.shape[:-1]), at[i])
+            raise DataError(
+                f"the answer at index {tuple(int(n) for n in index)} asks key {keys[i]}, "
+                f"which occurs {found[i]} times before it in its row (an MQAR answer's key "
+                "occurs once, in its pair); pass an MQAR split (partf-build-data --task=mqar)"
+            )
+        distances[row, at] = at - np.argmax(earlier, axis=1)
+    return distances.reshape(inputs.shape)
+
+
+def bucket_counts(
+    distances: np.ndarray, correct: np.ndarray, edges: Sequence[int] = DEFAULT_EDGES
+) -> list[DistanceBucket]:
+    """Answers and correct answers per distance bucket.
+
+    Args:
+        distances: int [...] from `answer_distances` (0: not an answer).
+        correct: bool [...] of the same shape: the answers predicted exactly.
+        edges: increasing distances in tokens; bucket i is [edges[i], edges[i + 1]), a
+            last one [edges[-1], inf) and, if edges[0] > 0, a first one [0, edges[0]),
+            so that every answer is in one.
+
+    Returns:
+        The buckets that hold answers, nearest first.
+    """
+    bounds = [int(e) for e in edges]
+    if not bounds or bounds[0] < 0 or (np.diff(bounds) <= 0).any():
+        raise UsageError(f"distance edges must be increasing and >= 0, got {list(edges)}")
+    if bounds[0] > 0:
+        bounds.insert(0, 0)
+    distances, correct = np.asarray(distances), np.asarray(correct, bool)
+    answers = distances > 0
+    which = np.searchsorted(bounds, distances[answers], side="right") - 1
+    totals = np.bincount(which, minlength=len(bounds))
+    hits = np.bincount(which, weights=correct[answers], minlength=len(bounds))
+    highs: list[int | None] = [*bounds[1:], None]
+    return [
+        DistanceBucket(bounds[i], highs[i], int(totals[i]), int(round(hits[i])))
+        for i in range(len(bounds))
+        if totals[i]
+    ]
+
+
+def split_exact_targets(
+    model: Any,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    mode: str | None = None,
+    jit_compile: bool = True,
+) -> np.ndarray:
+    """bool [batches, B, L]: which targets the model predicts exactly, as the evaluator
+    counts them (`exact_targets`), batch by batch in stream order with the evaluation
+    memory starting empty and emptied after.
+
+    Args:
+        model: a model of partf's contract (`model(x, training=False)`, `log_probs`,
+            `reset_state`).
+        inputs, targets: int [batches, B, L].
+        mode: a search's block weights ("argmax", "expected", "sample"); None: its own.
+            With "sample" the blocks draw their own Gumbel samples in this pass, so its
+            answers are another draw than an evaluator's.
+        jit_compile: on TensorFlow, compile the per-batch function with XLA (as the
+            evaluator does by default); without, a `tf.function` as its uncompiled path.
+            On other backends the batches run eagerly.
+    """
+
+    def batch(x: Any, y: Any) -> Any:
+        return exact_targets(model, evaluation_call(model, x, mode), y)
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        batch = tf.function(batch, jit_compile=jit_compile, reduce_retracing=True)
+    model.reset_state("eval")
+    hits = [keras.ops.convert_to_numpy(batch(x, y)) for x, y in zip(inputs, targets, strict=True)]
+    model.reset_state("eval")
+    return np.stack(hits).astype(bool)
+
+
+def accuracy_by_distance(
+    model: Any,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    edges: Sequence[int] = DEFAULT_EDGES,
+    mode: str | None = None,
+    jit_compile: bool = True,
+) -> list[DistanceBucket]:
+    """MQAR accuracy per bucket of key-to-query distance.
+
+    Args:
+        model: a model of partf's contract, whatever its memory (the rows are scored in
+            stream order, as the evaluator scores them).
+        inputs, targets: an MQAR split's int [batches, B, L], as
+            `partf.data.mqar.read_mqar` returns them.
+        edges: the buckets' edges (`bucket_counts`).
+        mode, jit_compile: as `split_exact_targets`.
+
+    Returns:
+        The buckets that hold answers, nearest first; their `answers` add up to the
+        split's answers and their `correct` to the evaluator's `num_correct`.
+
+    Raises:
+        DataError: the arrays are not an MQAR split (`answer_distances`).
+    """
+    distances = answer_distances(inputs, targets)  # refuses other data before the pass
+    correct = split_exact_targets(model, inputs, targets, mode, jit_compile)
+    return bucket_counts(distances, correct, edges)
