@@ -1,4 +1,4 @@
-"""partf-evaluate: score a saved PAR Transformer-XL on records or on a text file.
+"""partf-evaluate: score a saved PAR Transformer-XL on records, an MQAR split or a text file.
 
 The split is read in stream order with the model's evaluation memory starting empty,
 as partf-train scores its splits (the same evaluator), and the figures are printed:
@@ -9,6 +9,7 @@ Examples:
     partf-evaluate --model checkpoints/base --records data/wikitext2_bsz32_seqlen32_tfrecords_test
     partf-evaluate --model checkpoints/base/base.keras --text data/wikitext-2/test.txt --json
     partf-evaluate --model checkpoints/base --records DIR --eval_mode expected
+    partf-evaluate --model checkpoints/mqar --records data/mqar_test --by_distance
 
 --model takes a `.keras` file or a run's checkpoint folder (its <model_name>.keras, or
 else its newest checkpoint rebuilt from config.json). --records is a folder written by
@@ -18,6 +19,16 @@ size (the rows its memory holds). --text is tokenized with the run's tokenizer
 training, and cut into context batches of the model's batch size and --seq_len tokens.
 Records of partf carry the word and character counts of their text; records of the
 original project do not, so those two figures are then absent.
+
+--records also takes an MQAR split (a folder with mqar.json, partf-build-data
+--task=mqar), scored on its answers alone as partf-train's --recall_directory is: the
+figures then add the accuracy, the share of answers predicted exactly. With
+--by_distance a table follows (`by_distance` in --json): the answers, those right and
+the accuracy per range of distance between a key's pair and its query (the query's
+position minus the key's in its pair; 0-16, 16-32, 32-64, ... tokens, the ranges
+holding answers), from a second pass that counts the same predictions per position
+(partf/training/evaluation/recall_distance.py). --by_distance on text records or --text
+is refused (exit 2).
 
 Exit status: 0 done, 1 a problem found while running (unreadable model, records or
 tokenizer that do not fit the model), 2 bad usage (bad values, missing files). Errors
@@ -37,6 +48,7 @@ from typing import Any
 
 from partf.cli.command import bool_flag, model_parser, run_command
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model, model_file
+from partf.data.mqar import is_mqar
 
 PROG = "partf-evaluate"
 EVAL_MODES = ("argmax", "expected", "sample")
@@ -58,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The flags, `--name VALUE` and `--name=VALUE` alike."""
     parser = model_parser(PROG, __doc__)
     data = parser.add_mutually_exclusive_group(required=True)
-    data.add_argument("--records", help="a folder of context-batched records to score")
+    data.add_argument(
+        "--records",
+        help="a folder of context-batched records, or an MQAR split (partf-build-data "
+        "--task=mqar), to score",
+    )
     data.add_argument(
         "--text", help="a UTF-8 text file to score (tokenized with the run's tokenizer)"
     )
@@ -77,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         "expected (pi-weighted) or sample (Gumbel samples, the original's); default: the "
         "model's own",
     )
+    bool_flag(
+        parser,
+        "by_distance",
+        False,
+        "an MQAR split: also the accuracy by distance between a key's pair and its query",
+    )
     bool_flag(parser, "json", False, "print the figures as one JSON object")
     bool_flag(parser, "jit_compile", True, "score with XLA-compiled calls")
     bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
@@ -91,6 +113,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     model_file(args.model)
     if args.records:
         _check_records_path(Path(args.records))
+    if args.by_distance and not (args.records and is_mqar(args.records)):
+        what = f"--records {args.records} holds" if args.records else f"--text {args.text} is"
+        raise UsageExit(
+            f"--by_distance scores the answers of an MQAR split but {what} text; pass "
+            "--records an MQAR split folder (partf-build-data --task=mqar), or drop "
+            "--by_distance"
+        )
     return args
 
 
@@ -100,10 +129,10 @@ def _check_records_path(path: Path) -> None:
     if not path.exists():
         raise UsageExit(f"--records {path} does not exist; pass a folder of .tfrecords files")
     listed = (path / "metadata.json").is_file() or any(path.glob("*.tfrecords"))
-    if path.is_dir() and not listed:
+    if path.is_dir() and not listed and not is_mqar(path):
         raise UsageExit(
             f"{path} holds no metadata.json and no .tfrecords files; build records with "
-            "partf-build-data"
+            "partf-build-data (or an MQAR split with partf-build-data --task=mqar)"
         )
 
 
@@ -149,6 +178,34 @@ def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple
         raise RuntimeExit(str(e)) from e
     _check_positions(model, split.num_batches * split.seq_len)
     return split.dataset, split.text_counts
+
+
+def _mqar_split(path: Path, model: Any) -> tuple[Any, Any, Any]:
+    """(dataset, inputs, targets [batches, B, L]) of an MQAR split, checked against the
+    model as records are."""
+    from partf.data.mqar import read_mqar
+    from partf.errors import DataError
+    from partf.training.splits import task_dataset
+
+    try:
+        settings, _, inputs, targets = read_mqar(path)
+    except DataError as e:  # an invalid mqar.json, or another draw than the one recorded
+        raise RuntimeExit(str(e)) from e
+    rows = model.config.batch_size
+    if settings.batch_size != rows:
+        raise RuntimeExit(
+            f"the MQAR split {path} has batches of {settings.batch_size} rows but the model's "
+            f"memory holds {rows} (its batch_size); write the split with partf-build-data "
+            f"--task=mqar --batch_size={rows}"
+        )
+    if settings.vocab_size > model.config.vocab_size:
+        raise RuntimeExit(
+            f"the MQAR split {path} uses a vocabulary of {settings.vocab_size} tokens but the "
+            f"model {model.config.vocab_size}; write the split with --vocab_size <= "
+            f"{model.config.vocab_size}"
+        )
+    _check_positions(model, inputs.shape[0] * settings.seq_len)
+    return task_dataset(inputs, targets), inputs, targets
 
 
 def _text_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
@@ -215,11 +272,17 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     # The block weights go to the evaluator's calls; the model keeps its own eval_mode.
     mode = args.eval_mode or model.config.eval_mode
     model.reset_state("eval")
-    if args.records:
+    mqar = None  # an MQAR split's (inputs, targets), scored by its answers
+    if args.records and is_mqar(args.records):
+        dataset, inputs, targets = _mqar_split(Path(args.records), model)
+        mqar, counts = (inputs, targets), {}
+    elif args.records:
         dataset, counts = _records_split(args, model, run_dir)
     else:
         dataset, counts = _text_split(args, model, run_dir)
-    evaluator = make_evaluator(model, None, model.config.batch_size, args.jit_compile, mode)
+    evaluator = make_evaluator(
+        model, None, model.config.batch_size, args.jit_compile, mode, accuracy=mqar is not None
+    )
     # Compiling and scoring a split takes from seconds to minutes: say what runs.
     logger.info(
         "scoring %s on %s (eval_mode %s)",
@@ -230,12 +293,40 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     # What runs, then the batches done with an ETA, then the perplexity (on stderr).
     num_batches, tokens = _sizes(dataset)
     report = score(evaluator, dataset, split_name(args), num_batches, tokens, counts)
-    return {
+    result = {
         "model": str(args.model),
         "data": str(args.records or args.text),
         "eval_mode": mode,
         **report,
     }
+    if args.by_distance:  # _parse let it through for an MQAR split only
+        result["by_distance"] = _by_distance(args, model, mode, mqar, report)
+    return result
+
+
+def _by_distance(
+    args: argparse.Namespace, model: Any, mode: str, mqar: tuple[Any, Any], report: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The accuracy per distance bucket of the MQAR split's answers (`to_dict` of each
+    `DistanceBucket`), from a second pass in the same stream order as the first."""
+    from partf.errors import DataError
+    from partf.training.evaluation.recall_distance import accuracy_by_distance
+
+    logger.info("scoring %s again, each answer by its distance from its key", args.records)
+    try:
+        buckets = accuracy_by_distance(model, *mqar, mode=mode, jit_compile=args.jit_compile)
+    except DataError as e:
+        raise RuntimeExit(str(e)) from e
+    correct = sum(bucket.correct for bucket in buckets)
+    counted = round(report["accuracy"] * report["num_tokens"])
+    if correct != counted:  # the same predictions, unless a near tie rounds otherwise
+        logger.warning(
+            "the by-distance pass finds %d answers right and the scoring pass %d (sampled "
+            "block weights, or a near tie that the two compiled programs round differently)",
+            correct,
+            counted,
+        )
+    return [bucket.to_dict() for bucket in buckets]
 
 
 def split_name(args: argparse.Namespace) -> str:
@@ -264,6 +355,19 @@ def _format(report: dict[str, Any]) -> str:
         else:
             text = f"{value:.4f}"
         lines.append(f"  {label}: {text}")
+    if report.get("accuracy") is not None:  # an MQAR split: the answers exactly right
+        lines.append(
+            f"  accuracy (answers exactly right): {100 * report['accuracy']:.2f}% of "
+            f"{report['num_tokens']:,} answers"
+        )
+    if "by_distance" in report:
+        lines.append("  by distance from the key's pair to its query (tokens):")
+        lines.append(f"    {'distance':<10}{'answers':>9}{'correct':>9}{'accuracy':>10}")
+        for row in report["by_distance"]:
+            lines.append(
+                f"    {row['distance']:<10}{row['answers']:>9,}{row['correct']:>9,}"
+                f"{100 * row['accuracy']:>9.2f}%"
+            )
     return "\n".join(lines)
 
 

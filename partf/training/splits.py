@@ -161,14 +161,8 @@ def _mqar_split(path: Path) -> Split:
     from partf.data.mqar import read_mqar
 
     settings, _, inputs, targets = read_mqar(path)
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        dataset: Any = tf.data.Dataset.from_tensor_slices((inputs, targets))
-    else:
-        dataset = ArrayBatches(inputs, targets)
     return Split(
-        dataset,
+        task_dataset(inputs, targets),
         int(inputs.shape[0]),
         settings.batch_size,
         settings.seq_len,
@@ -176,6 +170,17 @@ def _mqar_split(path: Path) -> Split:
         {},
         task="mqar",
     )
+
+
+def task_dataset(inputs: np.ndarray, targets: np.ndarray) -> Any:
+    """A task's batches (MQAR's: inputs and their own targets, int32 [batches, B, L]) as
+    the backend's evaluators and `fit` take them: a `tf.data.Dataset` on TensorFlow,
+    `ArrayBatches` elsewhere."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.data.Dataset.from_tensor_slices((inputs, targets))
+    return ArrayBatches(inputs, targets)
 
 
 def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:

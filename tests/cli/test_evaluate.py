@@ -1,5 +1,5 @@
 """partf-evaluate: the trainer's figures again from the saved model, on records and on the
-raw text; eval modes; one-line errors for bad input."""
+raw text; eval modes; an MQAR split's accuracy by distance; one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -194,3 +194,47 @@ def test_a_masked_language_model_is_refused_in_one_line(trained, capsys, tmp_pat
     CheckpointManager(folder).save(2, {"model": []}, {"config": {"training": {"objective": "mlm"}}})
     assert run(["--model", str(folder), "--records", records]) == 2
     assert "--objective=mlm" in error_line(capsys)
+
+
+@pytest.fixture(scope="module")
+def mqar_model(tmp_path_factory) -> dict:
+    """MQAR splits and a small model fitted on them for a few seconds, saved as .keras."""
+    from partf.data.mqar import MQARSettings, write_mqar
+    from tests.training.evaluation.helpers import MQAR, trained_mqar_model
+
+    root = tmp_path_factory.mktemp("mqar")
+    folders = write_mqar(root / "mqar", MQARSettings(**MQAR))
+    trained_mqar_model().save(root / "mqar.keras")
+    return {"model": str(root / "mqar.keras"), "test": str(folders["test"])}
+
+
+def test_an_mqar_split_by_distance_and_text_refused(mqar_model, capsys, tmp_path):
+    """An MQAR split is scored by its answers, with --by_distance a bucket per range of
+    key-to-query distance that adds up to the accuracy; text is refused in one line."""
+    base = ["--model", mqar_model["model"], "--records", mqar_model["test"], "--by_distance"]
+    got = evaluate(capsys, *base)
+    buckets = got["by_distance"]
+    assert [b["distance"] for b in buckets] == ["0-16", "16-32", "32-64"]
+    assert sum(b["answers"] for b in buckets) == got["num_tokens"] == 8 * 4 * 4
+    correct = sum(b["correct"] for b in buckets)
+    assert 0 < correct < got["num_tokens"]
+    assert math.isclose(correct / got["num_tokens"], got["accuracy"])
+    assert run([*base, "--nojit_compile"]) == 0
+    out = capsys.readouterr().out
+    assert f"accuracy (answers exactly right): {100 * got['accuracy']:.2f}% of 128 answers" in out
+    table = out.split("by distance from the key's pair to its query (tokens):\n")[1]
+    rows = [line.split() for line in table.splitlines()]
+    assert rows[0] == ["distance", "answers", "correct", "accuracy"]
+    assert rows[1:] == [
+        [b["distance"], str(b["answers"]), str(b["correct"]), f"{100 * b['accuracy']:.2f}%"]
+        for b in buckets
+    ]
+    # Text records (a folder partf-evaluate takes for records) and a text file: one line.
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "metadata.json").write_text("{}")
+    text = write_text(tmp_path / "test.txt", ["some text"])
+    for data in (["--records", str(tmp_path / "records")], ["--text", str(text)]):
+        assert run(["--model", mqar_model["model"], *data, "--by_distance"]) == 2
+        line = error_line(capsys)
+        assert "--by_distance scores the answers of an MQAR split but" in line
+        assert "pass --records an MQAR split folder (partf-build-data --task=mqar)" in line
