@@ -27,8 +27,10 @@ figures then add the accuracy, the share of answers predicted exactly. With
 the accuracy per range of distance between a key's pair and its query (the query's
 position minus the key's in its pair; 0-16, 16-32, 32-64, ... tokens, the ranges
 holding answers), from a second pass that counts the same predictions per position
-(partf/training/evaluation/recall_distance.py). --by_distance on text records or --text
-is refused (exit 2).
+(partf/training/evaluation/recall_distance.py), and a line on what the model answers
+(`predictions` in --json): how many distinct tokens it gives at the answers, and how
+often a value of the row's own pairs (a model that knows the row's values but not their
+keys gives those). --by_distance on text records or --text is refused (exit 2).
 
 Exit status: 0 done, 1 a problem found while running (unreadable model, records or
 tokenizer that do not fit the model), 2 bad usage (bad values, missing files). Errors
@@ -300,23 +302,27 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         **report,
     }
     if args.by_distance:  # _parse let it through for an MQAR split only
-        result["by_distance"] = _by_distance(args, model, mode, mqar, report)
+        result["by_distance"], result["predictions"] = _by_distance(args, model, mode, mqar, report)
     return result
 
 
 def _by_distance(
     args: argparse.Namespace, model: Any, mode: str, mqar: tuple[Any, Any], report: dict[str, Any]
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The accuracy per distance bucket of the MQAR split's answers (`to_dict` of each
-    `DistanceBucket`), from a second pass in the same stream order as the first."""
+    `DistanceBucket`) and what the model answers (`answer_summary`), from a second pass
+    in the same stream order as the first."""
     from partf.errors import DataError
-    from partf.training.evaluation.recall_distance import accuracy_by_distance
+    from partf.training.evaluation import recall_distance as rd
 
     logger.info("scoring %s again, each answer by its distance from its key", args.records)
+    inputs, targets = mqar
     try:
-        buckets = accuracy_by_distance(model, *mqar, mode=mode, jit_compile=args.jit_compile)
+        distances = rd.answer_distances(inputs, targets)  # refuses other data first
     except DataError as e:
         raise RuntimeExit(str(e)) from e
+    predictions = rd.split_predictions(model, inputs, targets, mode, args.jit_compile)
+    buckets = rd.bucket_counts(distances, rd.exact_answers(predictions, targets))
     correct = sum(bucket.correct for bucket in buckets)
     counted = round(report["accuracy"] * report["num_tokens"])
     if correct != counted:  # the same predictions, unless a near tie rounds otherwise
@@ -326,7 +332,7 @@ def _by_distance(
             correct,
             counted,
         )
-    return [bucket.to_dict() for bucket in buckets]
+    return [bucket.to_dict() for bucket in buckets], rd.answer_summary(predictions, targets)
 
 
 def split_name(args: argparse.Namespace) -> str:
@@ -368,6 +374,12 @@ def _format(report: dict[str, Any]) -> str:
                 f"    {row['distance']:<10}{row['answers']:>9,}{row['correct']:>9,}"
                 f"{100 * row['accuracy']:>9.2f}%"
             )
+    if "predictions" in report:
+        summary = report["predictions"]
+        lines.append(
+            f"  predictions at the answers: {summary['distinct_predictions']:,} distinct tokens, "
+            f"{100 * summary['in_row']:.1f}% of them a value of the row's own pairs"
+        )
     return "\n".join(lines)
 
 

@@ -219,16 +219,24 @@ def test_an_mqar_split_by_distance_and_text_refused(mqar_model, capsys, tmp_path
     correct = sum(b["correct"] for b in buckets)
     assert 0 < correct < got["num_tokens"]
     assert math.isclose(correct / got["num_tokens"], got["accuracy"])
+    summary = got["predictions"]
+    assert summary["answers"] == got["num_tokens"] and summary["distinct_predictions"] >= 1
+    assert got["accuracy"] <= summary["in_row"] <= 1  # a right answer is a value of its row
     assert run([*base, "--nojit_compile"]) == 0
     out = capsys.readouterr().out
     assert f"accuracy (answers exactly right): {100 * got['accuracy']:.2f}% of 128 answers" in out
     table = out.split("by distance from the key's pair to its query (tokens):\n")[1]
-    rows = [line.split() for line in table.splitlines()]
+    lines = table.splitlines()
+    rows = [line.split() for line in lines[: len(buckets) + 1]]
     assert rows[0] == ["distance", "answers", "correct", "accuracy"]
     assert rows[1:] == [
         [b["distance"], str(b["answers"]), str(b["correct"]), f"{100 * b['accuracy']:.2f}%"]
         for b in buckets
     ]
+    assert lines[len(buckets) + 1] == (
+        f"  predictions at the answers: {summary['distinct_predictions']:,} distinct tokens, "
+        f"{100 * summary['in_row']:.1f}% of them a value of the row's own pairs"
+    )
     # Text records (a folder partf-evaluate takes for records) and a text file: one line.
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "metadata.json").write_text("{}")

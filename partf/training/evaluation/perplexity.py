@@ -147,8 +147,14 @@ def exact_targets(model: Any, hidden: Any, targets: Any) -> Any:
     disagree about which answers are right. Takes every token's log-probability,
     [B, T, V]: affordable for a task's small vocabulary."""
     scored = ops.not_equal(targets, 0)
-    best = ops.argmax(model.log_probs(hidden), axis=-1)
-    return ops.logical_and(scored, ops.equal(ops.cast(best, targets.dtype), targets))
+    best = predicted_tokens(model, hidden, targets.dtype)
+    return ops.logical_and(scored, ops.equal(best, targets))
+
+
+def predicted_tokens(model: Any, hidden: Any, dtype: Any = "int32") -> Any:
+    """[B, T] of `dtype`: the model's most likely token at every position, the prediction
+    `exact_targets` compares with the targets."""
+    return ops.cast(ops.argmax(model.log_probs(hidden), axis=-1), dtype)
 
 
 def stats_of_batches(per_batch: Any, accuracy: bool = False) -> SplitStats:

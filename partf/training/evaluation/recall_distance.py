@@ -7,12 +7,16 @@ its query), and each bucket counts its answers and those predicted exactly. Buck
 half-open token ranges, [0, 16), [16, 32), ... by default, and only those holding
 answers are returned.
 
-Which answers are right is the evaluator's own count, position by position:
-`exact_targets` of partf.training.evaluation.perplexity, which `batch_nll_sums` sums for
-`SplitStats.num_correct`. The rows are scored as the evaluator scores them, in stream
-order with the evaluation memory starting empty (XL memory, or a linear attention's
-running sums, carries from batch to batch as it does there), so the buckets' counts add
-up to the evaluator's `num_correct` and `num_tokens` on the same split.
+Which answers are right is the evaluator's own count, position by position: the
+prediction is `predicted_tokens` of partf.training.evaluation.perplexity, which
+`exact_targets` compares and `batch_nll_sums` sums for `SplitStats.num_correct`. The
+rows are scored as the evaluator scores them, in stream order with the evaluation memory
+starting empty (XL memory, or a linear attention's running sums, carries from batch to
+batch as it does there), so the buckets' counts add up to the evaluator's `num_correct`
+and `num_tokens` on the same split.
+
+`answer_summary` says what a model answers when it is wrong: how many distinct values,
+and how often a value of the row's own pairs (the row's values without their keys).
 
 Example:
     >>> _, _, inputs, targets = read_mqar("data/mqar_test")   # [batches, B, L]
@@ -30,7 +34,7 @@ import keras
 import numpy as np
 
 from partf.errors import DataError, UsageError
-from partf.training.evaluation.perplexity import evaluation_call, exact_targets
+from partf.training.evaluation.perplexity import evaluation_call, predicted_tokens
 
 #: Bucket edges in tokens: [0, 16), [16, 32), ..., [512, 1024), then [1024, inf).
 DEFAULT_EDGES = (0, 16, 32, 64, 128, 256, 512, 1024)
@@ -156,21 +160,21 @@ def bucket_counts(
     ]
 
 
-def split_exact_targets(
+def split_predictions(
     model: Any,
     inputs: np.ndarray,
     targets: np.ndarray,
     mode: str | None = None,
     jit_compile: bool = True,
 ) -> np.ndarray:
-    """bool [batches, B, L]: which targets the model predicts exactly, as the evaluator
-    counts them (`exact_targets`), batch by batch in stream order with the evaluation
-    memory starting empty and emptied after.
+    """int [batches, B, L]: the model's most likely token at every position
+    (`predicted_tokens`, the prediction the evaluator's accuracy counts), batch by batch
+    in stream order with the evaluation memory starting empty and emptied after.
 
     Args:
         model: a model of partf's contract (`model(x, training=False)`, `log_probs`,
             `reset_state`).
-        inputs, targets: int [batches, B, L].
+        inputs, targets: int [batches, B, L] (the targets give the predictions' dtype).
         mode: a search's block weights ("argmax", "expected", "sample"); None: its own.
             With "sample" the blocks draw their own Gumbel samples in this pass, so its
             answers are another draw than an evaluator's.
@@ -178,18 +182,67 @@ def split_exact_targets(
             evaluator does by default); without, a `tf.function` as its uncompiled path.
             On other backends the batches run eagerly.
     """
+    dtype = str(np.asarray(targets).dtype)
 
-    def batch(x: Any, y: Any) -> Any:
-        return exact_targets(model, evaluation_call(model, x, mode), y)
+    def batch(x: Any) -> Any:
+        return predicted_tokens(model, evaluation_call(model, x, mode), dtype)
 
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         batch = tf.function(batch, jit_compile=jit_compile, reduce_retracing=True)
     model.reset_state("eval")
-    hits = [keras.ops.convert_to_numpy(batch(x, y)) for x, y in zip(inputs, targets, strict=True)]
+    predicted = [keras.ops.convert_to_numpy(batch(x)) for x in inputs]
     model.reset_state("eval")
-    return np.stack(hits).astype(bool)
+    return np.stack(predicted)
+
+
+def exact_answers(predictions: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """bool [...]: the answers (targets not 0) predicted exactly; `exact_targets`'s test
+    on `split_predictions`."""
+    targets = np.asarray(targets)
+    return (targets != 0) & (np.asarray(predictions) == targets)
+
+
+def answer_summary(predictions: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
+    """What a model answers, right or wrong: how many distinct tokens it gives at the
+    answers, and the share of answers that give a value of the row's own pairs (every
+    pair of an MQAR row is asked once, so those are the row's answers). A model that
+    recalls gives the right value; one that has learned which values a row holds but not
+    which key each belongs to gives values of the row (by chance a row of n pairs from
+    V/2 values holds 2n/V of them); one that has learned neither, any value, or one.
+
+    Args:
+        predictions: int [..., L], as `split_predictions` returns them.
+        targets: int [..., L] of the same shape, 0 except at the answers.
+
+    Returns:
+        {"answers", "distinct_predictions", "in_row"}: the answers, the distinct tokens
+        predicted at them, and the share of answers whose prediction is one of the row's
+        answers.
+    """
+    predictions, targets = np.asarray(predictions), np.asarray(targets)
+    if predictions.shape != targets.shape:
+        raise UsageError(
+            f"predictions {predictions.shape} and targets {targets.shape} must have the "
+            "same shape; pass split_predictions' output for the same split"
+        )
+    length = targets.shape[-1]
+    rows_p, rows_y = predictions.reshape(-1, length), targets.reshape(-1, length)
+    answered = rows_y != 0
+    # in_row[r, p]: the prediction at p is one of row r's answers; [rows, L, L] in chunks.
+    in_row = 0
+    for start in range(0, len(rows_y), 256):
+        p, y = rows_p[start : start + 256], rows_y[start : start + 256]
+        a = answered[start : start + 256]
+        hit = ((p[:, :, None] == y[:, None, :]) & a[:, None, :]).any(axis=2)
+        in_row += int((hit & a).sum())
+    answers = int(answered.sum())
+    return {
+        "answers": answers,
+        "distinct_predictions": int(np.unique(rows_p[answered]).size),
+        "in_row": in_row / answers if answers else 0.0,
+    }
 
 
 def accuracy_by_distance(
@@ -208,7 +261,7 @@ def accuracy_by_distance(
         inputs, targets: an MQAR split's int [batches, B, L], as
             `partf.data.mqar.read_mqar` returns them.
         edges: the buckets' edges (`bucket_counts`).
-        mode, jit_compile: as `split_exact_targets`.
+        mode, jit_compile: as `split_predictions`.
 
     Returns:
         The buckets that hold answers, nearest first; their `answers` add up to the
@@ -218,5 +271,5 @@ def accuracy_by_distance(
         DataError: the arrays are not an MQAR split (`answer_distances`).
     """
     distances = answer_distances(inputs, targets)  # refuses other data before the pass
-    correct = split_exact_targets(model, inputs, targets, mode, jit_compile)
-    return bucket_counts(distances, correct, edges)
+    predictions = split_predictions(model, inputs, targets, mode, jit_compile)
+    return bucket_counts(distances, exact_answers(predictions, targets), edges)

@@ -16,6 +16,7 @@ from partf.training.evaluation.recall_distance import (
     DistanceBucket,
     accuracy_by_distance,
     answer_distances,
+    answer_summary,
     bucket_counts,
 )
 from tests.training.evaluation.helpers import MQAR, trained_mqar_model
@@ -125,3 +126,37 @@ def test_the_buckets_add_up_to_the_evaluators_count_on_the_same_split():
     assert sum(b.correct for b in buckets) == stats.num_correct
     # Right and wrong answers in every bucket, so equal sums are not two zeros.
     assert all(0 < b.correct < b.answers for b in buckets), buckets
+
+
+def test_answer_summary_is_the_direct_count_of_values_and_of_the_rows_values():
+    settings = MQARSettings(
+        seq_len=64, pairs=(4, 8), vocab_size=64, batch_size=4, train_examples=32,
+        eval_examples=4,
+    )  # fmt: skip
+    inputs, targets = draw_split(settings, "train")  # [8, 4, 64]
+    # Predictions that are sometimes right, sometimes another value of the row, sometimes
+    # a value the row does not hold, and noise elsewhere.
+    predictions = np.random.default_rng(0).integers(32, 64, size=targets.shape)
+    right = np.random.default_rng(1).random(targets.shape) < 0.3
+    predictions = np.where(right, targets, predictions)
+    in_row = answers = 0
+    values = set()
+    for index in np.ndindex(targets.shape[:-1]):
+        row_values = {int(v) for v in targets[index] if v}
+        for p, t in zip(predictions[index].tolist(), targets[index].tolist(), strict=True):
+            if t:
+                answers, in_row, values = answers + 1, in_row + (p in row_values), values | {p}
+    got = answer_summary(predictions, targets)
+    want = {"answers": answers, "distinct_predictions": len(values), "in_row": in_row / answers}
+    assert got == want
+    assert 0.3 < got["in_row"] < 1
+    # By hand: a row asks for 12 and 9; the model gives 9 (the row's, wrong) and 33.
+    row_targets = np.zeros((1, 1, 12), np.int64)
+    row_targets[0, 0, 6], row_targets[0, 0, 10] = 12, 9
+    row_predictions = np.full((1, 1, 12), 9)
+    row_predictions[0, 0, 10] = 33
+    assert answer_summary(row_predictions, row_targets) == {
+        "answers": 2, "distinct_predictions": 2, "in_row": 0.5,
+    }  # fmt: skip
+    with pytest.raises(UsageError, match="must have the same shape"):
+        answer_summary(row_predictions[..., :6], row_targets)
