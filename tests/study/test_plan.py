@@ -15,17 +15,7 @@ from partf.study.runner import train_args
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "tiny.toml",
-        "base.toml",
-        "long_context.toml",
-        "eva_mask.toml",
-        "recall.toml",
-        "recall_text.toml",
-    ],
-)
+@pytest.mark.parametrize("name", sorted(path.name for path in STUDIES.glob("*.toml")))
 def test_shipped_plans_load_and_their_flags_parse(name):
     plan = load_plan(STUDIES / name)
     check_flags(plan)  # every run's flags as partf-train parses them
