@@ -127,7 +127,8 @@ def batch_nll_sums(
     count = ops.sum(ops.cast(scored, "float32"))
     correct = ops.zeros((), "float32")
     if accuracy:
-        correct = ops.sum(ops.cast(exact_targets(model, hidden, targets), "float32"))
+        best = predicted_tokens(model, hidden, targets.dtype)
+        correct = ops.sum(ops.cast(exact_targets(best, targets), "float32"))
     return ops.sum(nll), count, correct
 
 
@@ -139,21 +140,20 @@ def evaluation_call(model: Any, inputs: Any, mode: str | None = None) -> Any:
     return model(inputs, training=False, mode=mode)
 
 
-def exact_targets(model: Any, hidden: Any, targets: Any) -> Any:
-    """bool [B, T]: the scored targets (not 0) that are the model's most likely token.
+def exact_targets(predicted: Any, targets: Any) -> Any:
+    """bool [..., T]: the scored targets (not 0) that equal the prediction
+    (`predicted_tokens`).
 
-    The one prediction a recall task's accuracy counts: `batch_nll_sums` sums it, and
-    `partf.training.evaluation.recall_distance` keeps it per position, so the two cannot
-    disagree about which answers are right. Takes every token's log-probability,
-    [B, T, V]: affordable for a task's small vocabulary."""
-    scored = ops.not_equal(targets, 0)
-    best = predicted_tokens(model, hidden, targets.dtype)
-    return ops.logical_and(scored, ops.equal(best, targets))
+    The one test of an exact answer that a recall task's accuracy counts: `batch_nll_sums`
+    sums it per batch, and `partf.training.evaluation.recall_distance` applies it to a
+    whole split's predictions, so the two cannot disagree about which answers are right."""
+    return ops.logical_and(ops.not_equal(targets, 0), ops.equal(predicted, targets))
 
 
 def predicted_tokens(model: Any, hidden: Any, dtype: Any = "int32") -> Any:
     """[B, T] of `dtype`: the model's most likely token at every position, the prediction
-    `exact_targets` compares with the targets."""
+    `exact_targets` compares with the targets. Takes every token's log-probability,
+    [B, T, V]: affordable for a task's small vocabulary."""
     return ops.cast(ops.argmax(model.log_probs(hidden), axis=-1), dtype)
 
 

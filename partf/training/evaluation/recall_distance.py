@@ -34,7 +34,11 @@ import keras
 import numpy as np
 
 from partf.errors import DataError, UsageError
-from partf.training.evaluation.perplexity import evaluation_call, predicted_tokens
+from partf.training.evaluation.perplexity import (
+    evaluation_call,
+    exact_targets,
+    predicted_tokens,
+)
 
 #: Bucket edges in tokens: [0, 16), [16, 32), ..., [512, 1024), then [1024, inf).
 DEFAULT_EDGES = (0, 16, 32, 64, 128, 256, 512, 1024)
@@ -198,10 +202,9 @@ def split_predictions(
 
 
 def exact_answers(predictions: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """bool [...]: the answers (targets not 0) predicted exactly; `exact_targets`'s test
-    on `split_predictions`."""
-    targets = np.asarray(targets)
-    return (targets != 0) & (np.asarray(predictions) == targets)
+    """bool [...]: the answers (targets not 0) predicted exactly, by the evaluator's own
+    test (`exact_targets`) on `split_predictions`."""
+    return keras.ops.convert_to_numpy(exact_targets(predictions, targets)).astype(bool)
 
 
 def answer_summary(predictions: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
@@ -229,19 +232,16 @@ def answer_summary(predictions: np.ndarray, targets: np.ndarray) -> dict[str, An
         )
     length = targets.shape[-1]
     rows_p, rows_y = predictions.reshape(-1, length), targets.reshape(-1, length)
-    answered = rows_y != 0
-    # in_row[r, p]: the prediction at p is one of row r's answers; [rows, L, L] in chunks.
-    in_row = 0
-    for start in range(0, len(rows_y), 256):
-        p, y = rows_p[start : start + 256], rows_y[start : start + 256]
-        a = answered[start : start + 256]
-        hit = ((p[:, :, None] == y[:, None, :]) & a[:, None, :]).any(axis=2)
-        in_row += int((hit & a).sum())
-    answers = int(answered.sum())
+    row, at = np.nonzero(rows_y)  # every answer
+    given = rows_p[row, at]  # token ids, >= 0
+    # holds[r, v]: value v is one of row r's answers (ids are small: a task's vocabulary).
+    holds = np.zeros((len(rows_y), int(max(rows_y.max(), given.max(initial=0))) + 1), bool)
+    holds[row, rows_y[row, at]] = True
+    answers = len(row)
     return {
         "answers": answers,
-        "distinct_predictions": int(np.unique(rows_p[answered]).size),
-        "in_row": in_row / answers if answers else 0.0,
+        "distinct_predictions": int(np.unique(given).size),
+        "in_row": int(holds[row, given].sum()) / answers if answers else 0.0,
     }
 
 
