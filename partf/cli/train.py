@@ -262,8 +262,10 @@ def parse_args(argv: Sequence[str] | None = None):
         config = configs_from_args(args)
     try:
         # The model ignores an option no chosen mechanism takes; on the command line
-        # it is a mistyped or misplaced flag.
-        config.model.check_attention_options()
+        # it is a mistyped or misplaced flag. --drop_attention_to's mechanism is chosen
+        # too: its options shape the blocks it replaces.
+        replacing = config.drop_attention_to if config.drop_attention else "identity"
+        config.model.check_attention_options(() if replacing == "identity" else (replacing,))
     except ValueError as e:
         raise model_error(e) from None
     return config, bool(args.verbose)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from partf.attention import attention_names, get_attention_class
@@ -366,14 +367,16 @@ class ModelConfig(BlockSettings):
         """Whether positions are added to the embeddings (sinusoidal or learned)."""
         return self.position in ("sinusoidal", "learned")
 
-    def check_attention_options(self) -> None:
+    def check_attention_options(self, also: Sequence[str] = ()) -> None:
         """Raises ValueError for an attention option that no chosen mechanism takes.
 
         The model itself ignores such options (one set can serve many mechanisms); the
         command line calls this so that a mistyped or misplaced `--attn_...` flag is an
         error. `<mechanism>_<option>` must name a chosen mechanism and one of its options.
+        `also` names mechanisms the run builds besides its architecture's (the one
+        `--drop_attention_to` puts in place of the source's attention).
         """
-        mechanisms = self.attention_mechanisms
+        mechanisms = tuple(dict.fromkeys((*self.attention_mechanisms, *also)))
         valid = set(COMMON_ARGUMENTS) - {"name", "dtype"}
         for name in mechanisms:
             options = get_attention_class(name).options

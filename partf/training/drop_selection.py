@@ -125,17 +125,42 @@ def validation_loss(model: Any, split: Any, jit_compile: bool) -> float:
     return float(report["loss"])
 
 
-def dropped_variant(source: Any, folder: str | Path, architecture: str, seed: int = 0) -> Any:
+def mechanism_options(options: dict[str, Any], mechanism: str) -> dict[str, Any]:
+    """The run's attention `options` (its `--attn_...` flags) as `mechanism` reads them,
+    each written out as `<mechanism>_<option>`: what a replacing mechanism is built with,
+    since the source was trained without it and holds none of its options."""
+    from partf.attention import get_attention_class
+    from partf.attention.registry import resolve_options
+
+    if mechanism == IDENTITY:
+        return {}
+    resolved = resolve_options(options, [mechanism])
+    own = (f"{mechanism}_{option}" for option in get_attention_class(mechanism).options)
+    return {key: resolved[key] for key in own if key in resolved}
+
+
+def dropped_variant(
+    source: Any,
+    folder: str | Path,
+    architecture: str,
+    seed: int = 0,
+    options: dict[str, Any] | None = None,
+) -> Any:
     """A fixed model of the source's settings with `architecture` (as many blocks as the
     source), its weights copied from the source by `init_weights`; the weights nothing
     is copied into (a replacing mechanism's own) are drawn after seeding every generator
-    with `seed`, so that a variant scores the same every time it is built."""
+    with `seed`, so that a variant scores the same every time it is built. `options`
+    (a replacing mechanism's, from `mechanism_options`) go over the source's."""
     import keras
 
     from partf.models.par_transformer_xl import PARTransformerXL
     from partf.training.init_from import init_weights
 
-    config = source.config.replace(architecture=architecture, num_layers=len(source.blocks))
+    config = source.config.replace(
+        architecture=architecture,
+        num_layers=len(source.blocks),
+        attention_options={**source.config.attention_options, **(options or {})},
+    )
     keras.utils.set_random_seed(seed)
     model = PARTransformerXL(config, name="par_transformer_xl")
     model.build((config.batch_size, None))
@@ -150,6 +175,7 @@ def select_dropped(
     jit_compile: bool,
     mechanism: str = IDENTITY,
     seed: int = 0,
+    options: dict[str, Any] | None = None,
 ) -> Selection:
     """Scores the finished run in `folder` with each attention block replaced by
     `mechanism` and keeps the `count` replacements that raised the validation loss least.
@@ -164,6 +190,9 @@ def select_dropped(
             registry name, its weights copied from the source's attention where their
             names and shapes match (`init_from.init_weights`).
         seed: the seed of the weights a replacing mechanism does not copy (the run's).
+        options: the run's attention options (`--attn_...`); the replacing mechanism's
+            are built with them (`--attn_local_window_size=16` with `local`), the
+            source's blocks keep their own.
 
     Raises:
         ConfigError: `count` out of range, a mechanism without a causal form, or no
@@ -188,6 +217,7 @@ def select_dropped(
             f"--drop_attention={count}, but the run in {folder} has {len(blocks)} attention "
             f"blocks{other}; give 1 to {len(blocks)}."
         )
+    own_options = mechanism_options(options or {}, mechanism)
     token = architecture_token(mechanism)  # "I" for the identity
     verb = "dropped" if mechanism == IDENTITY else f"as {mechanism}"
     tokens = source_architecture(source)
@@ -197,7 +227,7 @@ def select_dropped(
     for b in blocks:
         variant = " ".join(token if i == b else t for i, t in enumerate(tokens))
         logger.info("--drop_attention: scoring with block %d %s (%s)", b, verb, variant)
-        model = dropped_variant(source, folder, variant, seed)
+        model = dropped_variant(source, folder, variant, seed, own_options)
         losses[b] = validation_loss(model, split, jit_compile)
     # The smallest rise first; ties go to the earlier block.
     chosen = tuple(sorted(blocks, key=lambda b: (losses[b], b))[:count])

@@ -359,6 +359,7 @@ def drop_selection(config: TrainConfig, data: RunData, checkpoints: Path) -> Sel
         config.jit_compile,
         mechanism=config.drop_attention_to,
         seed=config.seed,
+        options=config.model.attention_options,
     )
 
 

@@ -3,7 +3,7 @@ only, and an option that no chosen mechanism takes stops the command with one li
 
 from __future__ import annotations
 
-from partf.cli.train import attention_options, build_parser, configs_from_args, main
+from partf.cli.train import attention_options, build_parser, configs_from_args, main, parse_args
 
 
 def test_mechanism_flags_set_their_own_option_next_to_the_shared_one():
@@ -34,3 +34,15 @@ def test_a_preset_and_positions_parse(capsys):
     status = main(["--attention=fastformer", "--position=rotary", "--model_name=r"])
     assert status == 2
     assert "not defined for fastformer attention" in capsys.readouterr().err
+
+
+def test_the_mechanism_drop_attention_to_puts_in_takes_its_options(capsys):
+    """--drop_attention_to=local builds sliding-window blocks, so its window is an option
+    of the run; without them the same flag is refused in one line."""
+    common = ["--model_name=r", "--init_from=runs/softmax", "--attn_local_window_size=16"]
+    config, _ = parse_args([*common, "--drop_attention=3", "--drop_attention_to=local"])
+    assert config.model.attention_options["local_window_size"] == 16
+    status = main([*common, "--drop_attention=3", "--drop_attention_to=norm"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1
+    assert "'local_window_size' (--attn_local_window_size) is taken by none" in err[0]

@@ -71,10 +71,11 @@ def replaced(block: int, mechanism: str) -> str:
     return " ".join(tokens)
 
 
-def converted_loss(folder, split, architecture: str, seed: int) -> float:
-    """The loss of the conversion built here: the model of `architecture`, its weights
-    drawn from `seed` and then copied from the source by init_weights."""
-    model = build(architecture, seed=seed)
+def converted_loss(folder, split, architecture: str, seed: int, **changes) -> float:
+    """The loss of the conversion built here: the model of `architecture` (and the model
+    settings `changes`), its weights drawn from `seed` and then copied from the source by
+    init_weights."""
+    model = build(architecture, seed=seed, **changes)
     init_weights(model, folder)
     return direct_loss(model, split, None)
 
@@ -123,6 +124,24 @@ def test_fresh_weights_of_the_mechanism_come_from_the_seed(source, valid_split, 
     assert first.losses[0] != other.losses[0]
     want = converted_loss(folder, valid_split, replaced(0, "fastformer"), seed=3)
     assert first.losses[0] == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("flag", ["local_window_size", "window_size"])
+def test_the_replacing_mechanism_takes_the_runs_options(source, valid_split, flag):
+    """--drop_attention_to=local --attn_local_window_size=2 (or the shared
+    --attn_window_size=2): the source holds no sliding-window option, and each variant
+    scored has the run's window of 2 tokens, not the default of 128, which sees the whole
+    of these short segments and their memory and so scores otherwise."""
+    _, folder = source
+    options = {flag: 2}
+    selection = select_dropped(folder, 1, valid_split, False, "local", 5, options)
+    window = {"attention_options": {"local_window_size": 2}}
+    for block, loss in selection.losses.items():
+        architecture = replaced(block, "local")
+        want = converted_loss(folder, valid_split, architecture, seed=5, **window)
+        assert loss == pytest.approx(want, rel=1e-5)
+        default = converted_loss(folder, valid_split, architecture, seed=5)
+        assert loss != pytest.approx(default, rel=1e-4)
 
 
 def run_config(folder, mechanism: str = "norm", count: int = 1) -> TrainConfig:
