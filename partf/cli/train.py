@@ -250,6 +250,7 @@ def parse_args(argv: Sequence[str] | None = None):
     # Only now: the configurations import Keras, and the mistakes above are answered
     # without it (tests/cli/test_quiet.py).
     from partf.training.config import TrainConfig, model_error
+    from partf.training.drop_selection import IDENTITY
 
     if args.from_search:
         from partf.training.search import config_from_search
@@ -263,9 +264,10 @@ def parse_args(argv: Sequence[str] | None = None):
     try:
         # The model ignores an option no chosen mechanism takes; on the command line
         # it is a mistyped or misplaced flag. --drop_attention_to's mechanism is chosen
-        # too: its options shape the blocks it replaces.
-        replacing = config.drop_attention_to if config.drop_attention else "identity"
-        config.model.check_attention_options(() if replacing == "identity" else (replacing,))
+        # too: its options shape the blocks it replaces (TrainConfig refuses it without
+        # --drop_attention).
+        replacing = config.drop_attention_to
+        config.model.check_attention_options(() if replacing == IDENTITY else (replacing,))
     except ValueError as e:
         raise model_error(e) from None
     return config, bool(args.verbose)
