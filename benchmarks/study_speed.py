@@ -21,8 +21,16 @@ the study's report (`partf-study PLAN --out DIR --report`) shows beside each arm
 It uses only what partf's public interface had when the long-context study was pinned,
 so it measures a pinned study with the pinned code: run it with that worktree's Python.
 
+With --per_architecture, runs that built the same model (the same model config and batch
+shape: the seeds of one arm, a from-scratch arm and a conversion to its blocks) are timed
+once, by their first run, and every one of them gets those figures with `timed_as` naming
+it: a model's speed is its computation, which its weights do not change. A study of three
+seeds is then timed in a third of the time, and its report can use side-by-side figures
+for every run.
+
 Run: python benchmarks/study_speed.py DIR [--runs txl-s0 txl4-s0] [--repeats 3]
      python benchmarks/study_speed.py DIR --seq_len 1024 --context 4096 --out DIR/speed_1024.json
+     python benchmarks/study_speed.py DIR --per_architecture
 Pause other work on the machine while it runs.
 """
 
@@ -50,6 +58,33 @@ def finished_runs(study: Path, names: list[str] | None) -> dict[str, Path]:
         if model.is_file() and (names is None or name in names):
             found[name] = model
     return found
+
+
+#: Model settings that change what a run learns or pays, not what its model computes: a
+#: search's measured prices and their weight in the loss.
+NOT_COMPUTATION = ("candidate_costs", "search_cost_weight", "search_cost")
+
+
+def structure_key(results: dict[str, Any]) -> str:
+    """What a run's model computes, from its results.json: the model config without the
+    settings of NOT_COMPUTATION, and the batch shape it trained at."""
+    model = dict((results.get("config") or {}).get("model") or {})
+    for key in NOT_COMPUTATION:
+        model.pop(key, None)
+    shape = results.get("data") or {}
+    key = {"model": model, "batch_size": shape.get("batch_size"), "seq_len": shape.get("seq_len")}
+    return json.dumps(key, sort_keys=True)
+
+
+def group_by_structure(runs: dict[str, Path]) -> dict[str, list[str]]:
+    """The first run of each group of runs (by name) that built the same model -> every run
+    of the group, the first included."""
+    groups: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    for name, path in runs.items():
+        key = structure_key(json.loads((path.parent / "results.json").read_text()))
+        groups.setdefault(first.setdefault(key, name), []).append(name)
+    return groups
 
 
 class Measured:
@@ -145,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         help="time at this length instead of the run's, with as many tokens per batch "
         "(fewer rows); for models without XL memory, e.g. the recall study's",
     )
+    parser.add_argument(
+        "--per_architecture",
+        action="store_true",
+        help="time one run of each model config and batch shape, and give its figures to "
+        "the others (with timed_as)",
+    )
     parser.add_argument("--out", help="where to write the figures (default: DIR/speed.json)")
     args = parser.parse_args(argv)
     study = Path(args.study)
@@ -154,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import platform
 
+    groups = group_by_structure(runs) if args.per_architecture else {n: [n] for n in runs}
     measured = {}
-    for name, path in runs.items():
+    for name in groups:
+        path = runs[name]
         print(f"study_speed: loading {name}", file=sys.stderr, flush=True)
         measured[name] = Measured(path, args)
     for round_ in range(args.repeats + 1):
@@ -171,13 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {
         "machine": f"{os.cpu_count()}-core {cpu}",
         "settings": vars(args),
-        "runs": {name: model.best for name, model in measured.items()},
+        "runs": {
+            member: dict(model.best, **({"timed_as": name} if member != name else {}))
+            for name, model in measured.items()
+            for member in groups[name]
+        },
     }
     path = Path(args.out) if args.out else study / "speed.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     for name, best in out["runs"].items():
+        if "timed_as" in best:
+            continue
         print(
-            f"{name}: train {best['train_tokens_per_second']:,.0f} tokens/s, eval "
+            f"{name} ({len(groups[name])} runs): train "
+            f"{best['train_tokens_per_second']:,.0f} tokens/s, eval "
             f"{best['eval_ms_per_batch']:.1f} ms/batch, generate "
             f"{best['generate_ms_per_token']:.1f} ms/token"
         )
