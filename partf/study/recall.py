@@ -31,8 +31,9 @@ from partf.study.pareto import arm_groups, new_plot, save_plot
 #: sliding-window or linear).
 SOFTMAX = ("relative", "softmax", "attention", "A")
 
-#: Plot markers by the kind of placement an arm is.
-MARKERS = {"search": "*", "stage2": "P", "control": "o", "other": "s"}
+#: Plot markers by the kind of placement an arm is; conversions are triangles, as on the
+#: Pareto plot.
+MARKERS = {"search": "*", "stage2": "P", "converted": "^", "control": "o", "other": "s"}
 
 
 def accuracy(run: Any, split: str) -> float | None:
@@ -203,19 +204,30 @@ def _figures(figures: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.3g}" for k, v in sorted(figures.items()))
 
 
-def kind_of(arm: str, controls: Sequence[str], searches: Sequence[str]) -> str:
+def kind_of(
+    arm: str, controls: Sequence[str], searches: Sequence[str], conversions: Sequence[str] = ()
+) -> str:
+    """The kind of placement an arm is: a search or its stage 2 (whatever it started from),
+    a fixed conversion of a trained run, a control, or other."""
     if arm.endswith("-stage2"):
         return "stage2"
     if arm in searches:
         return "search"
+    if arm in conversions:
+        return "converted"
     return "control" if arm in controls else "other"
 
 
 def recall_plot(
-    rows: Sequence[Any], path: Path, title: str, controls: Sequence[str], searches: Sequence[str]
+    rows: Sequence[Any],
+    path: Path,
+    title: str,
+    controls: Sequence[str],
+    searches: Sequence[str],
+    conversions: Sequence[str] = (),
 ) -> bool:
     """Writes test accuracy against training microseconds per token; False when no recall
-    run has both figures."""
+    run has both figures. `conversions`: arms started from a trained run (`init_from`)."""
     paired = side_by_side(rows)
     rows = recall_rows(rows)
     points = [
@@ -231,7 +243,7 @@ def recall_plot(
     for i, row, xs, ys in arm_groups(rows, points):
         color = colors[i % len(colors)]
         axes.scatter(xs, ys, s=12, color=color, alpha=0.4)
-        kind = kind_of(row.arm, controls, searches)
+        kind = kind_of(row.arm, controls, searches, conversions)
         axes.scatter(
             [statistics.fmean(xs)],
             [statistics.fmean(ys)],

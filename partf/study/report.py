@@ -409,7 +409,9 @@ def write_report(
                 ]
             searches = [arm.name for arm in plan.arms if arm.stage2]
             recall_png = "recall.png" if index == 0 else f"recall-{index + 1}.png"
-            if recall_plot(rows, paths.out / recall_png, title, controls, searches):
+            if recall_plot(
+                rows, paths.out / recall_png, title, controls, searches, list(conversions)
+            ):
                 lines += ["", f"![MQAR accuracy against training time per token]({recall_png})"]
     prices = cost_lines(records, paths.checkpoints)
     if prices:

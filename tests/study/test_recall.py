@@ -9,7 +9,9 @@ import statistics
 import pytest
 
 from partf.study.recall import (
+    MARKERS,
     cost_lines,
+    kind_of,
     placement_table,
     recall_plot,
     recall_table,
@@ -106,6 +108,25 @@ def test_the_plot_is_drawn_for_recall_runs_only(tmp_path):
     assert recall_plot(ROWS, tmp_path / "recall.png", "t", ["softmax", "soft4"], [])
     assert (tmp_path / "recall.png").stat().st_size > 0
     assert not recall_plot(ROWS[2:], tmp_path / "none.png", "t", [], [])
+
+
+def test_conversions_are_their_own_kind_unless_they_search():
+    """A fixed conversion of a trained run (init_from) is marked apart from the placements
+    trained from scratch; a search or stage 2 that started from a trained run stays a search."""
+    conversions = ["wo2", "wconv", "wconv-stage2"]
+    kinds = {
+        arm: kind_of(arm, ["softmax", "w2"], ["wconv"], conversions)
+        for arm in ("softmax", "w2", "wo2", "wconv", "wconv-stage2", "probe")
+    }
+    assert kinds == {
+        "softmax": "control",
+        "w2": "control",
+        "wo2": "converted",
+        "wconv": "search",
+        "wconv-stage2": "stage2",
+        "probe": "other",
+    }
+    assert len({MARKERS[kind] for kind in kinds.values()}) == 5  # each kind drawn apart
 
 
 def test_side_by_side_times_are_used_only_when_every_recall_run_has_one():
