@@ -61,8 +61,10 @@ def finished_runs(study: Path, names: list[str] | None) -> dict[str, Path]:
 
 
 #: Model settings that change what a run learns or pays, not what its model computes: a
-#: search's measured prices and their weight in the loss.
-NOT_COMPUTATION = ("candidate_costs", "search_cost_weight", "search_cost")
+#: search's measured prices and their weight in the loss, and the steps over which its
+#: temperature anneals (set from the run's length: a 2,000-step conversion and a
+#: 3,000-step run of the same blocks differ only there).
+NOT_COMPUTATION = ("candidate_costs", "search_cost_weight", "search_cost", "tau_steps")
 
 
 def structure_key(results: dict[str, Any]) -> str:
