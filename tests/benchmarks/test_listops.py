@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
+from tests.benchmarks import load_benchmark
 from tests.models.test_encoder import partf_noncausal_names
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "listops.py"
 
 
 @pytest.fixture(scope="module")
 def listops():
-    spec = importlib.util.spec_from_file_location("listops_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("listops")
 
 
 def test_defaults_follow_lra_and_cover_every_noncausal_mechanism(listops):

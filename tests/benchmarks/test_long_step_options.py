@@ -3,24 +3,17 @@ do, so the timings compare like with like; the wrong-on-purpose ones differ."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import keras
 import numpy as np
 import pytest
 
 from partf.attention.relative import RelativeAttention
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "long_step_options.py"
+from tests.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def options():
-    spec = importlib.util.spec_from_file_location("long_step_options_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("long_step_options")
 
 
 @pytest.fixture(scope="module")

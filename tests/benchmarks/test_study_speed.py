@@ -3,21 +3,17 @@ built the same model at the same batch shape, whatever they learned or paid."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "study_speed.py"
+from tests.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def speed():
-    spec = importlib.util.spec_from_file_location("study_speed_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("study_speed")
 
 
 def finished(tmp_path: Path, name: str, seq_len: int = 256, **model) -> Path:
