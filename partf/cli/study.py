@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("plan", help="the study's TOML plan (see studies/)")
     parser.add_argument(
-        "--out", required=True, help="the study's folder (keep it outside the checkout)"
+        "--out",
+        help="the study's folder of run folders (keep it outside the checkout); --report "
+        "of a plan with a `results` folder needs none: it reads the committed records",
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="runs trained at once, each its own process"
@@ -63,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--report",
         action="store_true",
-        help="only rewrite report.md and pareto.png (of --arms and --seeds where given), and exit",
+        help="only rewrite report.md and its plots from the run records (of --arms and "
+        "--seeds where given), and exit",
     )
     parser.add_argument(
         "--arms", nargs="+", metavar="ARM", help="run these arms only (and their stage 2)"
@@ -134,7 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         plan = load_plan(args.plan)
-        paths = StudyPaths(Path(args.out).resolve())
+        if args.out is None and not (args.report and plan.results is not None):
+            raise UsageError(
+                "--out is required: the study's folder"
+                + ("" if args.report else " (only --report of a plan with `results` reads none)")
+                + "."
+            )
+        paths = StudyPaths(Path(args.out).resolve()) if args.out else None
         runs = plan.runs()
         arms = {arm.name for arm in plan.arms}
         unknown = sorted(set(args.arms or ()) - arms)
@@ -153,10 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs = [r for r in runs if r.seed in args.seeds]
         runs = with_needed(runs, plan.runs())
         if args.report:
-            if not (paths.out / "runs").is_dir():
+            folder = plan.results_folder(paths.out if paths else None)
+            if not (folder / "records").is_dir() and not (paths and (paths.out / "runs").is_dir()):
                 raise UsageError(
-                    f"{paths.out} holds no study yet; run partf-study {args.plan} --out "
-                    f"{args.out} first."
+                    f"{folder} holds no run records yet; run partf-study {args.plan} --out "
+                    f"{args.out or 'DIR'} first."
                 )
             only, command = None, ""
             if args.arms or args.seeds:  # report what was asked for, like with like

@@ -38,6 +38,10 @@ Flags are strings in partf-train's own syntax (split as a shell would) or lists 
 such strings. `$VAR`, `${VAR}` and `${VAR:-default}` are expanded from the environment (an
 unset one without a default is an error), and relative paths are taken from the plan file's folder.
 
+`results = "results/NAME"`: the folder, relative to the plan, where the report is written
+and each finished run's record kept (under records/, partf.study.records), in the
+repository; a plan without it keeps both in the study's folder.
+
 Run names: `<arm>-s<seed>`; a search's stage 2 is `<arm>-stage2-s<seed>`.
 """
 
@@ -59,7 +63,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 #: Keys a plan may hold, at the top and in [data] and in an arm's table.
-TOP_KEYS = ("description", "seeds", "reference", "flags", "data", "mqar", "arms")
+TOP_KEYS = ("description", "seeds", "reference", "flags", "results", "data", "mqar", "arms")
 #: Keys of the [mqar] table, each a `partf-build-data --task=mqar` setting.
 MQAR_KEYS = (
     "seq_len",
@@ -188,6 +192,19 @@ class Plan:
     seeds: tuple[int, ...]
     reference: str | None
     mqar: dict[str, Any] | None = None  # the [mqar] settings, when arms train on it
+    results: Path | None = None  # where its report and run records are kept, or None
+
+    def results_folder(self, out: Path | None) -> Path:
+        """Where this plan's report and run records (under records/) live: its `results`
+        folder (kept in the repository), else the study's folder `out`."""
+        if self.results is not None:
+            return self.results
+        if out is None:
+            raise PlanError(
+                f"plan {self.path} keeps no results folder of its own (no `results` key); "
+                "give --out, the study's folder."
+            )
+        return out
 
     def runs(self) -> list[Run]:
         """Every run of the study: first stage, then stage 2; seed by seed, so that a
@@ -484,4 +501,5 @@ def load_plan(path: str | Path) -> Plan:
         seeds=tuple(seeds),
         reference=reference,
         mqar=mqar,
+        results=Path(_folder(path, "results", table["results"])) if "results" in table else None,
     )

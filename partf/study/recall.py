@@ -18,7 +18,6 @@ each arm's mean, marked by the kind of placement.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -175,17 +174,13 @@ def placement_table(rows: Sequence[Any]) -> list[str]:
     return header + lines
 
 
-def cost_lines(records: Sequence[Any], checkpoints_of: Any) -> list[str]:
+def cost_lines(records: Sequence[Any]) -> list[str]:
     """One line per finished search with a measured cost table: its prices, in dense
     blocks and microseconds per token (format 2) or in microseconds (format 1)."""
     lines = []
     for record in records:
-        if not record.finished or not (record.results or {}).get("search"):
-            continue
-        path = Path(checkpoints_of(record.name)) / "cost_table.json"
-        try:
-            table = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        table = record.cost_table
+        if not record.finished or not (record.results or {}).get("search") or not table:
             continue
         costs = _figures(table.get("costs", {}))
         if table.get("unit") == "dense":

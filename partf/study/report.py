@@ -29,15 +29,13 @@ below.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime
-import json
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from partf.study import records as run_records
 from partf.study.pareto import front_at, front_points, pareto_plot
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan
@@ -49,30 +47,24 @@ from partf.study.recall import (
     recall_table,
     spread,
 )
-from partf.study.runner import newest_step
-
-#: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
-SPEED_FILE = "speed.json"
-
-#: A search has decided from the first logged step at which every block's largest pi is
-#: at least this, each block's argmax staying what it ends as from then on.
-DECIDED = 0.9
+from partf.study.records import read_records, sync_records, write_text
 
 
 @dataclasses.dataclass
 class RunRecord:
-    """What the report knows of one planned run."""
+    """What the report knows of one planned run: its record (partf.study.records), or
+    None where no record was written."""
 
     name: str
     arm: str
     seed: int
-    where: str  # "backend on machine", "mixed: ..." or "not started"
+    where: str  # "backend on machine, commit c", or "no record"
     results: dict[str, Any] | None
-    status: str  # finished, failed ..., at step N, not started
     decided_step: int | None = None
     steps_per_second: float | None = None
     source: RunRecord | None = None  # the run it started from (--init_from)
     speed: dict[str, float] | None = None  # benchmarks/study_speed.py's figures
+    cost_table: dict[str, Any] | None = None  # a search's measured costs
 
     @property
     def finished(self) -> bool:
@@ -98,109 +90,33 @@ class RunRecord:
         return float(found) if isinstance(found, (int, float)) else None
 
 
-# ------------------------------------------------------------------ reading
-def event_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of a TensorBoard folder: tag -> [(step, value)], in step order.
-    Empty when the folder or tensorboard itself is missing."""
-    try:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-        from tensorboard.util.tensor_util import make_ndarray
-    except ImportError:
-        return {}
-    if not logdir.is_dir():
-        return {}
-    events = EventAccumulator(str(logdir), size_guidance={"tensors": 0, "scalars": 0})
-    events.Reload()
-    found: dict[str, list[tuple[int, float]]] = {}
-    tags = events.Tags()
-    for tag in tags.get("scalars", []):
-        found[tag] = [(e.step, float(e.value)) for e in events.Scalars(tag)]
-    for tag in tags.get("tensors", []):
-        values = [(e.step, make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)]
-        found[tag] = [(step, float(v)) for step, v in values if getattr(v, "size", 0) == 1]
-    return {tag: sorted(values) for tag, values in found.items()}
-
-
-def decided_step(scalars: dict[str, list[tuple[int, float]]]) -> int | None:
-    """The step from which a search's pi stayed decided (see `DECIDED`), from its logged
-    pi/block_<i>/<candidate> scalars; None when it never decided or logged no pi."""
-    blocks: dict[int, dict[str, dict[int, float]]] = {}
-    for tag, values in scalars.items():
-        parts = tag.split("/")
-        if len(parts) == 3 and parts[0] == "pi" and parts[1].startswith("block_"):
-            blocks.setdefault(int(parts[1][6:]), {})[parts[2]] = dict(values)
-    if not blocks or all(len(c) < 2 for c in blocks.values()):
-        return None
-    steps = sorted(set.intersection(*(set(s) for c in blocks.values() for s in c.values())))
-    if not steps:
-        return None
-
-    def argmax_and_top(step: int) -> list[tuple[str, float]]:
-        rows = []
-        for block in sorted(blocks):
-            name, top = max(((n, v[step]) for n, v in blocks[block].items()), key=lambda t: t[1])
-            rows.append((name, top))
-        return rows
-
-    final = [name for name, _ in argmax_and_top(steps[-1])]
-    since = None
-    for step in steps:
-        rows = argmax_and_top(step)
-        held = [name for name, _ in rows] == final and all(top >= DECIDED for _, top in rows)
-        since = (since or step) if held else None
-    return since
-
-
-def _where(record: dict[str, Any]) -> str:
-    places = []
-    for launch in record.get("launches", []):
-        place = f"{launch.get('backend', '?')} on {launch.get('machine', '?')}"
-        if place not in places:
-            places.append(place)
-    if not places:
-        return "not started"
-    return places[0] if len(places) == 1 else "mixed: " + " + ".join(places)
-
-
-def gather(plan: Plan, paths: StudyPaths) -> list[RunRecord]:
-    """A `RunRecord` for every run of the plan, finished or not."""
-    records: list[RunRecord] = []
+def gather(plan: Plan, records: Mapping[str, Mapping[str, Any]]) -> list[RunRecord]:
+    """A `RunRecord` for every run of the plan, from its `records` by run name."""
+    found: list[RunRecord] = []
     runs = plan.runs()
-    measured: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        measured = json.loads((paths.out / SPEED_FILE).read_text())
     for run in runs:
-        study: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError):
-            study = json.loads(paths.record(run.name).read_text())
-        results = None
-        with contextlib.suppress(OSError, ValueError):
-            results = json.loads(paths.results(run.name).read_text())
-        if results is not None:
-            status = "finished"
-        elif study.get("status", "").startswith("failed"):
-            status = study["status"]
-        elif study:
-            status = f"at step {newest_step(paths, run.name) or 0}"
-        else:
-            status = "not started"
-        record = RunRecord(run.name, run.arm, run.seed, _where(study), results, status)
-        record.speed = (measured.get("runs") or {}).get(run.name)
-        if results is not None:
-            scalars = event_scalars(paths.run_dir(run.name) / "logs" / run.name / "train")
-            if (results.get("search") or None) is not None:
-                record.decided_step = decided_step(scalars)
-            tokens = [v for _, v in scalars.get("tokens_per_second", [])]
-            shape = results.get("data") or {}
-            if tokens and shape.get("batch_size") and shape.get("seq_len"):
-                per_step = shape["batch_size"] * shape["seq_len"]
-                record.steps_per_second = statistics.median(tokens) / per_step
-        records.append(record)
-    by_name = {record.name: record for record in records}
-    for run, record in zip(runs, records, strict=True):
+        record = records.get(run.name)
+        if record is None:
+            found.append(RunRecord(run.name, run.arm, run.seed, "no record", None))
+            continue
+        found.append(
+            RunRecord(
+                run.name,
+                run.arm,
+                run.seed,
+                run_records.where(record),
+                dict(record["results"]),
+                record.get("decided_step"),
+                record.get("steps_per_second"),
+                speed=record.get("speed"),
+                cost_table=record.get("cost_table"),
+            )
+        )
+    by_name = {record.name: record for record in found}
+    for run, record in zip(runs, found, strict=True):
         if run.init_from is not None:
             record.source = by_name.get(run.init_from)
-    return records
+    return found
 
 
 # ------------------------------------------------------------------ numbers
@@ -334,15 +250,59 @@ def table(
 
 
 # ------------------------------------------------------------------ writing
-def write_report(
-    plan: Plan, paths: StudyPaths, only: Collection[str] | None = None, command: str = ""
-) -> Path:
-    """Writes report.md and the Pareto plot(s) under the study folder; returns report.md.
+def shown_path(path: Path) -> str:
+    """`path` as a report shows it: relative to the repository that holds it (the same on
+    every clone), else as it is."""
+    for folder in path.parents:
+        if (folder / ".git").exists():
+            return path.relative_to(folder).as_posix()
+    return str(path)
 
-    `only` names the runs to report (all of the plan's when None), so that a report of
-    one seed or a few arms compares like with like; `command` is the selection's flags,
-    added to the report's "Reproduce" line."""
-    records = gather(plan, paths)
+
+def linking_line(first: list[RunRecord], finished: list[RunRecord], reference: str | None) -> str:
+    """A sentence giving the figure that links a table to the first one: an arm both
+    hold (the reference where it can), its mean test accuracy or validation perplexity
+    in each; empty when they share no arm."""
+    shared = [r.arm for r in finished if r.arm in {f.arm for f in first}]
+    if not shared:
+        return ""
+    arm = reference if reference in shared else shared[0]
+
+    def figure(runs: list[RunRecord]) -> tuple[str, float | None]:
+        mine = [r for r in runs if r.arm == arm]
+        test = [v for r in mine if (v := accuracy(r, "test")) is not None]
+        if test:
+            return "test accuracy %", statistics.fmean(test)
+        valid = [v for r in mine if (v := r.value("valid", "perplexity")) is not None]
+        return "valid ppl", statistics.fmean(valid) if valid else None
+
+    (kind, here), (_, there) = figure(finished), figure(first)
+    if here is None or there is None:
+        return ""
+    return (
+        f"Linked to the first table by `{arm}`: {kind} {here:.2f} here, {there:.2f} there "
+        f"(means over the seeds each table holds)."
+    )
+
+
+def write_report(
+    plan: Plan, paths: StudyPaths | None, only: Collection[str] | None = None, command: str = ""
+) -> Path:
+    """Writes report.md and its plots into the plan's results folder (its `results`, else
+    the study folder) from its run records alone; returns report.md.
+
+    Where the study folder `paths` holds run folders, the records of its finished runs
+    are written (or refreshed) first. `only` names the runs to report (all of the plan's
+    when None), so that a report of one seed or a few arms compares like with like;
+    `command` is the selection's flags, added to the report's "Reproduce" line.
+
+    Raises:
+        RecordError: a record that cannot be read.
+    """
+    folder = plan.results_folder(paths.out if paths is not None else None)
+    if paths is not None and (paths.out / "runs").is_dir():
+        sync_records(plan, paths, folder / "records")
+    records = gather(plan, read_records(folder / "records"))
     if only is not None:
         records = [record for record in records if record.name in only]
     groups: dict[str, list[RunRecord]] = {}
@@ -350,14 +310,16 @@ def write_report(
         if record.finished:
             groups.setdefault(record.where, []).append(record)
     planned = len({r.seed for r in records})  # the plan's seeds, or those asked for
+    plan_name = shown_path(plan.path)
+    out = " --out DIR" if plan.results is None else ""
     lines = [
         f"# Study: {plan.path.name}",
         "",
         plan.description,
         "",
-        f"Reproduce: `partf-study {plan.path} --out {paths.out}{command}`. Written "
-        f"{datetime.datetime.now().isoformat(timespec='seconds')}; "
-        f"{sum(r.finished for r in records)} of {len(records)} runs finished.",
+        f"Reproduce: `partf-study {plan_name} --out DIR` trains the runs; `partf-study "
+        f"{plan_name}{out}{command or ' --report'}` rebuilds this page from their records. "
+        f"{sum(r.finished for r in records)} of {len(records)} runs have a record.",
         "",
         "Perplexity is exact (token-weighted) on the validation and test records; "
         "'vs ref' compares means with the reference arm's in the same table; 'vs "
@@ -383,15 +345,14 @@ def write_report(
         ]
         rows = [row for row in rows if row.runs]
         plot = "pareto.png" if index == 0 else f"pareto-{index + 1}.png"
-        lines += [
-            "",
-            f"## {where}",
-            "",
-            *table(rows, plan.reference, controls, matched, conversions),
-        ]
+        lines += ["", f"## {where}", ""]
+        link = linking_line(ordered[0][1], finished, plan.reference) if index else ""
+        if link:
+            lines += [link, ""]
+        lines += table(rows, plan.reference, controls, matched, conversions)
         title = f"{plan.path.name}: {where}"
         drawn = pareto_plot(
-            rows, plan.reference, paths.out / plot, title, controls, conversions, matched
+            rows, plan.reference, folder / plot, title, controls, conversions, matched
         )
         if drawn:
             lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
@@ -409,25 +370,20 @@ def write_report(
                 ]
             searches = [arm.name for arm in plan.arms if arm.stage2]
             recall_png = "recall.png" if index == 0 else f"recall-{index + 1}.png"
-            if recall_plot(
-                rows, paths.out / recall_png, title, controls, searches, list(conversions)
-            ):
+            if recall_plot(rows, folder / recall_png, title, controls, searches, list(conversions)):
                 lines += ["", f"![MQAR accuracy against training time per token]({recall_png})"]
-    prices = cost_lines(records, paths.checkpoints)
+    prices = cost_lines(records)
     if prices:
         lines += ["", "## Measured costs of each search (--search_cost=time)", "", *prices]
     searches = [r for r in records if r.finished and r.results.get("search")]
-    if searches:
+    if searches and paths is not None and folder == paths.out:  # the run folders beside it
         lines += ["", "## pi during each search", ""]
         for r in searches:
             gif = Path("runs") / r.name / "plots" / r.name / "pi.gif"
             lines.append(f"- {r.name}: [{gif}]({gif})")
-    open_runs = [r for r in records if not r.finished]
+    open_runs = [r.name for r in records if not r.finished]
     if open_runs:
-        lines += ["", "## Not finished", ""]
-        lines += [f"- {r.name}: {r.status} ({r.where})" for r in open_runs]
-    path = paths.out / "report.md"
-    partial = path.with_name("report.md.partial")
-    partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    partial.replace(path)
+        lines += ["", f"No record yet ({len(open_runs)}): {', '.join(open_runs)}."]
+    path = folder / "report.md"
+    write_text(path, "\n".join(lines) + "\n")
     return path

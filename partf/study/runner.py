@@ -91,11 +91,14 @@ def machine_name() -> str:
         if gpus:
             return f"{len(gpus)}x {gpus[0]}"
     cpu = platform.processor() or platform.machine()
+    fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    cpu = fields.get("model name", cpu)
+    if "cpu family" in fields and "model" in fields:  # "AMD EPYC" alone names many chips
+        cpu += f" (family {fields['cpu family']} model {fields['model']})"
     return f"{os.cpu_count()}-core {cpu}"
 
 
@@ -116,6 +119,18 @@ def code_version() -> str:
         changed = git("status", "--porcelain", "--", "partf")
         return commit + ("+changes" if changed else "")
     return f"partf {partf.__version__}"
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of Python and of the libraries a run's figures depend on (those
+    installed; read without importing them)."""
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for name in ("keras", "tensorflow", "jax", "jaxlib", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
 
 
 def backend_name() -> str:
@@ -225,6 +240,7 @@ def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
             "backend": backend_name(),
             "machine": machine_name(),
             "code": code_version(),
+            "versions": library_versions(),
             "host": platform.node(),
         }
     )

@@ -25,7 +25,7 @@ TINY = str(Path(__file__).resolve().parents[2] / "studies" / "tiny.toml")
         ),
         ([TINY, "--seeds", "7"], "--seeds 7 is not in the plan; its seeds: [0, 1]."),
         ([TINY, "--workers", "0"], "--workers must be 1 or more, not 0."),
-        ([TINY, "--report"], "holds no study yet; run partf-study"),
+        ([TINY, "--report"], "holds no run records yet; run partf-study"),
     ],
 )
 def test_mistakes_exit_2_with_one_line_and_write_nothing(argv, expected, tmp_path, capsys):
@@ -53,7 +53,7 @@ def test_a_report_of_some_seeds_or_arms_leaves_the_others_out(tmp_path):
     assert main([str(plan), "--out", str(out), "--report"]) == 0
     whole = (out / "report.md").read_text()
     assert "| 2/2 | 41.00 (40.00-42.00) |" in _table_row(whole, "**txl**")
-    assert "- txl-s1" not in whole and "- par-s1: not started" in whole
+    assert "No record yet (3): par-s1, par-stage2-s0, par-stage2-s1." in whole
 
     assert main([str(plan), "--out", str(out), "--report", "--seeds", "0"]) == 0
     seed0 = (out / "report.md").read_text()

@@ -3,7 +3,6 @@ each architecture, measured time per token, each search's prices, and the plot."
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
@@ -30,7 +29,7 @@ def run(name: str, arch: str, valid: float | None, test: float | None, steps_per
         "data": {"batch_size": 16, "seq_len": 256},
         "search": {"preset": "par"} if name.startswith("search-s") else None,
     }
-    record = RunRecord(name, name.rsplit("-s", 1)[0], 0, "tf on m", results, "finished")
+    record = RunRecord(name, name.rsplit("-s", 1)[0], 0, "tf on m", results)
     record.steps_per_second = steps_per_s
     return record
 
@@ -82,7 +81,7 @@ def test_time_per_token_needs_a_logged_rate():
     assert train_us_per_token(run("a-s0", "A D", 1, 1, None)) is None
 
 
-def test_cost_lines_read_each_searchs_table(tmp_path):
+def test_cost_lines_read_each_searchs_table():
     """In dense blocks with the microseconds beside them; a table of format 1 (the pinned
     studies') in microseconds alone."""
     searches = [run(name, "norm D relative D", 1, 1) for name in ("search-s0", "search-s1")]
@@ -92,10 +91,9 @@ def test_cost_lines_read_each_searchs_table(tmp_path):
                       "microseconds": {"dense": 0.92, "norm": 3.22}, **shape},
         "search-s1": {"format_version": 1, "costs": {"relative": 5.19, "norm": 3.22}, **shape},
     }  # fmt: skip
-    for name, table in tables.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "cost_table.json").write_text(json.dumps(table))
-    lines = cost_lines([*searches, ROWS[0].runs[0]], lambda name: tmp_path / name)
+    for search in searches:
+        search.cost_table = tables[search.name]
+    lines = cost_lines([*searches, ROWS[0].runs[0]])
     assert lines == [
         "- search-s0: dense 1, norm 3.5 (dense blocks; us/token dense 0.92, norm 3.22; "
         "forward and backward, batch 16 x 256, tensorflow on cpu)",

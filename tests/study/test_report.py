@@ -9,7 +9,8 @@ import pytest
 
 from partf.study.paths import StudyPaths
 from partf.study.plan import load_plan
-from partf.study.report import decided_step, event_scalars, spread, write_report
+from partf.study.records import decided_step, event_scalars
+from partf.study.report import spread, write_report
 from tests.study.fake_runs import PLAN, fake_run
 
 
@@ -72,7 +73,7 @@ def test_the_report_separates_backends_and_compares_with_the_reference(tmp_path)
     report = write_report(plan, paths).read_text()
     jax, mixed = (
         report.split("## jax on m")[1],
-        report.split("## mixed: jax on m + tensorflow on m"),
+        report.split("## mixed: jax + tensorflow on m, commit unknown"),
     )
     assert len(mixed) == 2
     txl = next(line for line in jax.splitlines() if line.startswith("| **txl**"))
@@ -82,7 +83,7 @@ def test_the_report_separates_backends_and_compares_with_the_reference(tmp_path)
     assert "| 2.000 | -33.3% |" in par
     # The stage 2 resumed on another backend is not compared in the jax table.
     assert "par-stage2" not in jax.split("## mixed")[0]
-    assert "- par-s1: not started" in report
+    assert "No record yet (2): par-s1, par-stage2-s1." in report
     assert (paths.out / "pareto.png").is_file() and (paths.out / "pareto-2.png").is_file()
     assert "recall accuracy" not in report  # no run answered MQAR
 

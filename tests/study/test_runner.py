@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -374,3 +375,26 @@ def test_runs_with_a_checkpoint_resume_before_new_ones(tmp_path):
     order = [run.name for run in runner.resumed_first(runs, paths)]
     assert order[:2] == [runs[1].name, runs[-1].name]
     assert order[2:] == [run.name for run in runs if run.name not in started]
+
+
+@pytest.mark.slow  # reads the whole plan run
+def test_the_report_from_records_alone_equals_the_one_from_run_folders(whole, tmp_path):
+    """Each finished run left its record; copied without a single run folder, the records
+    give the same report and plots, byte for byte."""
+    out = whole[0]
+    assert sorted(p.stem for p in (out / "records").glob("*.json")) == sorted(RUNS)
+    alone = tmp_path / "alone"
+    shutil.copytree(out / "records", alone / "records")
+    status, output = finish(
+        subprocess.Popen(
+            [sys.executable, "-m", "partf.cli.study", str(PLAN), "--out", str(alone), "--report"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    )
+    assert status == 0, output
+    assert not (alone / "runs").exists()
+    for name in ("report.md", "pareto.png", "recall.png"):
+        assert (alone / name).read_bytes() == (out / name).read_bytes(), name

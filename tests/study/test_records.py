@@ -1,0 +1,157 @@
+"""Run records: built from a run folder, written, read back, checked, and the report built
+from them alone, one table per commit, backend and machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from partf.cli.study import main
+from partf.study.paths import StudyPaths
+from partf.study.plan import load_plan
+from partf.study.records import (
+    RECORD_KEY,
+    RECORD_VERSION,
+    RecordError,
+    build_record,
+    read_record,
+    read_records,
+    record_path,
+    sync_records,
+    where,
+    write_json,
+)
+from partf.study.report import write_report
+from tests.study.fake_runs import PLAN, fake_run
+
+
+def launch(code: str = "c0ffee0" + "0" * 33, backend: str = "tensorflow", machine: str = "m"):
+    return {"code": code, "backend": backend, "machine": machine, "versions": {"keras": "3"}}
+
+
+def test_a_record_round_trips(tmp_path):
+    results = {"valid": {"perplexity": 4.5}, "test": {"accuracy": 0.5}, "search": None}
+    record = build_record("a-s1", "a", 1, results, {"launches": [launch()], "command": ["x"]})
+    path = record_path(tmp_path, "a-s1")
+    write_json(path, record)
+    assert read_record(path) == record
+    assert read_records(tmp_path) == {"a-s1": record}
+    assert record[RECORD_KEY] == RECORD_VERSION
+    assert record["versions"] == {"keras": "3"} and record["results"] == results
+    assert where(record) == "tensorflow on m, commit c0ffee0"
+
+
+def test_a_run_resumed_elsewhere_is_mixed():
+    study = {"launches": [launch(), launch(backend="jax", code="beef" * 10)]}
+    record = build_record("a-s0", "a", 0, {}, study)
+    assert record["backend"] == "mixed: tensorflow + jax"
+    assert record["commit"] == "mixed: " + "c0ffee0" + "0" * 33 + " + " + "beef" * 10
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"partf_record": 1, "run": "a-s0", "arm"', "is not valid JSON (truncated or corrupt"),
+        ("[1, 2]", "is not a partf run record"),
+        ('{"partf_record": 1, "run": "a-s0"}', "lacks 'arm'"),
+        (
+            '{"partf_record": 99, "run": "a-s0"}',
+            "has record version 99, newer than this partf reads (1); update partf.",
+        ),
+    ],
+)
+def test_a_bad_record_is_refused_in_one_line_naming_the_file(tmp_path, capsys, text, expected):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    records = tmp_path / "out" / "records"
+    records.mkdir(parents=True)
+    (records / "txl-s0.json").write_text(text)
+    with pytest.raises(RecordError, match="txl-s0.json"):
+        read_record(records / "txl-s0.json")
+    assert main([str(plan), "--out", str(tmp_path / "out"), "--report"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(records / "txl-s0.json") in lines[0] and expected in lines[0]
+    assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_runs_of_another_commit_or_machine_land_in_their_own_table(tmp_path):
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    plan = load_plan(plan_file)
+    folder = tmp_path / "out" / "records"
+    places = {
+        "txl-s0": launch(),
+        "par-s0": launch(),
+        "txl-s1": launch(code="1" * 40),  # another commit
+        "par-s1": launch(machine="other"),  # another machine
+    }
+    for name, place in places.items():
+        results = {"valid": {"perplexity": 40.0 + len(name)}, "architecture": "A D"}
+        write_json(
+            record_path(folder, name),
+            build_record(name, name[:3], int(name[-1]), results, {"launches": [place]}),
+        )
+    report = write_report(plan, StudyPaths(tmp_path / "out")).read_text()
+    headings = [line for line in report.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## tensorflow on m, commit c0ffee0",
+        "## tensorflow on m, commit 1111111",
+        "## tensorflow on other, commit c0ffee0",
+    ]
+    # The second table shares the reference arm with the first: the figure linking them.
+    assert "Linked to the first table by `txl`: valid ppl 46.00 here, 46.00 there" in report
+
+
+def test_the_report_reads_records_alone_and_equals_the_one_from_run_folders(tmp_path):
+    """The records are written from the run folders when a report is made; the run
+    folders gone, the same report comes from the records alone, byte for byte."""
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    plan = load_plan(plan_file)
+    paths = StudyPaths(tmp_path / "out")
+    fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"])
+    fake_run(paths, "par-s0", 44.1, 2e6, ["jax"], recall=0.5)
+    from_folders = write_report(plan, paths).read_text()
+    assert sorted(read_records(paths.out / "records")) == ["par-s0", "txl-s0"]
+    pareto = (paths.out / "pareto.png").read_bytes()
+    shutil.rmtree(paths.out / "runs")
+    (paths.out / "report.md").unlink()
+    assert write_report(plan, paths).read_text() == from_folders
+    assert (paths.out / "pareto.png").read_bytes() == pareto
+
+
+def test_a_plan_with_a_results_folder_reports_without_out(tmp_path, capsys):
+    """`results = ...` in the plan: records and report live there; --report needs no
+    --out, and syncing leaves a record unchanged when nothing changed."""
+    (tmp_path / "studies").mkdir()
+    plan_file = tmp_path / "studies" / "plan.toml"
+    plan_file.write_text('results = "results/plan"\n' + PLAN)
+    plan = load_plan(plan_file)
+    paths = StudyPaths(tmp_path / "out")
+    fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"])
+    folder = tmp_path / "studies" / "results" / "plan"
+    assert sync_records(plan, paths, folder / "records") == ["txl-s0"]
+    assert sync_records(plan, paths, folder / "records") == []
+    assert main([str(plan_file), "--report"]) == 0
+    report = (folder / "report.md").read_text()
+    assert "| 1/2 | 40.00 |" in report and f"`partf-study {plan_file} --report`" in report
+    assert main([str(plan_file)]) == 2
+    assert "--out is required" in capsys.readouterr().err
+
+
+def test_a_changed_record_changes_the_report(tmp_path):
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    plan = load_plan(plan_file)
+    paths = StudyPaths(tmp_path / "out")
+    fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"])
+    before = write_report(plan, paths).read_text()
+    shutil.rmtree(paths.out / "runs")
+    path = record_path(paths.out / "records", "txl-s0")
+    record = json.loads(path.read_text())
+    record["results"]["valid"]["perplexity"] = 41.0
+    write_json(path, record)
+    after = write_report(plan, paths).read_text()
+    assert before != after and "| 1/2 | 41.00 |" in after
