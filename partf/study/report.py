@@ -286,7 +286,11 @@ def linking_line(first: list[RunRecord], finished: list[RunRecord], reference: s
 
 
 def write_report(
-    plan: Plan, paths: StudyPaths | None, only: Collection[str] | None = None, command: str = ""
+    plan: Plan,
+    paths: StudyPaths | None,
+    only: Collection[str] | None = None,
+    command: str = "",
+    into: Path | None = None,
 ) -> Path:
     """Writes report.md and its plots into the plan's results folder (its `results`, else
     the study folder) from its run records alone; returns report.md.
@@ -294,7 +298,8 @@ def write_report(
     Where the study folder `paths` holds run folders, the records of its finished runs
     are written (or refreshed) first. `only` names the runs to report (all of the plan's
     when None), so that a report of one seed or a few arms compares like with like;
-    `command` is the selection's flags, added to the report's "Reproduce" line.
+    `command` is the selection's flags, added to the report's "Reproduce" line; `into`
+    writes the report and plots there instead of the results folder.
 
     Raises:
         RecordError: a record that cannot be read.
@@ -303,6 +308,8 @@ def write_report(
     if paths is not None and (paths.out / "runs").is_dir():
         sync_records(plan, paths, folder / "records")
     records = gather(plan, read_records(folder / "records"))
+    here = into if into is not None else folder
+    here.mkdir(parents=True, exist_ok=True)
     if only is not None:
         records = [record for record in records if record.name in only]
     groups: dict[str, list[RunRecord]] = {}
@@ -352,7 +359,7 @@ def write_report(
         lines += table(rows, plan.reference, controls, matched, conversions)
         title = f"{plan.path.name}: {where}"
         drawn = pareto_plot(
-            rows, plan.reference, folder / plot, title, controls, conversions, matched
+            rows, plan.reference, here / plot, title, controls, conversions, matched
         )
         if drawn:
             lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
@@ -370,7 +377,7 @@ def write_report(
                 ]
             searches = [arm.name for arm in plan.arms if arm.stage2]
             recall_png = "recall.png" if index == 0 else f"recall-{index + 1}.png"
-            if recall_plot(rows, folder / recall_png, title, controls, searches, list(conversions)):
+            if recall_plot(rows, here / recall_png, title, controls, searches, list(conversions)):
                 lines += ["", f"![MQAR accuracy against training time per token]({recall_png})"]
     prices = cost_lines(records)
     if prices:
@@ -384,6 +391,6 @@ def write_report(
     open_runs = [r.name for r in records if not r.finished]
     if open_runs:
         lines += ["", f"No record yet ({len(open_runs)}): {', '.join(open_runs)}."]
-    path = folder / "report.md"
+    path = here / "report.md"
     write_text(path, "\n".join(lines) + "\n")
     return path

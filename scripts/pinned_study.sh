@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs a study from a pinned commit, at the lowest priority, and commits each finished
+# run's record to this checkout as it appears, so that a lost machine loses time, not
+# results. Run it again to resume (finished runs are skipped, the others resume from
+# their newest checkpoint).
+#
+#   scripts/pinned_study.sh COMMIT OUT PLAN [PLAN ...]
+#   scripts/pinned_study.sh c8eca13 ~/studies studies/recall_mqar.toml studies/recall_text.toml
+#
+# COMMIT is checked out in a worktree beside the checkout (../pin-<commit>), which the
+# runs import partf from (the checkout's .venv, PYTHONPATH set to the worktree); the
+# plans run one after another, each into OUT/<plan name>, one run at a time. Every 60 s,
+# records the worktree's studies wrote that this checkout lacks or holds differently are
+# copied into the plan's results folder here, the report and the pages' generated tables
+# are rebuilt from them (partf-study PLAN --report, scripts/update_pages.py), and all of
+# it is committed, unless a page or partf/study has changes of its own (then it waits).
+# The study runs at nice 19 and its scheduling group too (partf-study sets each run's).
+set -euo pipefail
+[ $# -ge 3 ] || { echo "usage: $0 COMMIT OUT PLAN [PLAN ...]" >&2; exit 2; }
+commit="$(git rev-parse --short "$1^{commit}")"
+out="$2"
+shift 2
+root="$(cd "$(dirname "$0")/.." && pwd)"
+pin="$(dirname "$root")/pin-$commit"
+python="$root/.venv/bin/python"
+[ -x "$python" ] || { echo "partf: no $python; run scripts/setup_env.sh first" >&2; exit 2; }
+[ -d "$pin" ] || git -C "$root" worktree add --detach "$pin" "$commit" >&2
+mkdir -p "$out"
+
+# The pages whose generated tables follow the records (scripts/update_pages.py --list).
+pages() { (cd "$root" && "$python" scripts/update_pages.py --list); }
+
+sync_records() {
+  local plan name results changed=0
+  for plan in "$@"; do
+    name="$(basename "$plan" .toml)"
+    results="studies/results/$name"
+    [ -d "$pin/$results/records" ] || continue
+    mkdir -p "$root/$results/records"
+    for record in "$pin/$results/records/"*.json; do
+      [ -e "$record" ] || continue
+      if ! cmp -s "$record" "$root/$results/records/$(basename "$record")"; then
+        cp "$record" "$root/$results/records/"
+        changed=1
+      fi
+    done
+  done
+  [ "$changed" = 1 ] || return 0
+  # Wait while someone edits what this would regenerate or commit.
+  if ! git -C "$root" diff --quiet HEAD -- partf/study scripts/update_pages.py $(pages); then
+    echo "pinned_study: records copied; pages or partf/study have changes of their own, commit waits" >&2
+    return 0
+  fi
+  for plan in "$@"; do
+    (cd "$root" && "$python" -m partf.cli.study "$plan" --report >/dev/null 2>&1) || true
+  done
+  (cd "$root" && "$python" scripts/update_pages.py) || true
+  git -C "$root" add studies/results $(pages)
+  if ! git -C "$root" diff --cached --quiet; then
+    local runs
+    runs="$(git -C "$root" diff --cached --name-only -- 'studies/results/*/records/*.json' \
+      | xargs -r -n1 basename | sed 's/\.json$//' | paste -sd, -)"
+    git -C "$root" commit -q -m "records: ${runs:-report} (pinned $commit)" >&2 || true
+  fi
+}
+
+watch() {
+  while sleep 60; do sync_records "$@" || true; done
+}
+
+echo 19 > /proc/self/autogroup 2>/dev/null || true
+watch "$@" &
+watcher=$!
+trap 'kill $watcher 2>/dev/null; sync_records "$@" || true' EXIT
+for plan in "$@"; do
+  name="$(basename "$plan" .toml)"
+  (cd "$pin" && PYTHONPATH="$pin" nice -n 19 "$python" -m partf.cli.study "$plan" \
+    --out "$out/$name" --workers 1) || status=$?
+  [ "${status:-0}" -ge 128 ] && exit "$status"  # stopped by a signal: resume next time
+done
