@@ -207,35 +207,35 @@ class Plan:
         return out
 
     def runs(self) -> list[Run]:
-        """Every run of the study: first stage, then stage 2; seed by seed, so that a
-        study cut short has every arm at its first seeds."""
-        first = [
-            Run(
-                f"{arm.name}-s{seed}",
-                arm.name,
-                seed,
-                self.flags + arm.flags,
-                init_from=f"{arm.init_from}-s{seed}" if arm.init_from else None,
-                task=arm.task,
-            )
-            for seed in self.seeds
-            for arm in self.arms
-        ]
-        second = [
-            Run(
-                f"{arm.name}-stage2-s{seed}",
-                f"{arm.name}-stage2",
-                seed,
-                arm.stage2_flags,
-                after=f"{arm.name}-s{seed}",
-                init_from=f"{arm.name}-s{seed}" if arm.stage2_init else None,
-                task=arm.task,
-            )
-            for seed in self.seeds
-            for arm in self.arms
-            if arm.stage2
-        ]
-        return first + second
+        """Every run of the study, seed by seed (a study cut short has every arm at its
+        first seeds), each search's stage 2 right after it (its answer is the plan's)."""
+        runs = []
+        for seed in self.seeds:
+            for arm in self.arms:
+                search = f"{arm.name}-s{seed}"
+                runs.append(
+                    Run(
+                        search,
+                        arm.name,
+                        seed,
+                        self.flags + arm.flags,
+                        init_from=f"{arm.init_from}-s{seed}" if arm.init_from else None,
+                        task=arm.task,
+                    )
+                )
+                if arm.stage2:
+                    runs.append(
+                        Run(
+                            f"{arm.name}-stage2-s{seed}",
+                            f"{arm.name}-stage2",
+                            seed,
+                            arm.stage2_flags,
+                            after=search,
+                            init_from=search if arm.stage2_init else None,
+                            task=arm.task,
+                        )
+                    )
+        return runs
 
     def control_arms(self) -> list[str]:
         """The hand-made arms (`control = true`), whose front the report draws."""

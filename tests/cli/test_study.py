@@ -53,7 +53,7 @@ def test_a_report_of_some_seeds_or_arms_leaves_the_others_out(tmp_path):
     assert main([str(plan), "--out", str(out), "--report"]) == 0
     whole = (out / "report.md").read_text()
     assert "| 2/2 | 41.00 (40.00-42.00) |" in _table_row(whole, "**txl**")
-    assert "No record yet (3): par-s1, par-stage2-s0, par-stage2-s1." in whole
+    assert "No record yet (3): par-stage2-s0, par-s1, par-stage2-s1." in whole
 
     assert main([str(plan), "--out", str(out), "--report", "--seeds", "0"]) == 0
     seed0 = (out / "report.md").read_text()

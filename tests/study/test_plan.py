@@ -26,10 +26,10 @@ def test_shipped_plans_load_and_their_flags_parse(name):
     stage2 = [run for run in runs if run.after is not None]
     searches = {arm.name for arm in plan.arms if arm.stage2}
     assert {run.after for run in stage2} == {f"{a}-s{s}" for a in searches for s in plan.seeds}
-    # First stage before stage 2, and seed by seed within it.
-    first = [run for run in runs if run.after is None]
-    assert runs[: len(first)] == first
-    assert [run.seed for run in first] == sorted(run.seed for run in first)
+    # Seed by seed, each stage 2 right after its search.
+    assert [run.seed for run in runs] == sorted(run.seed for run in runs)
+    for run in stage2:
+        assert names.index(run.name) == names.index(run.after) + 1
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -56,7 +56,7 @@ stage2_flags = "--epochs=2"
 def test_runs_carry_shared_then_arm_flags_and_stage2_reads_the_search(tmp_path):
     plan = load_plan(write(tmp_path, GOOD))
     runs = {run.name: run for run in plan.runs()}
-    assert list(runs) == ["a-s3", "b-s3", "a-s1", "b-s1", "b-stage2-s3", "b-stage2-s1"]
+    assert list(runs) == ["a-s3", "b-s3", "b-stage2-s3", "a-s1", "b-s1", "b-stage2-s1"]
     assert runs["a-s1"].flags[-1] == "--architecture=A D"  # split as a shell would
     assert plan.arm_names() == ["a", "b", "b-stage2"]
     paths = StudyPaths(tmp_path / "out")
