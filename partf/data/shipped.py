@@ -144,7 +144,7 @@ def _restore_command(archive: Path) -> str:
     archive = archive.resolve()
     root = next((p for p in archive.parents if (p / ".git").exists()), None)
     if root is None:
-        return "pip install --force-reinstall partf"
+        return "pip install --force-reinstall --no-deps partf"
     inside = Path.cwd().resolve()
     if inside == root or root in inside.parents:
         return f"git checkout -- {os.path.relpath(archive, inside)}"

@@ -88,7 +88,7 @@ def test_a_damaged_shipped_copy_is_refused_in_one_line(tmp_path, monkeypatch, da
     assert "\n" not in message
     assert message.startswith("wikitext-2.tar.xz is corrupt or truncated (it cannot be read: ")
     # Outside a git checkout the fix is a reinstall; DATA_DIR is the other way.
-    assert "restore it with pip install --force-reinstall partf" in message
+    assert "restore it with pip install --force-reinstall --no-deps partf" in message
     assert "DATA_DIR" in message
     assert listing(tmp_path) == ["wikitext-2.tar.xz"]  # no data/, no staging folder, no download
 
