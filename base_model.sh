@@ -8,7 +8,9 @@
 # search"); SEARCH=original shares the model's optimizer as the original project did.
 #
 # On a fresh machine it sets up .venv (scripts/setup_env.sh), builds the WikiText-2
-# records with ./create_tfrecords.sh if they are missing, and trains with partf-train.
+# records with ./create_tfrecords.sh if they are missing (from the copy of WikiText-2 partf
+# ships, partf/data/wikitext2/, so no network is needed for the data), and trains with
+# partf-train.
 # Running it again resumes from the newest checkpoint of the same MODEL_NAME. At the end
 # it prints the next commands (partf-generate, partf-evaluate, tensorboard, from .venv/bin)
 # with the run's folder, <OUTPUT_DIR>/checkpoints/<MODEL_NAME>.
@@ -26,10 +28,10 @@
 #             87.1 against 98.5 with argmax in the side-by-side run).
 #   TRAIN_DIR, VAL_DIR, TEST_DIR [data/wikitext2_bsz32_seqlen32_tfrecords_{train,valid,test}]
 #   SP_MODEL_PREFIX [data/tokenizer/wiki2_12k]
-#   DATA_DIR  local text to build the records from when they are missing (a folder with
-#             train.txt, valid.txt, test.txt, or one text file; see create_tfrecords.sh),
-#             e.g. ../shared/data/wikitext-2, which holds all three WikiText-2 splits: the
-#             real data set, trained with the 12,000-piece tokenizer as in the original.
+#   DATA_DIR  your own text to build the records from when they are missing, instead of
+#             the shipped WikiText-2 (a folder with train.txt, valid.txt, test.txt, a
+#             WikiText-2 zip, or one text file; see create_tfrecords.sh). A folder with
+#             train.txt trains the 12,000-piece tokenizer as the original did on WikiText-2.
 #             A folder of your own without train.txt falls back to training on valid.txt,
 #             with a 6,000-piece tokenizer (PARTF_TRAIN_SPLIT=valid of create_tfrecords.sh).
 #             Records that exist but were built from other text are refused (exit 2), as
@@ -38,7 +40,8 @@
 #
 # Examples:
 #   ./base_model.sh
-#   MAX_STEPS=200 DATA_DIR=../shared/data/wikitext-2 ./base_model.sh
+#   MAX_STEPS=200 ./base_model.sh                       # a short run
+#   DATA_DIR=~/corpora/my-text ./base_model.sh
 #   TRAIN_DIR=path/tfrecords_train VAL_DIR=path/tfrecords_valid TEST_DIR=path/tfrecords_test \
 #     SP_MODEL_PREFIX=path/tokenizer/wiki2_12k ./base_model.sh
 set -euo pipefail
@@ -48,7 +51,7 @@ cd "$ROOT"
 # A DATA_DIR that does not exist is a mistake whether or not records exist: say so before
 # anything is installed or built, instead of training on the records built before.
 if [ -n "${DATA_DIR:-}" ] && [ ! -e "$DATA_DIR" ]; then
-  echo "base_model.sh: error: DATA_DIR=$DATA_DIR does not exist; give a folder with train.txt, valid.txt and test.txt, a WikiText-2 zip or a text file, or leave DATA_DIR unset to download WikiText-2" >&2
+  echo "base_model.sh: error: DATA_DIR=$DATA_DIR does not exist; give a folder with train.txt, valid.txt and test.txt, a WikiText-2 zip or a text file, or leave DATA_DIR unset to train on the WikiText-2 partf ships" >&2
   exit 2
 fi
 source scripts/setup_env.sh
@@ -82,15 +85,9 @@ fi
 
 if [ ! -d "$TRAIN_DIR" ] || [ ! -d "$VAL_DIR" ] || [ ! -d "$TEST_DIR" ]; then
   echo "partf: building the training records with ./create_tfrecords.sh" >&2
-  ./create_tfrecords.sh || {
-    status=$?
-    # With DATA_DIR given, create_tfrecords.sh's own error line says what is wrong;
-    # without it the download failed, and the way round it is DATA_DIR.
-    if [ -z "${DATA_DIR:-}" ]; then
-      echo "base_model.sh: error: no training records and they could not be built; offline, point DATA_DIR at local text: DATA_DIR=/path/to/folder ./base_model.sh (train.txt, valid.txt, test.txt, or one text file)" >&2
-    fi
-    exit "$status"
-  }
+  # Its one error line (a damaged copy of WikiText-2, a failed download, bad text) names
+  # the fix; nothing is added to it.
+  ./create_tfrecords.sh || exit
 fi
 
 args=(

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Builds the training records. With no arguments: downloads WikiText-2 (word level,
-# checksums verified), trains the 12k SentencePiece tokenizer on its train split and writes
+# Builds the training records. With no arguments: unpacks the copy of WikiText-2 (word
+# level) partf ships, partf/data/wikitext2/wikitext-2.tar.xz (each file checked by its sha256;
+# downloaded, with mirrors, only where that file is absent), trains the 12k SentencePiece
+# tokenizer on its train split and writes
 #   data/wikitext-2/{train,valid,test}.txt
 #   data/tokenizer/wiki2_12k.model (.vocab)
 #   data/wikitext2_bsz32_seqlen32_tfrecords_{train,valid,test}/
 # Needs only python3: sets up (or reuses) .venv through scripts/setup_env.sh.
 #
 # Environment:
-#   DATA_DIR=path            use local text instead of downloading: a folder with train.txt,
-#                            valid.txt and test.txt (e.g. ../shared/data/wikitext-2, all three
-#                            WikiText-2 splits: the same text as the download), a WikiText-2
-#                            zip, or one text file of your own (split by lines: 90% train,
-#                            5% valid, 5% test, into data/<its name>/).
+#   DATA_DIR=path            your own text instead of the shipped WikiText-2: a folder with
+#                            train.txt, valid.txt and test.txt, a WikiText-2 zip, or one text
+#                            file (split by lines: 90% train, 5% valid, 5% test, into
+#                            data/<its name>/).
 #   PARTF_TRAIN_SPLIT=valid  fallback for a folder without train.txt: the tokenizer and the
 #                            _train records come from valid.txt. valid.txt alone cannot support
 #                            12,000 pieces, so VOCAB_SIZE defaults to 6000 then.
@@ -24,14 +25,13 @@
 # Examples:
 #   ./create_tfrecords.sh
 #   DATA_DIR=~/corpora/wikitext-2 ./create_tfrecords.sh --overwrite
-#   DATA_DIR=../shared/data/wikitext-2 ./create_tfrecords.sh
 #   DATA_DIR=~/corpora/no-train-split PARTF_TRAIN_SPLIT=valid ./create_tfrecords.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 # Checked before the set-up, which may take minutes on a fresh machine.
 if [ -n "${DATA_DIR:-}" ] && [ ! -e "$DATA_DIR" ]; then
-  echo "create_tfrecords.sh: error: DATA_DIR=$DATA_DIR does not exist; give a folder with train.txt, valid.txt and test.txt, a WikiText-2 zip or a text file, or leave DATA_DIR unset to download WikiText-2" >&2
+  echo "create_tfrecords.sh: error: DATA_DIR=$DATA_DIR does not exist; give a folder with train.txt, valid.txt and test.txt, a WikiText-2 zip or a text file, or leave DATA_DIR unset to use the WikiText-2 partf ships" >&2
   exit 2
 fi
 source scripts/setup_env.sh

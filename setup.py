@@ -19,6 +19,9 @@ setup(
     license="MIT",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["partf", "partf.*"]),
+    # The copy of WikiText-2 (3.3 MB) and its license go into the wheel and the sdist, so
+    # an installed partf builds WikiText-2's records with no network, as a checkout does.
+    package_data={"partf.data": ["wikitext2/wikitext-2.tar.xz", "wikitext2/README.md"]},
     install_requires=[
         f"tensorflow~={TF_MINOR}.0",
         f"tensorflow-text~={TF_MINOR}.0",

@@ -2,7 +2,7 @@
 
 Accepts the original project's build_data.py flags. Typical uses:
 
-    # WikiText-2, downloaded and checked, then train/valid/test records:
+    # WikiText-2 (partf's copy, or downloaded where it has none), checked, then records:
     partf-build-data --source=wikitext-2 --train_tokenizer
     # a folder with train.txt, valid.txt, test.txt:
     partf-build-data --text_file=path/to/folder --from_directory --train_tokenizer
@@ -102,8 +102,9 @@ def _define_flags() -> flags.FlagValues:
     flags.DEFINE_string(
         "source",
         None,
-        "Where to get the text first: 'wikitext-2' (download with mirrors, checksums "
-        "verified), a URL or local path of a WikiText-2 zip (or of a folder URL ending in /), "
+        "Where to get the text first: 'wikitext-2' (the copy partf ships, unpacked; "
+        "downloaded, with mirrors, where partf has none; checksums verified), a URL or "
+        "local path of a WikiText-2 zip (or of a folder URL ending in /), "
         "a folder with the three files, or one text file of your own (split by lines into "
         "train/valid/test, see --holdout_fraction). The files go into --text_file "
         "(default data/wikitext-2, or data/<name> for your own file).",
@@ -188,7 +189,7 @@ def _fetch_source(fv: flags.FlagValues) -> Path:
     source = fv.source
     text_dir = Path(fv.text_file)
     if source == "wikitext-2":
-        data.fetch_wikitext2(text_dir)
+        data.get_wikitext2(text_dir)
     elif _is_url(source) or source.endswith(".zip"):
         data.fetch_wikitext2(text_dir, sources=[source])
     elif Path(source).is_dir():

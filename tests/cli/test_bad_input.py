@@ -396,17 +396,24 @@ def test_download_cut_mid_stream_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_nothing_downloaded_or_loaded_is_executed_or_unpickled():
-    """The modules that read downloads, records and checkpoints never unpickle or run code."""
+    """The modules that read downloads, the shipped WikiText-2, records and checkpoints never
+    unpickle or run code, and never let an archive name the paths it writes (extractall)."""
     import inspect
 
     import partf.data.download
+    import partf.data.shipped
     import partf.data.tfrecords
     import partf.training.checkpoint
 
     forbidden = re.compile(
         r"\bpickle\b|allow_pickle\s*=\s*True|\beval\(|\bexec\(|subprocess|extractall|os\.system"
     )
-    for module in (partf.data.download, partf.data.tfrecords, partf.training.checkpoint):
+    for module in (
+        partf.data.download,
+        partf.data.shipped,
+        partf.data.tfrecords,
+        partf.training.checkpoint,
+    ):
         code = "\n".join(
             line
             for line in inspect.getsource(module).splitlines()

@@ -188,6 +188,22 @@ def test_source_checksum_mismatch_and_offline(tmp_path, monkeypatch, capsys):
     assert "no network access" in error_line(capsys)
 
 
+def test_a_damaged_copy_of_wikitext2_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """--source=wikitext-2 unpacks the copy partf ships; a truncated one stops the build
+    with one line naming it and the fix, exit 1, before anything is written."""
+    from partf.data import shipped
+
+    archive = tmp_path / "wikitext-2.tar.xz"
+    archive.write_bytes(shipped.SHIPPED_WIKITEXT2.read_bytes()[:1_000_000])
+    monkeypatch.setattr(shipped, "SHIPPED_WIKITEXT2", archive)
+    monkeypatch.chdir(tmp_path)
+    assert run(["--source=wikitext-2", "--train_tokenizer"]) == 1
+    line = error_line(capsys)
+    assert line.startswith("partf-build-data: error: wikitext-2.tar.xz is corrupt or truncated")
+    assert "restore it with " in line and "DATA_DIR" in line
+    assert listing(tmp_path) == [archive.name]  # no data/, nothing half unpacked
+
+
 def test_verbose_shows_traceback(tmp_path, capsys):
     (tmp_path / "empty.txt").write_bytes(b"")
     argv = [f"--text_file={tmp_path / 'empty.txt'}", "--train_tokenizer", "--verbose"]

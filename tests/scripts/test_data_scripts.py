@@ -21,9 +21,11 @@ from tests.scripts.helpers import run_logged
 ROOT = Path(__file__).resolve().parents[2]
 
 # Writes the record folders the way partf-build-data does, as far as base_model.sh reads
-# them: the folders, and metadata.json naming the text the _train records came from.
+# them: the folders, and metadata.json naming the text the _train records came from. With
+# STUB_BUILD_ERROR set it prints that line and fails, as partf-build-data does.
 BUILD_STUB = """#!/usr/bin/env bash
 echo "build $*" >> "$STUB_LOG"
+if [ -n "${STUB_BUILD_ERROR:-}" ]; then echo "$STUB_BUILD_ERROR" >&2; exit 1; fi
 split=train
 for a in "$@"; do
   case "$a" in
@@ -79,19 +81,20 @@ def corpus(folder: Path, *names: str) -> Path:
     return folder
 
 
-def clean_env(project: Path, data_dir: Path, **more: str) -> dict[str, str]:
-    """A clean environment: a PARTF_TRAIN_SPLIT or VOCAB_SIZE of the caller's must not leak."""
+def clean_env(project: Path, data_dir: Path | None, **more: str) -> dict[str, str]:
+    """A clean environment: a PARTF_TRAIN_SPLIT or VOCAB_SIZE of the caller's must not leak.
+    DATA_DIR is left unset when `data_dir` is None."""
     return {
         "PATH": f"{project.parent / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "HOME": str(project.parent),
         "STUB_LOG": str(project.parent / "stub.log"),
-        "DATA_DIR": str(data_dir),
+        **({} if data_dir is None else {"DATA_DIR": str(data_dir)}),
         **more,
     }
 
 
 def run(
-    project: Path, data_dir: Path, script: str = "base_model.sh", *args: str, **env: str
+    project: Path, data_dir: Path | None, script: str = "base_model.sh", *args: str, **env: str
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Runs `script` with DATA_DIR in a clean environment; returns it and the stubs' calls."""
     env = clean_env(project, data_dir, **env)
@@ -144,6 +147,24 @@ def test_fallback_records_are_refused_once_train_txt_is_there(project, tmp_path)
     assert len(lines) == 1 and lines[0].startswith("base_model.sh: error: ")
     assert "was built from valid.txt" in lines[0]
     assert f"DATA_DIR={data} ./create_tfrecords.sh --overwrite" in lines[0]
+
+
+def test_without_data_dir_the_shipped_wikitext2_is_built_and_its_error_is_the_only_line(
+    project, tmp_path
+):
+    """No DATA_DIR: the records come from --source=wikitext-2 (the copy partf ships). When
+    that build fails, its one error line (here a damaged copy) is all base_model.sh says."""
+    error = (
+        "partf-build-data: error: partf/data/wikitext2/wikitext-2.tar.xz is corrupt or "
+        "truncated (sha256 of valid.txt does not match); restore it with git checkout -- "
+        "partf/data/wikitext2/wikitext-2.tar.xz, or point DATA_DIR at a folder with "
+        "train.txt, valid.txt and test.txt"
+    )
+    done, calls = run(project, None, STUB_BUILD_ERROR=error)
+    assert done.returncode == 1 and [c.split()[0] for c in calls] == ["build"]
+    assert " --source=wikitext-2 " in calls[0] + " "
+    assert flag(calls[0], "text_file") == "data/wikitext-2"
+    assert [line for line in done.stderr.splitlines() if "error" in line] == [error]
 
 
 def one_error_line(done: subprocess.CompletedProcess, prog: str) -> str:
