@@ -60,7 +60,9 @@ sync_records() {
     local runs
     runs="$(git -C "$root" diff --cached --name-only -- 'studies/results/*/records/*.json' \
       | xargs -r -n1 basename | sed 's/\.json$//' | paste -sd, -)"
-    git -C "$root" commit -q -m "records: ${runs:-report} (pinned $commit)" >&2 || true
+    # Only these paths: whatever else is staged in the checkout stays out of it.
+    git -C "$root" commit -q -m "records: ${runs:-report} (pinned $commit)" \
+      -- studies/results $(pages) >&2 || true
   fi
 }
 
