@@ -16,7 +16,16 @@ import pytest
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "partf"
 
 #: Modules with no partf dependencies but each other: anything may import them.
-FOUNDATION = {"errors", "settings", "serialization", "random", "lazy", "console", "declarations"}
+FOUNDATION = {
+    "errors",
+    "settings",
+    "serialization",
+    "random",
+    "lazy",
+    "console",
+    "declarations",
+    "atomic",
+}
 
 #: package -> the packages (besides itself and the foundation) it may import.
 ALLOWED = {
@@ -27,6 +36,7 @@ ALLOWED = {
     "console": set(),
     "random": set(),
     "declarations": set(),
+    "atomic": set(),
     "data": set(),
     "attention": set(),
     "cutoffs": set(),

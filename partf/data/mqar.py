@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from partf.atomic import atomic_write_text
 from partf.errors import DataError, UsageError
 
 #: The file that makes a folder an MQAR split.
@@ -222,9 +223,7 @@ def write_mqar(
             "answers": int(np.count_nonzero(targets)),
             "sha256": digest(inputs, targets),
         }
-        tmp = folder / f".{MQAR_FILE}.tmp"
-        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, folder / MQAR_FILE)
+        atomic_write_text(folder / MQAR_FILE, json.dumps(record, indent=2) + "\n")
     return folders
 
 

@@ -9,6 +9,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from partf.atomic import atomic_path
+
 
 def front_points(
     rows: Sequence[Any], controls: Sequence[str], reference: str | None
@@ -156,7 +158,6 @@ def save_plot(figure: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure.tight_layout()
-    partial = path.with_name(path.stem + ".partial.png")
-    figure.savefig(partial, dpi=120)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=120)
     plt.close(figure)
-    partial.replace(path)

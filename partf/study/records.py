@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from partf.atomic import atomic_write_text
 from partf.errors import UsageError
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan
@@ -158,13 +158,7 @@ def build_record(
 def write_text(path: Path, text: str) -> None:
     """Writes `text` so that a reader sees the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+    atomic_write_text(path, text)
 
 
 def write_json(path: Path, value: Any) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from partf.atomic import atomic_write_text
 from partf.study.data import mqar_folders, records_of, tokenizer_of
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan, Run
@@ -221,9 +222,7 @@ def try_lock(path: Path) -> int | None:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, indent=2) + "\n")
-    partial.replace(path)
+    atomic_write_text(path, json.dumps(value, indent=2) + "\n")
 
 
 def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:

@@ -10,7 +10,7 @@
 A checkpoint holds every variable a run needs to continue bit for bit: the model's
 (weights, XL memory and other state, the step counter, the random generators' states),
 the optimizer's, and the running loss metric's; plus a JSON `meta` record (step,
-configuration, variable paths, format). It is written atomically (partf.training.atomic):
+configuration, variable paths, format). It is written atomically (partf.atomic):
 a kill leaves the old set of checkpoints or the new one, never a half-written file, and
 leftover temporary files are cleaned up. On load the newest checkpoint that reads back
 completely (zip CRCs checked) is used, so a file damaged later falls back to the one before.
@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from partf.atomic import TMP_PREFIX, atomic_write_bytes
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION, FormatError, format_problem
-from partf.training.atomic import TMP_PREFIX, atomic_write_bytes
 from partf.training.config import (
     RESUMABLE_CHANGES,
     ConfigError,

@@ -44,9 +44,9 @@ from typing import Any
 import keras
 import numpy as np
 
+from partf.atomic import atomic_write_text
 from partf.models.architecture import architecture_token
 from partf.models.cost import cost_key
-from partf.training.atomic import atomic_write_text
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.splits import RunData
 

@@ -35,6 +35,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from partf.atomic import atomic_write_text
 from partf.training.config import ConfigError
 
 logger = logging.getLogger("partf.training")
@@ -272,8 +273,6 @@ def read_selection(checkpoints: Path, mechanism: str | None = None) -> Selection
 
 def write_selection(checkpoints: Path, selection: Selection) -> None:
     """Writes selection.json (atomically) into the run's checkpoint folder."""
-    from partf.training.atomic import atomic_write_text
-
     atomic_write_text(
         checkpoints / SELECTION_FILE, json.dumps(selection.to_dict(), indent=2) + "\n"
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from partf.training.atomic import atomic_write_bytes
+from partf.atomic import atomic_write_bytes
 
 _FRAME = re.compile(r"^step(\d+)\.png$")
 

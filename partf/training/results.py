@@ -8,12 +8,10 @@ returns the results.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,9 @@ from typing import Any
 import keras
 import numpy as np
 
+from partf.atomic import atomic_path, atomic_write_text
 from partf.models.cost import expected_flops, model_flops, training_flops_per_token
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
-from partf.training.atomic import atomic_write_text
 from partf.training.build import Built
 from partf.training.config import TrainConfig
 from partf.training.evaluation.perplexity import score
@@ -228,15 +226,8 @@ def search_summary(config: TrainConfig, built: Built, data: RunData) -> dict[str
 
 def save_model(model: keras.Model, final: Path) -> None:
     """Saves the model as .keras (atomically: written aside, then renamed)."""
-    tmp = final.with_name(f".tmp-{os.getpid()}-{final.name}")
-    try:
+    with atomic_path(final) as tmp:
         model.save(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
     logger.info("model saved to %s", final)
 
 

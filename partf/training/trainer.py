@@ -62,8 +62,8 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
+from partf.atomic import atomic_write_text
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
-from partf.training.atomic import atomic_write_text
 from partf.training.build import Built, build_model
 from partf.training.callbacks.console_progress import ConsoleProgress
 from partf.training.callbacks.run_callbacks import make_callbacks

@@ -313,7 +313,7 @@ def test_train_unreadable_checkpoints(ws, tmp_path, capsys):
 
 def test_train_disk_full_leaves_no_partial_checkpoint(ws, tmp_path, monkeypatch, capsys):
     """ENOSPC half-way through the checkpoint: exit 1, no ckpt-*.npz and no temp file."""
-    import partf.training.atomic as atomic
+    import partf.atomic as atomic
 
     def half_then_full(f, data):
         f.write(data[: len(data) // 2])

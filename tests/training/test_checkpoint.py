@@ -9,10 +9,10 @@ import keras
 import numpy as np
 import pytest
 
+from partf import atomic
 from partf.errors import DataError
 from partf.models.config import ModelConfig
 from partf.serialization import FORMAT_VERSION, FormatError
-from partf.training import atomic
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointFormatError,

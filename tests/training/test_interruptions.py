@@ -3,7 +3,7 @@ a checkpoint write), SIGTERM and SIGINT checkpoint and exit within seconds.
 
 The run under test is a subprocess of `python -m partf.train` on a tiny model (12 steps,
 a checkpoint every 3). `PARTF_TEST_WRITE_PAUSE` makes every atomic write pause half-way
-(see `partf.training.atomic._write_all`), so a kill can land inside one. The
+(see `partf.atomic._write_all`), so a kill can land inside one. The
 uninterrupted reference runs in-process.
 """
 

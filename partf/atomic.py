@@ -1,10 +1,11 @@
 """Files written atomically: a reader sees the old file or the new one, never half.
 
-The file is written under a temporary name in the same folder (`.tmp-<pid>-<name>`),
-flushed to disk (`fsync`), then renamed over its final name (`os.replace`, atomic on
-POSIX), and the folder is synced. Checkpoints, `config.json`, `results.json`, the cost
-table, the drop selection and the plots are all written this way; a checkpoint folder
-cleans up the temporary files a killed writer left (partf.training.checkpoint).
+A file is written under a temporary name in its folder (`.tmp-<pid>-<name>`), flushed to
+disk (`fsync`), then renamed over its final name (`os.replace`, atomic on POSIX), and the
+folder is synced. Every file partf writes to read back is written so: checkpoints,
+config.json, results.json, the .keras model, the cost table, the drop selection, the
+plots, a study's records, report and run notes, an MQAR split's record. A checkpoint
+folder cleans up the temporary files a killed writer left (partf.training.checkpoint).
 """
 
 from __future__ import annotations
@@ -12,11 +13,36 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 #: The prefix of a file being written; it is renamed once complete.
 TMP_PREFIX = ".tmp-"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside `path` for any writer (`model.save`, `savefig`): when the
+    block ends, the file written there is synced and renamed over `path`; when it raises,
+    the file is removed.
+
+    Example:
+        >>> with atomic_path(folder / "pi.png") as tmp:
+        ...     figure.savefig(tmp)
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -26,19 +52,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         path: destination; its folder must exist.
         data: the complete contents.
     """
-    path = Path(path)
-    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")
-    try:
-        with open(tmp, "wb") as f:
-            _write_all(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        _write_all(f, data)
 
 
 def _write_all(f: Any, data: bytes) -> None:
