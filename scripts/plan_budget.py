@@ -89,7 +89,7 @@ def main() -> int:
         if result.returncode != 0:
             print(result.stdout[-2000:], result.stderr[-2000:], file=sys.stderr)
             return 1
-        results = json.loads(paths.results(run.name).read_text())
+        results = json.loads(paths.run(run.name).results_path.read_text())
         logdir = paths.run_dir(run.name) / "logs" / run.name / "train"
         rates = [v for step, v in event_scalars(logdir).get("tokens_per_second", []) if step > 50]
         tokens_per_step = results["data"]["batch_size"] * results["data"]["seq_len"]

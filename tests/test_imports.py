@@ -25,6 +25,7 @@ FOUNDATION = {
     "console",
     "declarations",
     "atomic",
+    "run_folder",
 }
 
 #: package -> the packages (besides itself and the foundation) it may import.
@@ -37,6 +38,7 @@ ALLOWED = {
     "random": set(),
     "declarations": set(),
     "atomic": set(),
+    "run_folder": set(),
     "data": set(),
     "attention": set(),
     "cutoffs": set(),

@@ -14,11 +14,13 @@ stays fast.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
+
+from partf.errors import DataError
+from partf.run_folder import RunFolder, RunFolderError
 
 logger = logging.getLogger(__name__)
 
@@ -40,22 +42,14 @@ class RuntimeExit(Exception):
 
 def _read_run_config(run_dir: Path) -> dict[str, Any] | None:
     """The run's config.json ({"format": ..., "model": ..., "training": ...}), or None if
-    absent; one of another partf format is refused (`RuntimeExit`)."""
-    from partf.serialization import format_problem
-
-    path = run_dir / "config.json"
-    if not path.is_file():
+    absent; one unreadable or of another partf format is refused (`RuntimeExit`)."""
+    folder = RunFolder(run_dir)
+    if not folder.config_path.is_file():
         return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RuntimeExit(f"cannot read {path} ({e}); pass --sp_model and a .keras file") from None
-    if not isinstance(config, dict):
-        return None
-    problem = format_problem(config, str(path))
-    if problem is not None:
-        raise RuntimeExit(problem)
-    return config
+        return folder.read_config()
+    except DataError as e:  # unreadable, or another format
+        raise RuntimeExit(str(e)) from None
 
 
 def _load_keras(path: Path) -> Any:
@@ -102,18 +96,14 @@ def _masked_lm_refusal(path: Path) -> str:
 
 def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
     from partf.models import ModelConfig, PARTransformerXL
+    from partf.run_folder import CheckpointError
     from partf.serialization import FormatError
-    from partf.training.checkpoint import (
-        CheckpointError,
-        CheckpointManager,
-        restore_variables,
-        saved_paths,
-        saved_root,
-    )
+    from partf.training.checkpoint import restore_variables, saved_paths, saved_root
 
+    folder = RunFolder(run_dir)
     try:
-        found = CheckpointManager(run_dir).load_latest()
-    except CheckpointError as e:  # another format
+        found = folder.newest_checkpoint("pass the run's .keras file or another checkpoint folder")
+    except CheckpointError as e:  # none reads back, or another format
         raise RuntimeExit(str(e)) from e
     if found is None:
         raise UsageExit(_NO_MODEL.format(run_dir=run_dir))
@@ -121,7 +111,7 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
     training = (run_config or {}).get("training") or meta.get("config", {}).get("training") or {}
     if training.get("objective") == "mlm":
         raise UsageExit(_masked_lm_refusal(run_dir))
-    model_fields, source = (run_config or {}).get("model"), run_dir / "config.json"
+    model_fields, source = (run_config or {}).get("model"), folder.config_path
     if not model_fields:
         model_fields, source = meta.get("config", {}).get("model"), f"checkpoint {path}"
     if not model_fields:
@@ -168,17 +158,14 @@ def model_file(path: str | os.PathLike) -> Path | None:
             f"--model {path} does not exist; pass a .keras file or a run's "
             "checkpoints/<model_name> folder"
         )
-    preferred = path / f"{path.name}.keras"
-    candidates = [preferred] if preferred.is_file() else sorted(path.glob("*.keras"))
-    if len(candidates) > 1:
-        names = ", ".join(p.name for p in candidates)
-        raise UsageExit(f"{path} holds several .keras files ({names}); pass one of them")
-    if candidates:
-        return candidates[0]
-    # partf.training.checkpoint names them ckpt-<step>.npz.
-    if not any(p.is_file() for p in path.glob("ckpt-*.npz")):
+    folder = RunFolder(path)
+    try:
+        found = folder.find_model_file()
+    except RunFolderError as e:
+        raise UsageExit(str(e)) from None
+    if found is None and not folder.checkpoints():
         raise UsageExit(_NO_MODEL.format(run_dir=path))
-    return None
+    return found
 
 
 def load_model(path: str | os.PathLike) -> tuple[Any, Path]:

@@ -1,10 +1,13 @@
-"""Where a study writes: `StudyPaths` names each run's folder and files under the study
-folder (the layout is in `partf.study.runner`'s docstring)."""
+"""Where a study writes: `StudyPaths` names each run's output folder (runs/<name>/), its
+study.json and console.log under the study folder; the run's own files are its
+`RunFolder` (partf.run_folder). The layout is in `partf.study.runner`'s docstring."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+
+from partf.run_folder import RunFolder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,16 +17,21 @@ class StudyPaths:
     out: Path
 
     def run_dir(self, name: str) -> Path:
+        """The run's --output_dir."""
         return self.out / "runs" / name
 
-    def results(self, name: str) -> Path:
-        return self.run_dir(name) / "checkpoints" / name / "results.json"
+    def run(self, name: str) -> RunFolder:
+        """The run's folder: runs/<name>/checkpoints/<name>."""
+        return RunFolder.of(self.run_dir(name), name)
 
     def checkpoints(self, name: str) -> Path:
-        return self.run_dir(name) / "checkpoints" / name
+        return self.run(name).path
 
     def record(self, name: str) -> Path:
         return self.run_dir(name) / "study.json"
 
+    def console(self, name: str) -> Path:
+        return self.run_dir(name) / "console.log"
+
     def finished(self, name: str) -> bool:
-        return self.results(name).is_file()
+        return self.run(name).finished

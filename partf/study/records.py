@@ -38,8 +38,6 @@ RECORD_KEY = "partf_record"
 RECORD_VERSION = 1
 #: Where benchmarks/study_speed.py writes the side-by-side speed of the final models.
 SPEED_FILE = "speed.json"
-#: A search's measured cost table, beside its checkpoints (--search_cost=time).
-COST_FILE = "cost_table.json"
 #: Fields every record of every version has.
 REQUIRED = ("run", "arm", "seed", "commit", "backend", "machine", "results")
 
@@ -221,8 +219,9 @@ def sync_records(plan: Plan, paths: StudyPaths, folder: Path) -> list[str]:
         speed = json.loads((paths.out / SPEED_FILE).read_text()).get("runs") or {}
     written = []
     for run in plan.runs():
+        run_folder = paths.run(run.name)
         try:
-            results = json.loads(paths.results(run.name).read_text(encoding="utf-8"))
+            results = json.loads(run_folder.results_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not finished here
         study: dict[str, Any] = {}
@@ -230,7 +229,7 @@ def sync_records(plan: Plan, paths: StudyPaths, folder: Path) -> list[str]:
             study = json.loads(paths.record(run.name).read_text(encoding="utf-8"))
         cost_table = None
         with contextlib.suppress(OSError, ValueError):
-            cost_table = json.loads((paths.checkpoints(run.name) / COST_FILE).read_text())
+            cost_table = json.loads(run_folder.cost_table_path.read_text())
         record = build_record(
             run.name,
             run.arm,

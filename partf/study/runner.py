@@ -244,7 +244,7 @@ def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
         }
     )
     _write_json(record_path, record)
-    console = open(paths.run_dir(run.name) / "console.log", "ab")  # noqa: SIM115
+    console = open(paths.console(run.name), "ab")  # noqa: SIM115
     env = run_environment(os.environ)
     try:
         process = subprocess.Popen(
@@ -271,16 +271,6 @@ def note_status(paths: StudyPaths, name: str, status: str) -> None:
         _write_json(path, record)
 
 
-def newest_step(paths: StudyPaths, name: str) -> int | None:
-    """The step of a run's newest checkpoint, or None."""
-    steps = [
-        int(p.stem.split("-")[1])
-        for p in paths.checkpoints(name).glob("ckpt-*.npz")
-        if p.stem.split("-")[1].isdigit()
-    ]
-    return max(steps) if steps else None
-
-
 def resumed_first(runs: list[Run], paths: StudyPaths) -> list[Run]:
     """`runs` with those that have a checkpoint first, each group in plan order.
 
@@ -289,7 +279,7 @@ def resumed_first(runs: list[Run], paths: StudyPaths) -> list[Run]:
     otherwise launch a new arm's run while one already half trained waits: its steps
     are kept on disk but the slot goes to a run that starts from nothing.
     """
-    return sorted(runs, key=lambda run: newest_step(paths, run.name) is None)
+    return sorted(runs, key=lambda run: paths.run(run.name).newest_step() is None)
 
 
 # ------------------------------------------------------------------ the loop
@@ -324,7 +314,7 @@ def _start_next(
                 say(f"{run.name}: trained by another process now; waiting for it")
             continue
         waiting.remove(run)
-        step = newest_step(paths, run.name)
+        step = paths.run(run.name).newest_step()
         how = f"resuming at step {step}" if step else "starting"
         running[run.name] = child = launch(plan, paths, run, lock)
         say(f"{run.name}: {how} ({len(running)} running, {len(waiting)} waiting)")
@@ -402,11 +392,12 @@ def run_study(
                     say(f"{name}: finished in {minutes:.1f} min")
                 elif outcome.signum is not None:
                     note_status(paths, name, "stopped")
-                    say(f"{name}: stopped at step {newest_step(paths, name)} (resumes next time)")
+                    step = paths.run(name).newest_step()
+                    say(f"{name}: stopped at step {step} (resumes next time)")
                 else:
                     outcome.failed[name] = status
                     note_status(paths, name, f"failed (status {status})")
-                    log = paths.run_dir(name) / "console.log"
+                    log = paths.console(name)
                     say(f"{name}: failed with status {status} after {minutes:.1f} min; see {log}")
                     waiting = [r for r in waiting if name not in r.needs]
                 on_end()
@@ -415,7 +406,7 @@ def run_study(
             if running and time.monotonic() - last_status >= STATUS_EVERY:
                 last_status = time.monotonic()
                 states = ", ".join(
-                    f"{name} step {newest_step(paths, name) or 0}" for name in running
+                    f"{name} step {paths.run(name).newest_step() or 0}" for name in running
                 )
                 say(f"running: {states}; {len(waiting)} waiting")
     return outcome

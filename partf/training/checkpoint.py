@@ -3,7 +3,7 @@
 - `CheckpointManager`: saves, lists, prunes and loads the `ckpt-<step>.npz` of one folder.
 - `CheckpointWriter`: the `save` the `Checkpointer` callback calls during a run
   (`Built.state_groups()` with the run's configuration); `SavedCheckpoint` is what it saved.
-- `restore(folder, keep, built, batches_per_epoch) -> Resumed`: loads the newest
+- `restore(folder, built, batches_per_epoch) -> Resumed`: loads the newest
   checkpoint into the built model and says where the run picks up; `config_differences`
   names what a resume would change in the saved settings.
 
@@ -12,8 +12,9 @@ A checkpoint holds every variable a run needs to continue bit for bit: the model
 the optimizer's, and the running loss metric's; plus a JSON `meta` record (step,
 configuration, variable paths, format). It is written atomically (partf.atomic):
 a kill leaves the old set of checkpoints or the new one, never a half-written file, and
-leftover temporary files are cleaned up. On load the newest checkpoint that reads back
-completely (zip CRCs checked) is used, so a file damaged later falls back to the one before.
+leftover temporary files are cleaned up. The run's folder (partf.run_folder) names and
+reads checkpoints: the newest that reads back completely (zip CRCs checked) is used, so a
+file damaged later falls back to the one before.
 
 Restore by path: each variable is saved with its path (`layout` in the meta record) and
 restored from the array of the same key (`variable_key`), so models may make their
@@ -34,7 +35,6 @@ import json
 import logging
 import os
 import re
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from partf.atomic import TMP_PREFIX, atomic_write_bytes
-from partf.serialization import FORMAT_KEY, FORMAT_VERSION, FormatError, format_problem
+from partf.run_folder import Checkpoint, CheckpointError, RunFolder, read_checkpoint
+from partf.serialization import FORMAT_KEY, FORMAT_VERSION
 from partf.training.config import (
     RESUMABLE_CHANGES,
     ConfigError,
@@ -55,16 +56,6 @@ if TYPE_CHECKING:
     from partf.training.build import Built
 
 logger = logging.getLogger(__name__)
-
-_NAME = re.compile(r"^ckpt-(\d+)\.npz$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be used (unreadable, or from another configuration)."""
-
-
-class CheckpointFormatError(CheckpointError, FormatError):
-    """A checkpoint of another partf format: readable, but not by this partf."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,18 +78,12 @@ class CheckpointManager:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}.")
         self.directory = Path(directory)
+        self.folder = RunFolder(self.directory)
         self.keep = keep
 
     def checkpoints(self) -> list[tuple[int, Path]]:
-        """(step, path) of every complete checkpoint, oldest first."""
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.iterdir():
-            match = _NAME.match(path.name)
-            if match:
-                found.append((int(match.group(1)), path))
-        return sorted(found)
+        """(step, path) of every checkpoint in the folder, oldest first."""
+        return self.folder.checkpoints()
 
     def save(
         self,
@@ -123,7 +108,7 @@ class CheckpointManager:
         arrays["meta"] = np.frombuffer(json.dumps(record).encode("utf-8"), dtype=np.uint8)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        path = self.directory / f"ckpt-{int(step):08d}.npz"
+        path = self.folder.checkpoint_path(step)
         atomic_write_bytes(path, buffer.getvalue())
         self._prune()
         return path
@@ -138,50 +123,12 @@ class CheckpointManager:
                 with contextlib.suppress(OSError):
                     path.unlink()
 
-    @staticmethod
-    def load(path: str | os.PathLike) -> tuple[dict[str, list[np.ndarray]], dict[str, Any]]:
-        """Reads one checkpoint fully, checking its integrity.
+    #: Reads one checkpoint fully (partf.run_folder.read_checkpoint).
+    load = staticmethod(read_checkpoint)
 
-        Returns:
-            (group -> list of arrays in saved order, meta record).
-
-        Raises:
-            CheckpointError: the file is truncated, corrupt or not a partf checkpoint.
-            CheckpointFormatError: it is of another format (one line: which, and what to do).
-        """
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-                problem = format_problem(meta, f"checkpoint {path}")
-                if problem is not None:
-                    raise CheckpointFormatError(problem)
-                groups: dict[str, list[np.ndarray]] = {}
-                for group, entries in meta["layout"].items():
-                    groups[group] = [data[f"{group}/{i}"] for i in range(len(entries))]
-        except CheckpointFormatError:
-            raise
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-            raise CheckpointError(f"checkpoint {path} is unreadable ({e}).") from None
-        return groups, meta
-
-    def load_latest(self) -> tuple[dict[str, list[np.ndarray]], dict[str, Any], Path] | None:
-        """The newest checkpoint that reads back completely, or None if there is none.
-
-        A damaged newer file is skipped with a warning, so the one before it is used.
-
-        Raises:
-            CheckpointFormatError: the newest readable checkpoint is of another format.
-        """
-        for _, path in reversed(self.checkpoints()):
-            try:
-                groups, meta = self.load(path)
-            except CheckpointFormatError:
-                raise
-            except CheckpointError as e:
-                logger.warning("%s Trying the previous checkpoint.", e)
-                continue
-            return groups, meta, path
-        return None
+    def load_latest(self) -> Checkpoint | None:
+        """The newest checkpoint that reads back (`RunFolder.newest_checkpoint`)."""
+        return self.folder.newest_checkpoint()
 
 
 #: A name Keras numbers per process ("seed_generator_12"): a seed generator made without
@@ -394,12 +341,11 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     return differences
 
 
-def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Resumed:
+def restore(folder: Path, built: Built, batches_per_epoch: int) -> Resumed:
     """Loads the newest checkpoint in `folder` into the built model, if there is one.
 
     Args:
         folder: checkpoints/<model_name>/.
-        keep: how many checkpoints the folder keeps (--keep_checkpoints).
         built: the run's model; its variables receive the checkpoint's values.
         batches_per_epoch: B, to tell whether the checkpoint is mid-epoch.
 
@@ -411,14 +357,9 @@ def restore(folder: Path, keep: int, built: Built, batches_per_epoch: int) -> Re
         FormatError: the checkpoint's configuration lacks a setting.
         ConfigError: the checkpoint is of a run with another configuration.
     """
-    manager = CheckpointManager(folder, keep=keep)
-    latest = manager.load_latest()
+    fix = "move the folder away or pass --overwrite to start again"
+    latest = RunFolder(folder).newest_checkpoint(fix)
     if latest is None:
-        if manager.checkpoints():
-            raise CheckpointError(
-                f"no checkpoint in {folder} can be read; move the folder "
-                "away or pass --overwrite to start again."
-            )
         return Resumed()
     groups, meta, path = latest
     check_saved_config(meta["config"], f"checkpoint {path}")

@@ -47,13 +47,12 @@ import numpy as np
 from partf.atomic import atomic_write_text
 from partf.models.architecture import architecture_token
 from partf.models.cost import cost_key
+from partf.run_folder import RunFolder
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.splits import RunData
 
 logger = logging.getLogger("partf.training")
 
-#: The file beside a run's results.json.
-COST_TABLE_FILE = "cost_table.json"
 FORMAT = "partf-cost-table"
 #: 2: costs in dense blocks (`UNIT`), the microseconds beside them. 1 (earlier partf):
 #: costs in microseconds per token; refused, as a search would pay them as dense blocks.
@@ -118,13 +117,14 @@ def cost_table(config: TrainConfig, data: RunData, checkpoints: Path) -> tuple[C
         ConfigError: the file is malformed, or missing while the run resumes from a
             checkpoint (its search was priced by a table that is gone).
     """
-    path = checkpoints / COST_TABLE_FILE
+    folder = RunFolder(checkpoints)
+    path = folder.cost_table_path
     if not config.overwrite:
         if path.is_file():
             table = read_cost_table(path)
             logger.info("measured costs from %s: %s", path, _show(table))
             return table, False
-        if any(checkpoints.glob("ckpt-*")):
+        if folder.checkpoints():
             raise ConfigError(
                 f"{path} is missing: this run's search was priced by the table measured "
                 "when it began; put the file back, or start again with --overwrite "
@@ -137,7 +137,7 @@ def cost_table(config: TrainConfig, data: RunData, checkpoints: Path) -> tuple[C
 
 def write_cost_table(checkpoints: Path, table: CostTable) -> Path:
     """Writes `cost_table.json` into the run's checkpoint folder; returns its path."""
-    path = checkpoints / COST_TABLE_FILE
+    path = RunFolder(checkpoints).cost_table_path
     atomic_write_text(path, json.dumps(table.to_dict(), indent=2) + "\n")
     return path
 

@@ -36,12 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from partf.atomic import atomic_write_text
+from partf.run_folder import RunFolder
 from partf.training.config import ConfigError
 
 logger = logging.getLogger("partf.training")
-
-#: The file in the run's checkpoint folder that holds the choice.
-SELECTION_FILE = "selection.json"
 
 #: What the chosen blocks become by default (`--drop_attention_to`): nothing.
 IDENTITY = "identity"
@@ -253,7 +251,7 @@ def read_selection(checkpoints: Path, mechanism: str | None = None) -> Selection
             mechanism than `mechanism` (when given): the run's architecture would not be
             the one `--drop_attention_to` asks for.
     """
-    path = checkpoints / SELECTION_FILE
+    path = RunFolder(checkpoints).selection_path
     if not path.is_file():
         return None
     try:
@@ -273,6 +271,5 @@ def read_selection(checkpoints: Path, mechanism: str | None = None) -> Selection
 
 def write_selection(checkpoints: Path, selection: Selection) -> None:
     """Writes selection.json (atomically) into the run's checkpoint folder."""
-    atomic_write_text(
-        checkpoints / SELECTION_FILE, json.dumps(selection.to_dict(), indent=2) + "\n"
-    )
+    path = RunFolder(checkpoints).selection_path
+    atomic_write_text(path, json.dumps(selection.to_dict(), indent=2) + "\n")

@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import zipfile
 from pathlib import Path
@@ -37,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from partf.serialization import FormatError, check_format
+from partf.run_folder import RunFolder, RunFolderError
+from partf.serialization import FormatError
 from partf.training.config import ConfigError
 
 logger = logging.getLogger("partf.training")
@@ -78,20 +78,22 @@ def source_model_path(folder: str | Path) -> Path:
         ConfigError: no finished run there (no results.json or no .keras file).
         FormatError: its results.json is of another partf format.
     """
-    folder = Path(folder)
+    run = RunFolder(folder)
     try:
-        results = json.loads((folder / "results.json").read_text())
-        name = results.get("model_name") or folder.name
-    except (OSError, ValueError, AttributeError):
+        run.read_results(f"--init_from {folder}: its results.json")
+    except RunFolderError:
         raise ConfigError(
             f"--init_from {folder}: no finished run there (needs the results.json and "
             "<name>.keras that a completed partf-train run writes in checkpoints/NAME)."
         ) from None
-    check_format(results, f"--init_from {folder}: its results.json")
-    path = folder / f"{name}.keras"
-    if not zipfile.is_zipfile(path):
+    try:
+        path = run.find_model_file()
+    except RunFolderError as e:
+        raise ConfigError(f"--init_from {folder}: {e}") from None
+    if path is None or not zipfile.is_zipfile(path):
+        name = (path or run.model_file).name
         raise ConfigError(
-            f"--init_from {folder}: {path.name} is missing or unreadable; let the run finish "
+            f"--init_from {folder}: {name} is missing or unreadable; let the run finish "
             "(partf-train writes it last) or give another run."
         )
     return path

@@ -3,7 +3,8 @@
 Under `output_dir`:
 
     logs/<model_name>/              TensorBoard (train/, valid/) and training.log
-    checkpoints/<model_name>/       config.json, ckpt-<step>.npz, results.json, the .keras model
+    checkpoints/<model_name>/       the run's folder (partf.run_folder): config.json,
+                                    ckpt-<step>.npz, results.json, the .keras model
     plots/<model_name>/             step<N>.png heatmaps, pi.gif
 """
 
@@ -14,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from partf.run_folder import RunFolder
 from partf.training.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
@@ -32,8 +34,12 @@ class RunPaths:
         return self.root / "logs" / self.model_name
 
     @property
+    def folder(self) -> RunFolder:
+        return RunFolder.of(self.root, self.model_name)
+
+    @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints" / self.model_name
+        return self.folder.path
 
     @property
     def plots(self) -> Path:
@@ -41,11 +47,11 @@ class RunPaths:
 
     @property
     def results(self) -> Path:
-        return self.checkpoints / "results.json"
+        return self.folder.results_path
 
     @property
     def model_file(self) -> Path:
-        return self.checkpoints / f"{self.model_name}.keras"
+        return self.folder.model_file
 
     @property
     def training_log(self) -> Path:

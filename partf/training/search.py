@@ -10,12 +10,12 @@ makes the `TrainConfig` that trains it as a fixed model with the search's settin
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from partf.models.config import DATA_FIELDS
+from partf.run_folder import RunFolder, RunFolderError
 from partf.training.config import (
     ConfigError,
     TrainConfig,
@@ -79,18 +79,13 @@ def read_search(folder: str | Path) -> FinishedSearch:
             candidates and the configuration), or that run trained a fixed architecture.
         FormatError: its results.json is of another partf format, or lacks a setting.
     """
-    from partf.serialization import check_format
-
-    folder = Path(folder)
     try:
-        results = json.loads((folder / "results.json").read_text())
-    except (OSError, ValueError):
+        results = RunFolder(folder).read_results(f"--from_search {folder}: its results.json")
+    except RunFolderError:
         results = None
-    if isinstance(results, dict):
-        check_format(results, f"--from_search {folder}: its results.json")
     try:
         found = FinishedSearch(
-            name=results.get("model_name", folder.name),
+            name=results.get("model_name", Path(folder).name),
             pi=results["pi"],
             candidates=results["candidates"],
             model=results["config"]["model"],

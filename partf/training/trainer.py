@@ -147,7 +147,7 @@ def log_run_start(paths: RunPaths, built: Built, data: RunData, start_step: int)
     # config.json says its format, as every file partf reads back does: partf-generate
     # prefers it to the checkpoint's own record.
     record = {FORMAT_KEY: FORMAT_VERSION, **built.full_config}
-    atomic_write_text(paths.checkpoints / "config.json", json.dumps(record, indent=2) + "\n")
+    atomic_write_text(paths.folder.config_path, json.dumps(record, indent=2) + "\n")
     logger.info("configuration:\n%s", json.dumps(built.full_config, indent=2))
     logger.info("model summary:\n%s", _model_summary(built.model))
     logger.info(
@@ -257,9 +257,7 @@ class Trainer:
         self.built = built = build_model(config, model_config, data, strategy)
         resumed = Resumed()
         if not config.overwrite:
-            resumed = restore(
-                paths.checkpoints, config.keep_checkpoints, built, data.batches_per_epoch
-            )
+            resumed = restore(paths.checkpoints, built, data.batches_per_epoch)
         if config.init_from and resumed.checkpoint is None:
             init_weights(built.model, config.init_from)
 

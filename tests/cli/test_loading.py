@@ -93,3 +93,29 @@ def test_a_folder_names_its_own_keras_file_or_its_only_one(tmp_path):
         model_file(folder)
     (folder / "tiny.keras").write_bytes(b"")
     assert model_file(folder) == folder / "tiny.keras"
+
+
+def test_a_truncated_checkpoint_is_refused_in_one_line_naming_it(saved_run, tmp_path, capsys):
+    """A run folder whose only checkpoint is cut short: exit status 1, one line naming the
+    checkpoint and what to pass instead (not "holds no checkpoint")."""
+    folder = tmp_path / "cut"
+    shutil.copytree(saved_run["ckpt_dir"], folder)
+    (checkpoint,) = folder.glob("ckpt-*.npz")
+    checkpoint.write_bytes(checkpoint.read_bytes()[:500])
+    argv = ["--model", str(folder), f"--sp_model={saved_run['sp_model']}", "--prompt", PROMPT]
+    assert run(argv) == 1
+    line = error_line(capsys)
+    assert f"no checkpoint in {folder} can be read; pass the run's .keras file" in line
+    assert f"checkpoint {checkpoint} is unreadable" in line
+
+
+def test_a_folder_without_config_json_needs_the_tokenizer_named(saved_run, tmp_path, capsys):
+    """Without config.json the model comes from the checkpoint's own record, but nothing
+    names its tokenizer: refused in one line naming config.json and --sp_model."""
+    folder = tmp_path / "bare"
+    shutil.copytree(saved_run["ckpt_dir"], folder)
+    (folder / "config.json").unlink()
+    assert run(["--model", str(folder), "--prompt", PROMPT]) == 2
+    line = error_line(capsys)
+    assert f"no config.json naming one beside the model in {folder}" in line
+    assert "pass --sp_model" in line

@@ -12,10 +12,10 @@ import pytest
 from partf import atomic
 from partf.errors import DataError
 from partf.models.config import ModelConfig
+from partf.run_folder import CheckpointFormatError
 from partf.serialization import FORMAT_VERSION, FormatError
 from partf.training.checkpoint import (
     CheckpointError,
-    CheckpointFormatError,
     CheckpointManager,
     config_differences,
     restore,
@@ -156,7 +156,7 @@ def test_a_checkpoint_lacking_a_setting_is_refused_not_defaulted(tmp_path, part,
     del saved[part][dropped]
     path = CheckpointManager(tmp_path).save(3, {"model": _variables()}, {"config": saved})
     with pytest.raises(FormatError) as caught:
-        restore(tmp_path, keep=5, built=None, batches_per_epoch=1)
+        restore(tmp_path, built=None, batches_per_epoch=1)
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"checkpoint {path} ({part} settings) lacks {dropped}, which ")

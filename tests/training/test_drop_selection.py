@@ -13,9 +13,9 @@ import keras
 import numpy as np
 import pytest
 
+from partf.run_folder import SELECTION_FILE
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.drop_selection import (
-    SELECTION_FILE,
     read_selection,
     select_dropped,
     write_selection,
