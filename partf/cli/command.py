@@ -1,11 +1,12 @@
 """What partf-evaluate and partf-generate share as commands over a trained model.
 
 Both parse their flags with a parser that reports a mistake in one line (`UsageExit`),
-take `--model` first and the same true/false flags (`--name`, `--name=false`,
-`--noname`), and run the same way (`run_command`): parse and check the flags, then do
-the work with partf's log records on stderr, then print the result; every failure is
-one line on stderr and an exit status: 2 bad usage (`UsageExit`), 1 a failure while
-running (`RuntimeExit`, or any error no command foresaw), 130 Ctrl-C.
+take `--model` first and partf-train's true/false flags (`partf.cli.flags.add_bool_flag`:
+`--name`, `--name=false`, `--noname`), and run the same way (`run_command`): parse and
+check the flags, then do the work with partf's log records on stderr, then print the
+result; every failure is one line on stderr and an exit status: 2 bad usage
+(`UsageExit`), 1 a failure while running (`RuntimeExit`, or any error no command
+foresaw), 130 Ctrl-C.
 
 Example:
     >>> def run(argv=None):
@@ -21,9 +22,6 @@ from collections.abc import Callable, Sequence
 from partf.cli import exits
 from partf.cli.exits import wants_verbose
 from partf.cli.loading import RuntimeExit, UsageExit
-
-_TRUE = {"1", "true", "t", "yes", "y", "on"}
-_FALSE = {"0", "false", "f", "no", "n", "off"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -46,24 +44,6 @@ def model_parser(prog: str, doc: str) -> argparse.ArgumentParser:
         "--model", required=True, help="a .keras file, or a run's checkpoints/<model_name> folder"
     )
     return parser
-
-
-def parse_bool(text: str) -> bool:
-    """A flag's true or false, spelt as absl spells it (true, 1, yes, ...)."""
-    if text.lower() in _TRUE:
-        return True
-    if text.lower() in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    """Adds `--name` (alone: true; or `--name=BOOL`) and the hidden `--noname`."""
-    parser.add_argument(
-        f"--{name}", nargs="?", const=True, default=default, type=parse_bool, metavar="BOOL",
-        help=help,
-    )  # fmt: skip
-    parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
 
 
 def run_command(

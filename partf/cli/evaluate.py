@@ -48,7 +48,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from partf.cli.command import bool_flag, model_parser, run_command
+from partf.cli.command import model_parser, run_command
+from partf.cli.flags import add_bool_flag
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model, model_file
 from partf.data.mqar import is_mqar
 
@@ -95,15 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
         "expected (pi-weighted) or sample (Gumbel samples, the original's); default: the "
         "model's own",
     )
-    bool_flag(
+    add_bool_flag(
         parser,
         "by_distance",
-        False,
         "an MQAR split: also the accuracy by distance between a key's pair and its query",
+        default=False,
     )
-    bool_flag(parser, "json", False, "print the figures as one JSON object")
-    bool_flag(parser, "jit_compile", True, "score with XLA-compiled calls")
-    bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
+    add_bool_flag(parser, "json", "print the figures as one JSON object", default=False)
+    add_bool_flag(parser, "jit_compile", "score with XLA-compiled calls", default=True)
+    add_bool_flag(parser, "verbose", "debug logs, and tracebacks on errors", default=False)
     return parser
 
 

@@ -36,7 +36,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from partf.cli.command import bool_flag, model_parser, run_command
+from partf.cli.command import model_parser, run_command
+from partf.cli.flags import add_bool_flag
 
 # Loading lives in its own module; its names stay importable from here.
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model, model_file
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"compiled with XLA; auto: eager below {EAGER_BELOW} tokens, where tracing a graph "
         "would cost more than it saves, else graph",
     )
-    bool_flag(parser, "verbose", False, "debug logs, and tracebacks on errors")
+    add_bool_flag(parser, "verbose", "debug logs, and tracebacks on errors", default=False)
     return parser
 
 

@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from partf.cli.command import bool_flag, model_parser, parse_bool, run_command
+from partf.cli.command import model_parser, run_command
+from partf.cli.flags import add_bool_flag, parse_bool
 from partf.cli.loading import RuntimeExit, UsageExit
 
 DOC = """partf-x: do a thing.
@@ -16,8 +17,8 @@ More words for the epilog."""
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = model_parser("partf-x", DOC)
-    bool_flag(parser, "verbose", False, "tracebacks")
-    bool_flag(parser, "fast", True, "go fast")
+    add_bool_flag(parser, "verbose", "tracebacks", default=False)
+    add_bool_flag(parser, "fast", "go fast", default=True)
     return parser.parse_args(argv)
 
 
