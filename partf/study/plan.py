@@ -363,25 +363,19 @@ def _data(path: Path, table: Any) -> DataSpec:
 def _arm(path: Path, name: str, value: Any) -> Arm:
     if not _NAME.match(name) or "-stage2" in name:
         raise _fail(
-            path,
-            f"arm name {name!r}: use letters, digits, '_' and '.' (it names folders).",
+            path, f"arm name {name!r}: use letters, digits, '_' and '.' (it names folders)."
         )
     if isinstance(value, dict):
         _unknown(path, f"[arms.{name}]", value, ARM_KEYS)
-        stage2 = value.get("stage2", False)
-        stage2_init = value.get("stage2_init", False)
-        control = value.get("control", False)
-        for key, flag in (("stage2", stage2), ("stage2_init", stage2_init), ("control", control)):
-            if not isinstance(flag, bool):
+        for key in ("stage2", "stage2_init", "control"):
+            if not isinstance(value.get(key, False), bool):
                 raise _fail(path, f"arms.{name}.{key} must be true or false.")
+        stage2, stage2_init = value.get("stage2", False), value.get("stage2_init", False)
         if stage2_init and not stage2:
             raise _fail(path, f"arms.{name}.stage2_init needs stage2 = true.")
-        init_from = value.get("init_from")
-        if init_from is not None and not isinstance(init_from, str):
-            raise _fail(path, f"arms.{name}.init_from must name an arm of the plan.")
-        matched = value.get("matched")
-        if matched is not None and not isinstance(matched, str):
-            raise _fail(path, f"arms.{name}.matched must name an arm of the plan.")
+        for key in ("init_from", "matched"):
+            if not isinstance(value.get(key, ""), str):
+                raise _fail(path, f"arms.{name}.{key} must name an arm of the plan.")
         task = value.get("task", "text")
         if task not in TASKS:
             raise _fail(path, f"arms.{name}.task must be one of {', '.join(TASKS)}, not {task!r}.")
@@ -390,10 +384,10 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
             _flags(path, f"arms.{name}.flags", value.get("flags", "")),
             stage2,
             _flags(path, f"arms.{name}.stage2_flags", value.get("stage2_flags", "")),
-            init_from,
+            value.get("init_from"),
             stage2_init,
-            control,
-            matched,
+            value.get("control", False),
+            value.get("matched"),
             task,
         )
     return Arm(name, _flags(path, f"arms.{name}", value))
