@@ -21,7 +21,7 @@ optimal_cuts.py, and the search finds the same partition. The printed numbers di
 cutoff is the first position of a tail cluster (the head holds ``cutoffs[0]`` tokens) and
 the vocabulary size is left out, which is what ``--cutoffs`` of training expects; the
 original printed each boundary two lower and appended the vocabulary size. The search
-itself lives in `partf.cutoffs`.
+itself lives in `cutoffs.py` beside this script.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from absl import app, flags, logging
-
-from partf.cutoffs import COSTS, optimal_cutoffs, partition_cost, read_frequencies
+from cutoffs import COSTS, optimal_cutoffs, partition_cost, read_frequencies
 
 FLAGS = flags.FLAGS
 

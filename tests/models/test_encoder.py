@@ -194,7 +194,10 @@ def test_learns_depth_one_listops(mechanism):
     """A tiny encoder learns one-operator ListOps well above chance (10%) and above the
     most frequent class in 300 steps of plain `fit` (about 5 s on 2 CPU cores; it
     reached 63% with softmax and 54% with linear attention when written)."""
-    from partf.data.listops import ListOpsSettings, generate_listops
+    from tests.benchmarks import load_benchmark
+
+    listops = load_benchmark("listops_data")
+    ListOpsSettings, generate_listops = listops.ListOpsSettings, listops.generate_listops
 
     keras.utils.set_random_seed(0)
     settings = ListOpsSettings(max_depth=1, max_args=6, min_length=4, max_length=8)

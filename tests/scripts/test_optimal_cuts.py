@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from partf.cutoffs import optimal_cutoffs
+from tests.scripts import load_script
 from tests.shared_data import wikitext2_file
 
+optimal_cutoffs = load_script("cutoffs").optimal_cutoffs
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "optimal_cuts.py"
 

@@ -1,4 +1,4 @@
-"""Tests for partf.cutoffs: optimality against brute force and agreement with the slow DP."""
+"""Tests for scripts/cutoffs.py: optimality against brute force and agreement with the slow DP."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from partf.cutoffs import optimal_cutoffs, partition_cost, read_frequencies
+from tests.scripts import load_script
+
+_cutoffs = load_script("cutoffs")
+optimal_cutoffs = _cutoffs.optimal_cutoffs
+partition_cost = _cutoffs.partition_cost
+read_frequencies = _cutoffs.read_frequencies
 
 
 def _frequency_vectors(n: int, seed: int) -> list[np.ndarray]:

@@ -8,17 +8,18 @@ import statistics
 import numpy as np
 import pytest
 
-from partf.data.listops import (
-    NUM_CLASSES,
-    VOCABULARY,
-    ListOpsSettings,
-    apply_operator,
-    decode,
-    generate_listops,
-    read_listops,
-    write_listops,
-)
 from partf.errors import DataError, UsageError
+from tests.benchmarks import load_benchmark
+
+_listops = load_benchmark("listops_data")
+NUM_CLASSES = _listops.NUM_CLASSES
+VOCABULARY = _listops.VOCABULARY
+ListOpsSettings = _listops.ListOpsSettings
+apply_operator = _listops.apply_operator
+decode = _listops.decode
+generate_listops = _listops.generate_listops
+read_listops = _listops.read_listops
+write_listops = _listops.write_listops
 
 SMALL = ListOpsSettings(max_depth=4, max_args=5, min_length=10, max_length=120)
 
