@@ -110,16 +110,20 @@ def recall_table(rows: Sequence[Any]) -> list[str]:
     return lines
 
 
-def _fixed_placement(row: Any) -> tuple[tuple[int, int, int, bool], str] | None:
-    """(softmax places, attention places, blocks, converted) and the architecture of an
-    arm whose finished runs all trained one fixed mixed architecture, else None (a search,
-    a stage 2, or every place the same kind)."""
+def _chosen(run: Any) -> bool:
+    """Whether a run's architecture was chosen for it (a search, or the training-free
+    selection of `--drop_attention`) rather than fixed by hand."""
+    training = ((run.results or {}).get("config") or {}).get("training") or {}
+    return bool((run.results or {}).get("search") or training.get("drop_attention"))
+
+
+def _fixed_placement(row: Any) -> tuple[tuple[int, int, int, bool, str], str] | None:
+    """(softmax places, attention places, blocks, converted, the other places' mixers)
+    and the architecture of an arm whose finished runs all trained one mixed architecture
+    fixed by hand, else None (a search, a selection, a stage 2, or every place the same
+    kind)."""
     runs = [r for r in row.runs if accuracy(r, "test") is not None]
-    if (
-        row.arm.endswith("-stage2")
-        or not runs
-        or any((r.results or {}).get("search") for r in runs)
-    ):
+    if row.arm.endswith("-stage2") or not runs or any(_chosen(r) for r in runs):
         return None
     archs = {(r.results or {}).get("architecture") for r in runs}
     if len(archs) != 1 or None in archs:
@@ -129,7 +133,8 @@ def _fixed_placement(row: Any) -> tuple[tuple[int, int, int, bool], str] | None:
     softmax = sum(t in SOFTMAX for t in places)
     if softmax in (0, len(places)):
         return None
-    return (softmax, len(places), len(arch.split()), runs[0].source is not None), arch
+    others = "+".join(sorted({t for t in places if t not in SOFTMAX}))
+    return (softmax, len(places), len(arch.split()), runs[0].source is not None, others), arch
 
 
 def placement_table(rows: Sequence[Any]) -> list[str]:
@@ -139,14 +144,14 @@ def placement_table(rows: Sequence[Any]) -> list[str]:
     arm of the set finished), and its mean and min-max over those seeds. When the set holds
     every placement, its mean is the expected accuracy of a placement drawn at random,
     the control a searched placement of that count is measured against."""
-    groups: dict[tuple[int, int, int, bool], dict[str, Any]] = {}
+    groups: dict[tuple[int, int, int, bool, str], dict[str, Any]] = {}
     for row in recall_rows(rows):
         found = _fixed_placement(row)
         if found is not None:
             key, arch = found
             groups.setdefault(key, {})[arch] = row
     lines = []
-    for (softmax, places, blocks, converted), arms in sorted(groups.items()):
+    for (softmax, places, blocks, converted, others), arms in sorted(groups.items()):
         if len(arms) < 2:
             continue
         by_arm = [
@@ -160,7 +165,7 @@ def placement_table(rows: Sequence[Any]) -> list[str]:
         per_seed = ", ".join(f"s{seed} {mean:.1f}" for seed, mean in zip(seeds, means, strict=True))
         trained = "converted" if converted else "from scratch"
         lines.append(
-            f"| {softmax} of {places} ({blocks} blocks) | {trained} "
+            f"| {softmax} of {places} ({blocks} blocks), {others} beside | {trained} "
             f"| {shown}: {', '.join(row.arm for row in arms.values())} | {per_seed or '-'} "
             f"| {spread(means, 1)} |"
         )

@@ -171,7 +171,7 @@ def test_placements_of_one_count_are_averaged_per_seed_over_common_seeds():
     assert len(lines) == 3  # header, separator, one set: p12 and p34 from scratch
     cells = [c.strip() for c in lines[2].split("|")]
     means = [100 * (1.0 + 0.2) / 2, 100 * (0.9 + 0.1) / 2]  # seed 2: p34 has not finished
-    assert cells[1:4] == ["2 of 4 (8 blocks)", "from scratch", "2 of 6: p12, p34"]
+    assert cells[1:4] == ["2 of 4 (8 blocks), norm beside", "from scratch", "2 of 6: p12, p34"]
     assert cells[4] == f"s0 {means[0]:.1f}, s1 {means[1]:.1f}"
     assert cells[5] == f"{statistics.fmean(means):.1f} ({min(means):.1f}-{max(means):.1f})"
 
@@ -184,7 +184,30 @@ def test_converted_placements_form_their_own_set_and_a_full_set_says_all():
     lines = placement_table(rows)
     assert len(lines) == 3
     assert [c.strip() for c in lines[2].split("|")][1:4] == [
-        "1 of 2 (4 blocks)",
+        "1 of 2 (4 blocks), norm beside",
         "converted",
         "all: a, b",
+    ]
+
+
+def test_placements_beside_other_mixers_or_chosen_by_selection_are_kept_apart():
+    """One softmax place beside window 16 and beside norm are two sets; a run whose
+    architecture the training-free selection chose is no fixed placement, even where it
+    chose one that a fixed arm has (it would take that arm's place in the set)."""
+    source = seeded("softmax-s0", "relative D relative D", 1.0)
+    archs = {
+        "wo1": "relative D local D",
+        "wo2": "local D relative D",
+        "o1": "relative D norm D",
+        "o2": "norm D relative D",
+    }
+    rows = [ArmRow(arm, 1, [seeded(f"{arm}-s0", arch, 0.5, source)]) for arm, arch in archs.items()]
+    selected = seeded("wsel1-s0", "local D relative D", 0.1, source)
+    selected.results["config"] = {"training": {"drop_attention": 1}}
+    rows.append(ArmRow("wsel1", 1, [selected]))
+    lines = placement_table(rows)
+    sets = [[c.strip() for c in line.split("|")][1:4] for line in lines[2:]]
+    assert sets == [
+        ["1 of 2 (4 blocks), local beside", "converted", "all: wo1, wo2"],
+        ["1 of 2 (4 blocks), norm beside", "converted", "all: o1, o2"],
     ]
