@@ -12,7 +12,8 @@ A page holds a generated table between two markers:
 The opening marker names the plan, a table of its report (`recall`, `placements` or
 `perplexity`: the first of that kind in the report, which holds the most runs; `recall
 2` for the second), and optionally the arms to keep, in the order given (all of the
-table's rows when none are named). `render` rebuilds a block from the report that the
+table's rows when none are named); an arm with no record yet is left out until it has
+one. `render` rebuilds a block from the report that the
 plan's records give; `update_pages` rewrites every block of the pages, `stale_blocks`
 lists those that differ (the test that keeps pages true to their records).
 """
@@ -61,19 +62,24 @@ def _arm_of(row: str) -> str:
     return cell.replace("**", "").split(" (")[0].strip()
 
 
-def render(report: str, kind: str, index: int, arms: Sequence[str]) -> str:
-    """A block's body: table `index` (from 1) of `kind`, its rows cut to `arms`."""
+def render(
+    report: str, kind: str, index: int, arms: Sequence[str], known: Sequence[str] = ()
+) -> str:
+    """A block's body: table `index` (from 1) of `kind`, its rows cut to `arms` in their
+    order. An arm without a row yet (no record) is left out, and a table the report does
+    not hold yet gives an empty body, so a page follows its records as they come; an arm
+    that is not in the plan (`known`, the report's row names) is an error."""
+    unknown = [arm for arm in arms if known and arm not in known]
+    if unknown:
+        raise ValueError(f"the plan has no arm {unknown[0]!r}")
     tables = report_tables(report, kind)
     if len(tables) < index:
-        raise ValueError(f"the report has {len(tables)} {kind} table(s), not {index}")
+        return ""
     table = tables[index - 1]
     rows = table[2:]
     if arms:
         by_arm = {_arm_of(row): row for row in rows}
-        missing = [arm for arm in arms if arm not in by_arm]
-        if missing:
-            raise ValueError(f"the {kind} table has no row {missing[0]!r}")
-        rows = [by_arm[arm] for arm in arms]
+        rows = [by_arm[arm] for arm in arms if arm in by_arm]
     return "\n".join([*table[:2], *rows]) + "\n"
 
 
@@ -107,10 +113,16 @@ def pages_with_blocks(root: Path) -> list[str]:
 def _expected(root: Path) -> dict[tuple[Path, int], str]:
     """Every block's body as the records give it, by (page, block start)."""
     blocks = _blocks(root)
-    reports = fresh_reports(root, sorted({m["plan"] for _, m in blocks}))
+    plans = sorted({m["plan"] for _, m in blocks})
+    reports = fresh_reports(root, plans)
+    arms = {name: load_plan(root / name).arm_names() for name in plans}
     return {
         (path, m.start()): render(
-            reports[m["plan"]], m["table"], int(m["index"] or 1), (m["arms"] or "").split()
+            reports[m["plan"]],
+            m["table"],
+            int(m["index"] or 1),
+            (m["arms"] or "").split(),
+            arms[m["plan"]],
         )
         for path, m in blocks
     }
