@@ -24,7 +24,7 @@ PACKAGE = "partf"
 #: The format of the files partf writes. A change that a file of the format before could
 #: not be read by as it stands (a variable that moves or is renamed, a config field that
 #: changes meaning or goes) makes the next format; files of another one are refused.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 #: The key that holds the format in a saved record.
 FORMAT_KEY = "format"

@@ -48,7 +48,6 @@ from partf.training.config import (
     RESUMABLE_CHANGES,
     ConfigError,
     check_saved_config,
-    with_later_settings,
 )
 from partf.training.run_state import Clock, attach_fit_state
 
@@ -363,7 +362,7 @@ def restore(folder: Path, built: Built, batches_per_epoch: int) -> Resumed:
         return Resumed()
     groups, meta, path = latest
     check_saved_config(meta["config"], f"checkpoint {path}")
-    differences = config_differences(with_later_settings(meta["config"]), built.full_config)
+    differences = config_differences(meta["config"], built.full_config)
     if differences:
         raise ConfigError(
             f"{folder} holds a run with another configuration "

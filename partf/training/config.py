@@ -82,18 +82,6 @@ RESUMABLE_CHANGES = (
 )
 
 
-#: Training settings added after files of this format were first written, each with the
-#: value that leaves a run as it was before the setting existed: a saved configuration
-#: without one is read with that value, so that runs begun before it still resume and
-#: still give their stage 2 (`with_later_settings`).
-LATER_SETTINGS: dict[str, Any] = {
-    "mix_directory": None,
-    "mix_every": 1,
-    "recall_directory": None,
-    "drop_attention_to": "identity",
-}
-
-
 class ConfigError(UsageError):
     """A bad setting or combination of settings; the command line exits with status 2."""
 
@@ -471,19 +459,13 @@ class TrainConfig:
         return cls(**values)
 
 
-def with_later_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """A saved configuration ({"model": ..., "training": ...}) with each of
-    `LATER_SETTINGS` it lacks at the value that run trained with (the setting did not
-    exist yet); the settings it holds stay."""
-    return {**saved, "training": {**LATER_SETTINGS, **saved["training"]}}
-
-
 def check_saved_config(saved: Mapping[str, Any], what: str) -> None:
     """Refuses the configuration a run's file stores ({"model": ..., "training": ...}: a
     checkpoint's, results.json's) when it lacks a setting, rather than letting the setting
-    take today's default (FormatError, `partf.serialization.check_complete`); those of
-    `LATER_SETTINGS` may be absent (`with_later_settings`)."""
+    take today's default (FormatError, `partf.serialization.check_complete`). A setting
+    added since makes a new format (`partf.serialization.FORMAT_VERSION`), so a file of
+    this format lacks none."""
     check_complete(saved["model"], ModelConfig, f"{what} (model settings)")
     # The model's are stored beside them.
-    training = {"model": None, **with_later_settings(saved)["training"]}
+    training = {"model": None, **saved["training"]}
     check_complete(training, TrainConfig, f"{what} (training settings)")

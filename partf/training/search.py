@@ -20,7 +20,6 @@ from partf.training.config import (
     ConfigError,
     TrainConfig,
     check_saved_config,
-    with_later_settings,
 )
 
 #: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
@@ -89,8 +88,7 @@ def read_search(folder: str | Path) -> FinishedSearch:
             pi=results["pi"],
             candidates=results["candidates"],
             model=results["config"]["model"],
-            # A search run before a setting existed trained without it.
-            training=with_later_settings(results["config"])["training"],
+            training=results["config"]["training"],
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise ConfigError(

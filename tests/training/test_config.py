@@ -60,27 +60,21 @@ def test_json_round_trip(changes):
     assert TrainConfig.from_dict(values) == config
 
 
-def test_a_saved_config_from_before_the_later_settings_reads_them_as_off():
-    """A checkpoint or results.json written before --mix_directory and its kin (or
-    --drop_attention_to) existed lacks them: it is read with each at the value that run
-    trained with, so it resumes (no difference from a run of the same flags) and gives its
-    stage 2; another missing setting is still refused."""
+def test_a_saved_config_lacking_a_setting_is_refused_not_defaulted():
+    """A setting added since a file was written makes a new format; a file of this format
+    lacking one (--mix_directory here) is refused rather than read with today's default."""
     from partf.serialization import FormatError
     from partf.training.checkpoint import config_differences
-    from partf.training.config import LATER_SETTINGS, check_saved_config, with_later_settings
+    from partf.training.config import check_saved_config
 
     model = ModelConfig(vocab_size=100, batch_size=8, tau_steps=10, cutoffs=(50,)).to_dict()
     current = {"model": model, "training": TrainConfig().training_dict()}
-    older = {"model": model, "training": dict(current["training"])}
-    for name in LATER_SETTINGS:
-        del older["training"][name]
-    check_saved_config(older, "an older checkpoint")
-    assert with_later_settings(older) == current
-    assert config_differences(with_later_settings(older), current) == []
+    check_saved_config(current, "a checkpoint")
     mixed = TrainConfig(mix_directory="mqar_train", mix_every=2).training_dict()
-    assert config_differences(with_later_settings(older), {"model": model, "training": mixed}) == [
+    assert config_differences(current, {"model": model, "training": mixed}) == [
         "mix_every: 1 -> 2"  # the folder may move, as the records may
     ]
-    del older["training"]["epochs"]
-    with pytest.raises(FormatError, match="lacks epochs, which every format"):
+    older = {"model": model, "training": dict(current["training"])}
+    del older["training"]["mix_directory"]
+    with pytest.raises(FormatError, match="lacks mix_directory, which every format 4"):
         check_saved_config(older, "an older checkpoint")

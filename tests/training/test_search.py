@@ -159,15 +159,15 @@ def test_model_flags_are_checked_with_the_search_fields_they_join(tmp_path):
         config_from_search(folder, TrainConfig(), explicit=set(), model={"num_heads": 5})
 
 
-def test_a_search_from_before_the_later_settings_gives_its_stage_2(tmp_path):
-    """results.json of a search run before --mix_directory existed: its stage 2 takes those
-    settings as the search trained, off."""
-    from partf.training.config import LATER_SETTINGS
-
+def test_a_search_of_the_previous_format_is_refused_naming_both_formats(tmp_path):
+    """results.json of format 3 (before --mix_directory and --drop_attention_to were
+    settings every file holds): refused in one line naming both formats and the fix."""
     folder = _write_search(tmp_path / "s", _SEARCHED_MODEL)
     results = json.loads((folder / "results.json").read_text())
-    for name in LATER_SETTINGS:
-        del results["config"]["training"][name]
+    results["format"] = 3
     (folder / "results.json").write_text(json.dumps(results))
-    config = config_from_search(folder, TrainConfig(), explicit=set())
-    assert (config.mix_directory, config.mix_every, config.recall_directory) == (None, 1, None)
+    with pytest.raises(
+        Exception, match=r"earlier partf \(format 3; this partf reads format 4\)"
+    ) as e:
+        config_from_search(folder, TrainConfig(), explicit=set())
+    assert "\n" not in str(e.value) and "retrain it" in str(e.value)
