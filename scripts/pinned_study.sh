@@ -76,6 +76,12 @@ watcher=$!
 trap 'kill $watcher 2>/dev/null; sync_records "$@" || true' EXIT
 for plan in "$@"; do
   name="$(basename "$plan" .toml)"
+  # The records committed here (runs finished on any machine) are done: the worktree's
+  # study skips them (partf-study counts a run with a record as finished).
+  if [ -d "$root/studies/results/$name/records" ]; then
+    mkdir -p "$pin/studies/results/$name/records"
+    cp -n "$root/studies/results/$name/records/"*.json "$pin/studies/results/$name/records/" 2>/dev/null || true
+  fi
   (cd "$pin" && PYTHONPATH="$pin" nice -n 19 "$python" -m partf.cli.study "$plan" \
     --out "$out/$name" --workers 1) || status=$?
   [ "${status:-0}" -ge 128 ] && exit "$status"  # stopped by a signal: resume next time

@@ -128,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from partf.study.data import prepare_data
     from partf.study.paths import StudyPaths
     from partf.study.plan import load_plan
+    from partf.study.records import read_records
     from partf.study.report import write_report
     from partf.study.runner import list_commands, run_study
 
@@ -193,8 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{plan.path.name}: {len(runs)} runs ({arm_count} arms x {seed_count} "
             f"seeds{stage2}), {args.workers} at once, in {paths.out}"
         )
+        # Runs with a committed record are done, even where their folder is gone.
+        recorded = set(read_records(plan.results_folder(paths.out) / "records"))
         outcome = run_study(
-            plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths)
+            plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths), recorded
         )
         report = write_report(plan, paths)
         _say(f"report: {report}")

@@ -10,8 +10,9 @@ Layout under the study folder `out`:
     runs/<name>/study.json     its command and every launch: when, backend, machine, code
     report.md, pareto.png      the comparison (partf.study.report)
 
-A run is finished when its results.json exists, so running the study again skips it
-and resumes the others from their newest checkpoint (partf-train resumes by itself).
+A run is finished when its results.json exists, or its record (`to_train`), so running
+the study again skips it and resumes the others from their newest checkpoint
+(partf-train resumes by itself).
 While a run trains, its folder's `.lock` is held (by the study and the process, which
 inherits it), so a second study over the same folder, or a worker started from
 `--list`, never trains the same run twice. A stage-2 run becomes ready when its
@@ -32,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,21 @@ def note_status(paths: StudyPaths, name: str, status: str) -> None:
         _write_json(path, record)
 
 
+def to_train(runs: list[Run], paths: StudyPaths, recorded: Collection[str] = ()) -> list[Run]:
+    """The runs of `runs` still to train, in their order: those with neither a finished
+    run folder nor a record (`recorded`: the names with a committed record), and a
+    recorded run whose folder is gone when a run still to train starts from it or derives
+    from it (its weights live only in its folder), so a new machine retrains only that."""
+    names = {r.name for r in runs if not paths.finished(r.name) and r.name not in recorded}
+    grew = True
+    while grew:  # a source trained again may need its own source in turn
+        needed = {need for r in runs if r.name in names for need in r.needs}
+        more = {n for n in needed - names if not paths.finished(n)}
+        names |= more
+        grew = bool(more)
+    return [run for run in runs if run.name in names]
+
+
 def resumed_first(runs: list[Run], paths: StudyPaths) -> list[Run]:
     """`runs` with those that have a checkpoint first, each group in plan order.
 
@@ -342,15 +358,17 @@ def run_study(
     workers: int,
     say: Callable[[str], None],
     on_end: Callable[[], None],
+    recorded: Collection[str] = (),
 ) -> Outcome:
-    """Trains the unfinished ones of `runs`, `workers` at a time, stage 2 as soon as its
-    search finished; `on_end()` after each run ends (the report is rewritten there).
+    """Trains the unfinished ones of `runs` (`to_train`: a run with a record in
+    `recorded` counts as finished), `workers` at a time, stage 2 as soon as its search
+    finished; `on_end()` after each run ends (the report is rewritten there).
 
     A SIGINT or SIGTERM stops launching, sends SIGTERM to every running process (each
     writes a checkpoint and exits) and waits for them.
     """
     outcome = Outcome()
-    waiting = resumed_first([run for run in runs if not paths.finished(run.name)], paths)
+    waiting = resumed_first(to_train(runs, paths, recorded), paths)
     done_before = len(runs) - len(waiting)
     if done_before:
         say(f"{done_before} of {len(runs)} runs finished before; {len(waiting)} to go")

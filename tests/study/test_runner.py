@@ -398,3 +398,26 @@ def test_the_report_from_records_alone_equals_the_one_from_run_folders(whole, tm
     assert not (alone / "runs").exists()
     for name in ("report.md", "pareto.png", "recall.png"):
         assert (alone / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_a_run_with_a_committed_record_is_not_trained_again(tmp_path):
+    """On a new machine (no run folders) a run with a record is done; a recorded run is
+    trained again only where a run still to train starts from its weights."""
+    from partf.study import runner
+    from partf.study.plan import load_plan
+
+    runs = load_plan(PLAN).runs()
+    paths = runner.StudyPaths(tmp_path)
+    every = [run.name for run in runs]
+    assert [r.name for r in runner.to_train(runs, paths)] == every
+    # Everything of seed 0 recorded, conv-stage2-s0 aside: it starts from conv-s0's
+    # weights, and conv-s0 from txl-s0's, so those two train again; the rest of seed 0 not.
+    recorded = {run.name for run in runs if run.seed == 0} - {"conv-stage2-s0"}
+    todo = [r.name for r in runner.to_train(runs, paths, recorded)]
+    assert [n for n in todo if n.endswith("-s0")] == ["txl-s0", "conv-s0", "conv-stage2-s0"]
+    assert [n for n in todo if n.endswith("-s1")] == [n for n in every if n.endswith("-s1")]
+    # With conv-s0's folder here (finished), only the stage 2 trains.
+    paths.checkpoints("conv-s0").mkdir(parents=True)
+    (paths.checkpoints("conv-s0") / "results.json").write_text("{}")
+    todo = [r.name for r in runner.to_train(runs, paths, recorded)]
+    assert [n for n in todo if n.endswith("-s0")] == ["conv-stage2-s0"]
