@@ -44,7 +44,13 @@ setup(
             "ipykernel",
             # The JAX-backend test (tests/test_jax_backend.py) skips without it.
             "jax[cpu]>=0.10,<0.11",
+            # partf-export's LiteRT tests (tests/export/) run its interpreter.
+            "ai-edge-litert>=2.0",
         ],
+        # partf-export --format litert, and decode.py on a model.tflite.
+        "export": ["ai-edge-litert>=2.0"],
+        # benchmarks/export_speed.py's peer: keras-hub's GPT-2 generate.
+        "benchmarks": ["keras-hub>=0.32"],
         "gpu": [f"tensorflow[and-cuda]~={TF_MINOR}.0"],
     },
     entry_points={
@@ -53,6 +59,7 @@ setup(
             "partf-train=partf.cli.train:run",
             "partf-generate=partf.cli.generate:run",
             "partf-evaluate=partf.cli.evaluate:run",
+            "partf-export=partf.cli.export:run",
             "partf-study=partf.cli.study:run",
         ],
     },

@@ -46,9 +46,20 @@ ALLOWED = {
     "models": {"attention", "layers"},
     "generation": {"attention", "layers", "models", "data"},
     "training": {"attention", "layers", "models", "data"},
+    "export": {"attention", "layers", "models", "data", "generation"},
     # Runs partf-train as processes and reads what they wrote: no model code.
     "study": set(),
-    "cli": {"attention", "layers", "models", "data", "training", "generation", "cutoffs", "study"},
+    "cli": {
+        "attention",
+        "layers",
+        "models",
+        "data",
+        "training",
+        "generation",
+        "export",
+        "cutoffs",
+        "study",
+    },
     "train": {"cli"},
     # Makes every class a .keras file names known to Keras; it imports their modules by
     # name, on demand (partf/keras_objects.py, the names from partf.declarations).
