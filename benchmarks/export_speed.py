@@ -1,0 +1,172 @@
+"""Benchmark: ms per token at batch 1 of partf-generate, a SavedModel and LiteRT, after
+prompts of --contexts tokens, beside keras-hub's GPT-2 CausalLM.generate (a speed peer).
+
+Four models of the base configuration (d_model 128, 4 heads, d_ffn 512, 6 blocks,
+cutoffs 250 and 2500, vocabulary 12,000; random weights: speed does not depend on
+them): xl (relative attention and dense blocks alternating), par (a stage-2 PAR
+layout, A A D D D D), hybrid (relative, dense, relative, dense, a window of 16, dense),
+linear (linear attention and dense alternating). Relative attention keeps a memory
+of the context (mem_len = context), as the exports' state does.
+
+* partf-generate: `Generator.decode`, one compiled loop (a TensorFlow graph) drawing
+  greedily and feeding each token back;
+* saved_model: the export's `step` signature called once per token from Python, the
+  state passed back (what decode.py does);
+* litert: the LiteRT file's `step` signature the same way (XNNPACK on the CPU);
+* keras-hub: `GPT2CausalLM.generate` (greedy, its cache) of a random GPT-2 of width
+  128, 6 layers, 4 heads, vocabulary 12,000: (time for context + 1 + N tokens minus
+  time for context + 1) / N.
+
+Each figure is the best of --repeats runs of --tokens tokens after a warm-up run.
+
+Run: .venv/bin/python benchmarks/export_speed.py [--contexts 256 1024 4096]
+     [--kinds xl par hybrid linear] [--tokens 32] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+BASE = dict(
+    vocab_size=12000,
+    d_model=128,
+    num_heads=4,
+    d_ffn=512,
+    num_layers=6,
+    cutoffs=(250, 2500),
+    batch_size=1,
+)
+KINDS = {
+    "xl": dict(attention="relative", architecture="A D A D A D"),
+    "par": dict(attention="relative", architecture="A A D D D D"),
+    "hybrid": dict(
+        attention="relative",
+        architecture="attention D attention D local D",
+        attention_options={"window_size": 16},
+    ),
+    "linear": dict(attention="linear", architecture="linear D linear D linear D"),
+}
+
+
+def best_of(repeats: int, run) -> float:
+    run()  # warm-up: tracing, compiling, allocating
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def partf_ms(model, prompt, tokens, repeats) -> float:
+    from partf.generation import Generator, Sampling
+
+    generator = Generator(model, compiled=True)
+    log_probs, state = generator.start(prompt)
+    greedy = Sampling(temperature=0.0)
+    return (
+        1000 * best_of(repeats, lambda: generator.decode(log_probs, state, tokens, greedy)) / tokens
+    )
+
+
+def exported_ms(folder, prompt, tokens, repeats) -> float:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decode", folder / "decode.py")
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    decoder = client.open_export(folder)
+    log_probs, state = decoder.prefill(prompt, decoder.zeros())
+    token = np.argmax(log_probs, axis=-1).astype(np.int32)
+
+    def run():
+        nonlocal_state = state
+        out = token
+        for _ in range(tokens):
+            lp, nonlocal_state = decoder.step(out, nonlocal_state)
+            out = np.argmax(lp, axis=-1).astype(np.int32)
+
+    return 1000 * best_of(repeats, run) / tokens
+
+
+def keras_hub_ms(context, tokens, repeats) -> float:
+    import keras_hub
+
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=12000,
+        num_layers=6,
+        num_heads=4,
+        hidden_dim=128,
+        intermediate_dim=512,
+        max_sequence_length=context + tokens + 1,
+    )
+    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    lm.compile(sampler="greedy")
+    rng = np.random.default_rng(0)
+    ids = np.zeros((1, context + tokens + 1), np.int32)
+    ids[0, :context] = rng.integers(1, 12000, context)
+    mask = np.zeros_like(ids, bool)
+    mask[0, :context] = True
+
+    def run(stop):
+        return lambda: lm.generate(
+            {"token_ids": ids[:, :stop], "padding_mask": mask[:, :stop]}, stop_token_ids=None
+        )
+
+    short = best_of(repeats, run(context + 1))
+    long = best_of(repeats, run(context + 1 + tokens))
+    return 1000 * max(long - short, 0.0) / tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--contexts", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no_keras_hub", action="store_true")
+    args = parser.parse_args()
+
+    import keras
+
+    from partf.export import export
+    from partf.models import PARTransformerXL
+
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}; batch 1, {args.tokens} tokens, best of {args.repeats}"
+    )
+    print(f"{'model':8} {'context':>7} {'partf-generate':>15} {'saved_model':>12} {'litert':>8}")
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for context in args.contexts:
+            prompt = np.concatenate([[2], rng.integers(4, 12000, context - 1)])[None].astype(
+                np.int32
+            )
+            for kind in args.kinds:
+                keras.utils.set_random_seed(0)
+                model = PARTransformerXL(BASE, **KINDS[kind], mem_len=context)
+                row = [partf_ms(model, prompt, args.tokens, args.repeats)]
+                for fmt in ("saved_model", "litert"):
+                    out = Path(tmp) / f"{kind}_{context}_{fmt}"
+                    export(model, out, context, fmt)
+                    row.append(exported_ms(out, prompt, args.tokens, args.repeats))
+                print(
+                    f"{kind:8} {context:7d} {row[0]:15.2f} {row[1]:12.2f} {row[2]:8.2f}", flush=True
+                )
+            if not args.no_keras_hub:
+                ms = keras_hub_ms(context, args.tokens, args.repeats)
+                print(f"{'gpt2-kh':8} {context:7d} keras-hub GPT-2 generate {ms:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
