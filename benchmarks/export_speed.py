@@ -10,8 +10,10 @@ of the context (mem_len = context), as the exports' state does.
 
 * partf-generate: `Generator.decode`, one compiled loop (a TensorFlow graph) drawing
   greedily and feeding each token back;
-* saved_model: the export's `step` signature called once per token from Python, the
-  state passed back (what decode.py does);
+* saved_model step: the export's `step` signature called once per token from Python,
+  the state passed back (what decode.py does);
+* saved_model loop: its `generate_ids` signature, the loop inside the graph:
+  (time for 1 + N tokens minus time for 1) / N;
 * litert: the LiteRT file's `step` signature the same way (XNNPACK on the CPU);
 * keras-hub: `GPT2CausalLM.generate` (greedy, its cache) of a random GPT-2 of width
   128, 6 layers, 4 heads, vocabulary 12,000: (time for context + 1 + N tokens minus
@@ -98,6 +100,23 @@ def exported_ms(folder, prompt, tokens, repeats) -> float:
     return 1000 * best_of(repeats, run) / tokens
 
 
+def saved_model_loop_ms(folder, prompt, tokens, repeats) -> float:
+    """The SavedModel's own loop (`generate_ids`, greedy): (time for 1 + N tokens minus
+    time for 1) / N, so the prompt's pass cancels."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(folder))
+    generate_ids = loaded.signatures["generate_ids"]
+
+    def run(count):
+        settings = dict(temperature=0.0, top_k=0, top_p=1.0, seed=0)
+        return lambda: generate_ids(tokens=prompt, max_tokens=count, **settings)
+
+    short = best_of(repeats, run(1))
+    long = best_of(repeats, run(1 + tokens))
+    return 1000 * max(long - short, 0.0) / tokens
+
+
 def keras_hub_ms(context, tokens, repeats) -> float:
     import keras_hub
 
@@ -145,7 +164,8 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.1f}; batch 1, {args.tokens} tokens, best of {args.repeats}"
     )
-    print(f"{'model':8} {'context':>7} {'partf-generate':>15} {'saved_model':>12} {'litert':>8}")
+    header = ["partf-generate", "saved_model step", "saved_model loop", "litert step"]
+    print(f"{'model':8} {'context':>7} " + " ".join(f"{h:>16}" for h in header))
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         for context in args.contexts:
@@ -160,6 +180,8 @@ def main() -> None:
                     out = Path(tmp) / f"{kind}_{context}_{fmt}"
                     export(model, out, context, fmt)
                     row.append(exported_ms(out, prompt, args.tokens, args.repeats))
+                    if fmt == "saved_model":
+                        row.append(saved_model_loop_ms(out, prompt, args.tokens, args.repeats))
                 print(
                     f"{kind:8} {context:7d} {row[0]:15.2f} {row[1]:12.2f} {row[2]:8.2f}", flush=True
                 )

@@ -42,12 +42,18 @@ def draw_tokens(log_probs: Any, temperature: Any, top_k: Any, top_p: Any, seed: 
     vocab = tf.shape(log_probs)[-1]
     allowed = tf.not_equal(tf.range(vocab), PAD_ID)[None, :]
     log_probs = tf.where(allowed, tf.cast(log_probs, tf.float32), float("-inf"))
-    greedy = tf.cast(tf.argmax(log_probs, axis=-1), tf.int32)
-    safe_temperature = tf.where(temperature > 0.0, temperature, 1.0)
-    probs = tf.exp(filtered_log_probs(log_probs, safe_temperature, top_k, top_p))
-    cdf = tf.cumsum(probs, axis=-1)
-    u = tf.random.stateless_uniform((tf.shape(probs)[0], 1), seed) * cdf[:, -1:]
-    drawn = tf.reduce_sum(tf.cast(cdf <= u, tf.int32), axis=-1)
-    # Rounding could put u at the very top: fall back to the last allowed token.
-    last = vocab - 1 - tf.cast(tf.argmax(tf.reverse(probs > 0.0, [-1]), axis=-1), tf.int32)
-    return tf.where(temperature > 0.0, tf.minimum(drawn, last), greedy)
+
+    def greedy() -> Any:
+        return tf.cast(tf.argmax(log_probs, axis=-1), tf.int32)
+
+    def sample() -> Any:
+        probs = tf.exp(filtered_log_probs(log_probs, temperature, top_k, top_p))
+        cdf = tf.cumsum(probs, axis=-1)
+        u = tf.random.stateless_uniform((tf.shape(probs)[0], 1), seed) * cdf[:, -1:]
+        drawn = tf.reduce_sum(tf.cast(cdf <= u, tf.int32), axis=-1)
+        # Rounding could put u at the very top: fall back to the last allowed token.
+        last = vocab - 1 - tf.cast(tf.argmax(tf.reverse(probs > 0.0, [-1]), axis=-1), tf.int32)
+        return tf.minimum(drawn, last)
+
+    # Greedy decoding skips the sort of the vocabulary that filtering needs.
+    return tf.cond(temperature > 0.0, sample, greedy)

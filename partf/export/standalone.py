@@ -55,10 +55,11 @@ class ExportedDecoder:
         state = self.description["state"]
         return {name: np.zeros(s["shape"], s["dtype"]) for name, s in state.items()}
 
-    def _call(self, function: Any, tokens: np.ndarray, state: dict[str, np.ndarray]):
-        out = function(tokens=np.asarray(tokens, np.int32), **state)
-        out = {name: np.asarray(value) for name, value in out.items()}
-        log_probs = out.pop("log_probs")
+    def _call(self, function: Any, tokens: np.ndarray, state: dict[str, Any]):
+        out = dict(function(tokens=np.asarray(tokens, np.int32), **state))
+        log_probs = np.asarray(out.pop("log_probs"))
+        # A SavedModel's state stays in TensorFlow tensors from call to call (no copies);
+        # `np.asarray` reads any of them.
         return log_probs, out
 
     def prefill(self, tokens: Any, state: dict[str, np.ndarray]):
