@@ -182,9 +182,7 @@ def main() -> None:
                     row.append(exported_ms(out, prompt, args.tokens, args.repeats))
                     if fmt == "saved_model":
                         row.append(saved_model_loop_ms(out, prompt, args.tokens, args.repeats))
-                print(
-                    f"{kind:8} {context:7d} {row[0]:15.2f} {row[1]:12.2f} {row[2]:8.2f}", flush=True
-                )
+                print(f"{kind:8} {context:7d} " + " ".join(f"{ms:16.2f}" for ms in row), flush=True)
             if not args.no_keras_hub:
                 ms = keras_hub_ms(context, args.tokens, args.repeats)
                 print(f"{'gpt2-kh':8} {context:7d} keras-hub GPT-2 generate {ms:.2f}", flush=True)

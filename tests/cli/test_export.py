@@ -4,6 +4,7 @@ leaving no folder behind."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -101,6 +102,15 @@ def test_hybrid_exports_decode_as_partf_without_partf(export_root, tmp_path, cap
     from partf.data import EOS_ID, load_sentencepiece
 
     text = check_kind("hybrid", export_root, tmp_path, capsys, text=True)
+    # decode.py refuses a prompt longer than the context, for LiteRT too (no check inside).
+    spec = importlib.util.spec_from_file_location(
+        "decode", tmp_path / "hybrid_litert" / "decode.py"
+    )
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    decoder = client.open_export(tmp_path / "hybrid_litert")
+    with pytest.raises(ValueError, match=f"longer than the exported context of {CONTEXT}"):
+        decoder.prefill(np.ones((1, CONTEXT + 1)), decoder.zeros())
     sp = load_sentencepiece(export_root / "data" / "tokenizer" / "tiny.model")
     tokens, _ = partf_greedy(
         export_root / "runs" / "checkpoints" / "hybrid", prompt=[EOS_ID, *sp.encode(TEXT)]
