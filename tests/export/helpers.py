@@ -19,7 +19,7 @@ TINY = dict(
 )
 #: name -> the model's settings: a Transformer-XL, a stage-2 PAR model (a derived
 #: architecture, attention where the search kept it), a hybrid converted to a window
-#: of 16 in one block, an all-linear model.
+#: of 16 in one block, an all-linear model; and a softmax cache.
 KINDS = {
     "xl": dict(attention="relative", mem_len=CONTEXT, architecture="A D A D"),
     "par": dict(attention="relative", mem_len=CONTEXT, architecture="A A D D"),
@@ -30,6 +30,8 @@ KINDS = {
         attention_options={"window_size": 16},
     ),
     "linear": dict(attention="linear", mem_len=0, architecture="linear D linear D"),
+    # Beyond the four: a softmax cache of the context, with rotary positions in the state.
+    "softmax": dict(attention="softmax", mem_len=CONTEXT, architecture="softmax D softmax D"),
 }
 #: A prompt that fills the window and wraps its ring, and stays within the context.
 PROMPT = [2, *range(5, 27)]
