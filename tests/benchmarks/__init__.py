@@ -7,13 +7,18 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_file(path: Path, name: str) -> ModuleType:
+    """The Python file at `path` loaded as a module named `name`, for its functions."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/<name>.py loaded as a module (under <name>_benchmark), for its functions."""
-    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/<name>.py loaded as a module (under <name>_benchmark)."""
+    return load_file(ROOT / "benchmarks" / f"{name}.py", f"{name}_benchmark")

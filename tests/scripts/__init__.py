@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.benchmarks import ROOT, load_file
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/<name>.py loaded as a module (under <name>_script), for its functions."""
-    spec = importlib.util.spec_from_file_location(f"{name}_script", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """scripts/<name>.py loaded as a module (under <name>_script)."""
+    return load_file(ROOT / "scripts" / f"{name}.py", f"{name}_script")
