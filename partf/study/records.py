@@ -172,7 +172,7 @@ def record_path(folder: Path, name: str) -> Path:
 def read_record(path: Path) -> dict[str, Any]:
     """A record, checked: RecordError (one line naming the file) when it is not JSON, is
     cut short, lacks a field, or was written by a newer partf."""
-    fix = "restore it with `git checkout -- FILE`, or delete it and run the study again"
+    fix = f"restore it with `git checkout -- {path}`, or delete it and run the study again"
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
