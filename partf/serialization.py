@@ -1,10 +1,10 @@
 """Keras registration of every partf layer and model, and the format of partf's files.
 
-Every file partf writes for later reading says which format it is in (`FORMAT_KEY`): a
-`.keras` model's config, each checkpoint's record, a run's config.json and
-results.json. `check_format` refuses a file of another format in one line, and
-`check_complete` one of this format that lacks a setting (which would otherwise take
-today's default without a word).
+Every file partf writes for later reading holds its format under one key (`FORMAT_KEY`),
+each kind of file its own (`KINDS`: a new model format does not make the records be built
+again). `check_format` refuses a file of another format in one line naming the file, both
+formats and the fix; `check_complete` a model file of this format that lacks a setting
+(which would otherwise take today's default without a word).
 """
 
 from __future__ import annotations
@@ -21,26 +21,51 @@ T = TypeVar("T")
 
 PACKAGE = "partf"
 
-#: The format of the files partf writes. A change that a file of the format before could
-#: not be read by as it stands (a variable that moves or is renamed, a config field that
-#: changes meaning or goes) makes the next format; files of another one are refused.
+#: The format of the model files partf writes. A change that a file of the format before
+#: could not be read by as it stands (a variable that moves or is renamed, a config field
+#: that changes meaning or goes) makes the next format; files of another one are refused.
 FORMAT_VERSION = 4
 
-#: The key that holds the format in a saved record.
+#: The key that holds the format in every file partf writes.
 FORMAT_KEY = "format"
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A kind of file: the format this partf writes and reads, the fix for an earlier one."""
+
+    version: int
+    fix: str
+
+
+#: Every kind of file partf writes (docs/training.md): model (.keras config, checkpoint,
+#: config.json, results.json, export.json), records (metadata.json), cost table, selection.
+KINDS: dict[str, Kind] = {
+    "model": Kind(
+        FORMAT_VERSION,
+        "retrain it, or load it with the partf version that wrote it (docs/training.md, "
+        f'"Files from before format {FORMAT_VERSION}")',
+    ),
+    "records": Kind(
+        2, "rebuild the records: partf-build-data or ./create_tfrecords.sh --overwrite"
+    ),
+    "cost table": Kind(3, "delete it, then train again with the same flags and --overwrite"),
+    "selection": Kind(1, "train again with the same flags and --overwrite (chooses anew)"),
+}
 
 
 class FormatError(DataError):
     """A saved file of another partf format (the command line exits with status 1)."""
 
 
-def format_problem(record: Any, what: str) -> str | None:
+def format_problem(record: Any, what: str, kind: str = "model") -> str | None:
     """Why `record` (a saved file's config or record) cannot be read, in one line, or None
-    when it is of `FORMAT_VERSION`.
+    when it is of `kind`'s format.
 
     Args:
         record: the file's record, as read (a dict holding `FORMAT_KEY`).
         what: the file, for the message ("checkpoint ckpt-00000012.npz").
+        kind: which of `KINDS` the file is.
 
     Example:
         >>> format_problem({"format": FORMAT_VERSION}, "run.keras") is None
@@ -48,27 +73,28 @@ def format_problem(record: Any, what: str) -> str | None:
         >>> format_problem({}, "run.keras")[:62]
         'run.keras was written by an earlier partf (format none; this p'
     """
+    expected = KINDS[kind]
     found = record.get(FORMAT_KEY) if isinstance(record, Mapping) else None
-    if found == FORMAT_VERSION and not isinstance(found, bool):
+    if isinstance(found, str) and "format_version" in record:
+        # The layout before the one key: the kind's name under "format", its version beside.
+        found = record["format_version"]
+    label, version = "format" if kind == "model" else f"{kind} format", expected.version
+    if found == version and not isinstance(found, bool):
         return None
-    reads = f"this partf reads format {FORMAT_VERSION}"
-    if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
-        return f"{what} was written by a newer partf (format {found}; {reads}): update partf"
+    reads = f"this partf reads {label} {version}"
+    if isinstance(found, int) and not isinstance(found, bool) and found > version:
+        return f"{what} was written by a newer partf ({label} {found}; {reads}): update partf"
     shown = "none" if found is None else repr(found)
-    return (
-        f"{what} was written by an earlier partf (format {shown}; {reads}): retrain it, or "
-        'load it with the partf version that wrote it (docs/training.md, "Files from '
-        f'before format {FORMAT_VERSION}")'
-    )
+    return f"{what} was written by an earlier partf ({label} {shown}; {reads}): {expected.fix}"
 
 
-def check_format(record: Any, what: str) -> None:
-    """Refuses a saved record of another format.
+def check_format(record: Any, what: str, kind: str = "model") -> None:
+    """Refuses a saved record of another format than `kind`'s (see `format_problem`).
 
     Raises:
         FormatError: `format_problem`'s line.
     """
-    problem = format_problem(record, what)
+    problem = format_problem(record, what, kind)
     if problem is not None:
         raise FormatError(problem)
 

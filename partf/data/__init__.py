@@ -36,7 +36,6 @@ _WHERE = {
     "EVAL_SEEDS": "masking",
     "Masking": "masking",
     "mask_tokens": "masking",
-    "FORMAT_VERSION": "metadata",
     "METADATA_FILE": "metadata",
     "RecordsMetadata": "metadata",
     "SHIPPED_WIKITEXT2": "shipped",

@@ -14,10 +14,9 @@ import os
 from pathlib import Path
 
 from partf.errors import DataError
+from partf.serialization import FORMAT_KEY, KINDS, check_format
 
 METADATA_FILE = "metadata.json"
-FORMAT = "partf-context-batches"
-FORMAT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +29,8 @@ class RecordsMetadata:
         num_batches: records in all shards together.
         shards: shard file names, in stream order.
         shard_batches: records in each shard.
-        format_version: 1 for partf records; 0 for the original project's
-            records (no metadata file; everything else is inferred).
+        format_version: the records format (`partf.serialization.KINDS`); 0 for the
+            original project's records (no metadata file; everything else is inferred).
         overlap: tokens shared by row r of batch i and row r of batch i+1:
             1 for partf, 0 for the original project.
         num_tokens: tokens of the source stream, one eos per line included.
@@ -44,7 +43,7 @@ class RecordsMetadata:
         eos_per_line: each line of the source ends with the eos token.
         source_file, tokenizer_file: names, for people reading the file.
         mask_id: the tokenizer's `[MASK]` id (masked language modelling), None when
-            it has none (and in records built before the field existed).
+            it has none.
     """
 
     batch_size: int
@@ -52,7 +51,7 @@ class RecordsMetadata:
     num_batches: int
     shards: tuple[str, ...]
     shard_batches: tuple[int, ...]
-    format_version: int = FORMAT_VERSION
+    format_version: int = KINDS["records"].version
     overlap: int = 1
     num_tokens: int | None = None
     vocab_size: int | None = None
@@ -86,23 +85,15 @@ class RecordsMetadata:
             for name, count in zip(self.shards, self.shard_batches, strict=True)
         ]
         del fields["shard_batches"]
-        if fields["mask_id"] is None:
-            del fields["mask_id"]  # records without a mask symbol read as before
         version = fields.pop("format_version")
-        return json.dumps({"format": FORMAT, "format_version": version, **fields}, indent=2) + "\n"
+        return json.dumps({FORMAT_KEY: version, **fields}, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str, where: str = "metadata") -> RecordsMetadata:
         try:
             fields = json.loads(text)
-            if fields.pop("format", None) != FORMAT:
-                raise ValueError("not a partf records metadata file")
-            version = fields.get("format_version")
-            if not isinstance(version, int) or version > FORMAT_VERSION:
-                raise DataError(
-                    f"{where} has format version {version!r}, newer than this partf reads "
-                    f"({FORMAT_VERSION}); upgrade partf or rebuild the records"
-                )
+            check_format(fields, where, "records")
+            fields["format_version"] = fields.pop(FORMAT_KEY)
             shards = fields.pop("shards")
             fields["shards"] = tuple(s["file"] for s in shards)
             fields["shard_batches"] = tuple(int(s["num_batches"]) for s in shards)

@@ -56,10 +56,10 @@ def _folder_beside(out: Path):
 
 def describe(decoder: Decoder, fmt: str, signatures: dict[str, Any]) -> dict[str, Any]:
     """What export.json holds."""
-    from partf.serialization import FORMAT_VERSION
+    from partf.serialization import FORMAT_KEY, FORMAT_VERSION
 
     return {
-        "format": FORMAT_VERSION,
+        FORMAT_KEY: FORMAT_VERSION,  # the model format: it holds the model's config
         "export_format": fmt,
         "model": decoder.model.config.to_dict(),
         "batch_size": decoder.batch_size,

@@ -45,18 +45,16 @@ import keras
 import numpy as np
 
 from partf.atomic import atomic_write_text
+from partf.errors import DataError
 from partf.models.architecture import architecture_token
 from partf.models.cost import cost_key
 from partf.run_folder import RunFolder
+from partf.serialization import FORMAT_KEY, KINDS, check_format
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.splits import RunData
 
 logger = logging.getLogger("partf.training")
 
-FORMAT = "partf-cost-table"
-#: 2: costs in dense blocks (`UNIT`), the microseconds beside them. 1 (earlier partf):
-#: costs in microseconds per token; refused, as a search would pay them as dense blocks.
-FORMAT_VERSION = 2
 #: The candidate whose time is the unit of the costs.
 UNIT = "dense"
 #: The floor of a measured time, in microseconds per token, and of a cost, in dense
@@ -90,8 +88,7 @@ class CostTable:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            FORMAT_KEY: KINDS["cost table"].version,
             "unit": UNIT,
             **dataclasses.asdict(self),
         }
@@ -146,25 +143,12 @@ def read_cost_table(path: Path) -> CostTable:
     """A table written by `cost_table`.
 
     Raises:
-        ConfigError: one line naming the file and what is wrong with it; for a table of
-            an earlier format (its costs in microseconds), how to measure it again.
+        ConfigError: one line naming the file and what is wrong with it.
+        FormatError: it is of another format (one line: both, and how to measure again).
     """
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        found = record.get("format_version")
-        if record.get("format") == FORMAT and isinstance(found, int) and found < FORMAT_VERSION:
-            raise ConfigError(
-                f"{path} was written by an earlier partf (cost table format {found}, costs in "
-                f"microseconds per token; this partf reads format {FORMAT_VERSION}, costs in "
-                f"{UNIT} blocks): delete it to measure again (a run with checkpoints then "
-                "starts again with --overwrite, as its search was priced in microseconds), or "
-                "train from the commit that wrote it."
-            )
-        if record.get("format") != FORMAT or found != FORMAT_VERSION:
-            raise ValueError(
-                f"not a {FORMAT} file of version {FORMAT_VERSION} (found "
-                f"{record.get('format')!r} version {found!r})"
-            )
+        check_format(record, str(path), "cost table")
         if record.get("unit") != UNIT:
             raise ValueError(f"its unit must be {UNIT!r}, not {record.get('unit')!r}")
         costs = _figures(record["costs"], "costs")
@@ -181,7 +165,7 @@ def read_cost_table(path: Path) -> CostTable:
             machine=str(record["machine"]),
             backend=str(record["backend"]),
         )
-    except ConfigError:
+    except DataError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(

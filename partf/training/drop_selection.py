@@ -37,6 +37,7 @@ from typing import Any
 
 from partf.atomic import atomic_write_text
 from partf.run_folder import RunFolder
+from partf.serialization import FORMAT_KEY, KINDS, FormatError, check_format
 from partf.training.config import ConfigError
 
 logger = logging.getLogger("partf.training")
@@ -69,14 +70,9 @@ class Selection:
     mechanism: str = IDENTITY
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "architecture": self.architecture,
-            "mechanism": self.mechanism,
-            "dropped": list(self.dropped),
-            "baseline_loss": self.baseline_loss,
-            "losses": {str(b): loss for b, loss in self.losses.items()},
-        }
+        losses = {str(b): loss for b, loss in self.losses.items()}
+        record = {**dataclasses.asdict(self), "dropped": list(self.dropped), "losses": losses}
+        return {FORMAT_KEY: KINDS["selection"].version, **record}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Selection:
@@ -86,8 +82,7 @@ class Selection:
             dropped=tuple(values["dropped"]),
             baseline_loss=float(values["baseline_loss"]),
             losses={int(b): float(loss) for b, loss in values["losses"].items()},
-            # Files written before --drop_attention_to replaced blocks by the identity.
-            mechanism=values.get("mechanism", IDENTITY),
+            mechanism=values["mechanism"],
         )
 
 
@@ -250,12 +245,17 @@ def read_selection(checkpoints: Path, mechanism: str | None = None) -> Selection
         ConfigError: the file cannot be read, or it replaced the blocks by another
             mechanism than `mechanism` (when given): the run's architecture would not be
             the one `--drop_attention_to` asks for.
+        FormatError: it is of another format (one line: both, and what to do).
     """
     path = RunFolder(checkpoints).selection_path
     if not path.is_file():
         return None
     try:
-        selection = Selection.from_dict(json.loads(path.read_text()))
+        values = json.loads(path.read_text())
+        check_format(values, str(path), "selection")
+        selection = Selection.from_dict(values)
+    except FormatError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(
             f"cannot read {path} ({e}); pass --overwrite to choose the blocks again."

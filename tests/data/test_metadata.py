@@ -6,7 +6,10 @@ import json
 
 import pytest
 
-from partf.data import FORMAT_VERSION, DataError, RecordsMetadata
+from partf.data import DataError, RecordsMetadata
+from partf.serialization import KINDS, FormatError
+
+FORMAT_VERSION = KINDS["records"].version
 
 
 def make(**overrides) -> RecordsMetadata:
@@ -35,8 +38,7 @@ def make(**overrides) -> RecordsMetadata:
 def test_round_trip_and_derived_counts():
     meta = make()
     fields = json.loads(meta.to_json())
-    assert fields["format"] == "partf-context-batches"
-    assert fields["format_version"] == FORMAT_VERSION
+    assert fields["format"] == FORMAT_VERSION and "format_version" not in fields
     assert fields["shards"] == [{"file": "a", "num_batches": 5}, {"file": "b", "num_batches": 5}]
     assert RecordsMetadata.from_json(meta.to_json()) == meta
     assert meta.num_target_tokens == 10 * 4 * 8
@@ -45,10 +47,10 @@ def test_round_trip_and_derived_counts():
 
 def test_rejects_newer_versions_and_other_files():
     newer = json.loads(make().to_json())
-    newer["format_version"] = FORMAT_VERSION + 1
-    with pytest.raises(DataError, match="newer than this partf reads"):
+    newer["format"] = FORMAT_VERSION + 1
+    with pytest.raises(FormatError, match="written by a newer partf"):
         RecordsMetadata.from_json(json.dumps(newer))
-    with pytest.raises(DataError, match="not valid partf records metadata"):
+    with pytest.raises(FormatError, match=r"earlier partf \(records format none"):
         RecordsMetadata.from_json('{"hello": 1}')
     with pytest.raises(DataError, match="not valid partf records metadata"):
         RecordsMetadata.from_json("not json")

@@ -98,7 +98,7 @@ def test_shards_hold_consecutive_ranges(built):
 def test_metadata_describes_the_source(built, tiny_tokenizer):
     meta = read_metadata(built["three"])
     stats = text_stats(built["text"])
-    assert (meta.batch_size, meta.seq_len, meta.overlap, meta.format_version) == (BATCH, SEQ, 1, 1)
+    assert (meta.batch_size, meta.seq_len, meta.overlap, meta.format_version) == (BATCH, SEQ, 1, 2)
     assert meta.num_lines == stats.num_lines and meta.num_words == stats.num_words
     assert meta.num_chars == stats.num_chars and meta.source_sha256 == stats.sha256
     assert meta.vocab_size == 120 and meta.eos_per_line is True
@@ -127,9 +127,9 @@ def test_missing_shard_and_bad_metadata(built, tmp_path):
     with pytest.raises(DataError, match="record shards missing"):
         load_tfrecords(copy)
     fields = json.loads((copy / "metadata.json").read_text())
-    fields["format_version"] = 99
+    fields["format"] = 99
     (copy / "metadata.json").write_text(json.dumps(fields))
-    with pytest.raises(DataError, match="newer than this partf"):
+    with pytest.raises(DataError, match="written by a newer partf"):
         load_tfrecords(copy)
 
 

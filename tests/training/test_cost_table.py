@@ -16,6 +16,7 @@ import pytest
 
 from partf.data.mqar import MQARSettings, write_mqar
 from partf.run_folder import COST_TABLE_FILE
+from partf.serialization import KINDS, FormatError
 from partf.training import cost_table as cost_table_module
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.cost_table import (
@@ -213,7 +214,7 @@ def test_the_table_is_measured_written_beside_the_run_and_priced_into_its_model(
     assert all(v > 0 for k, v in table.costs.items() if k != "identity")
     assert all(v > 0 for k, v in table.microseconds.items() if k != "identity")
     record = json.loads((Path(folder) / COST_TABLE_FILE).read_text())
-    assert (record["format_version"], record["unit"]) == (2, "dense")
+    assert (record["format"], record["unit"]) == (KINDS["cost table"].version, "dense")
     assert (table.batch_size, table.seq_len) == (4, 16)
     assert results["config"]["model"]["candidate_costs"] == table.costs
 
@@ -248,7 +249,6 @@ def test_a_resumed_run_reads_its_table_and_a_missing_one_is_refused(run, splits)
     "text, words",
     [
         ("{not json", "not a valid measured cost table"),
-        ('{"format": "other", "format_version": 1}', "not a partf-cost-table file"),
         (None, "finite, non-negative"),
         (None, "'costs'"),
         (None, "'microseconds'"),
@@ -274,7 +274,8 @@ def test_a_malformed_table_is_refused_in_one_line_naming_the_file(run, tmp_path,
 
 
 def test_a_table_of_the_earlier_format_in_microseconds_is_refused(tmp_path):
-    """Format 1 priced in microseconds per token; a search would pay them as dense blocks."""
+    """Format 1 priced in microseconds per token; a search would pay them as dense blocks.
+    (Every kind's previous and newer format: tests/test_serialization.py.)"""
     old = {
         "format": "partf-cost-table", "format_version": 1,
         "unit": "microseconds per token, forward and backward",
@@ -283,12 +284,11 @@ def test_a_table_of_the_earlier_format_in_microseconds_is_refused(tmp_path):
     }  # fmt: skip
     path = tmp_path / COST_TABLE_FILE
     path.write_text(json.dumps(old))
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(FormatError) as caught:
         read_cost_table(path)
     message = str(caught.value)
-    assert message.startswith(f"{path} was written by an earlier partf (cost table format 1")
-    assert "delete it to measure again" in message
-    assert "train from the commit that wrote it" in message
+    assert message.startswith(f"{path} was written by an earlier partf (cost table format 1;")
+    assert "delete it, then train again with the same flags and --overwrite" in message
     assert "\n" not in message
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from partf.run_folder import SELECTION_FILE
+from partf.serialization import FormatError
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.drop_selection import (
     read_selection,
@@ -185,9 +186,9 @@ def test_the_run_has_norm_where_it_was_chosen_and_resumes_into_it(
     assert "--drop_attention_to=identity; resume it with --drop_attention_to=norm" in message
 
 
-def test_a_selection_file_from_before_the_mechanism_is_the_identity(tmp_path, source):
-    """selection.json files written before --drop_attention_to hold no mechanism: they
-    dropped blocks, so they resume identity runs and refuse others."""
+def test_a_selection_file_from_before_the_format_is_refused(tmp_path):
+    """selection.json files written before the format key (some without the mechanism)
+    are refused in one line: the run chooses anew with --overwrite."""
     values = {
         "source": "x",
         "architecture": "I D A D",
@@ -196,9 +197,11 @@ def test_a_selection_file_from_before_the_mechanism_is_the_identity(tmp_path, so
         "losses": {"0": 4.1, "2": 4.2},
     }
     (tmp_path / SELECTION_FILE).write_text(json.dumps(values))
-    assert read_selection(tmp_path, "identity").mechanism == "identity"
-    with pytest.raises(ConfigError, match="replaced the blocks by identity"):
-        read_selection(tmp_path, "norm")
+    with pytest.raises(FormatError) as refused:
+        read_selection(tmp_path, "identity")
+    message = str(refused.value)
+    assert "earlier partf (selection format none; this partf reads selection format 1)" in message
+    assert "--overwrite" in message and "\n" not in message
 
 
 def test_a_bad_mechanism_is_refused_in_one_line():
