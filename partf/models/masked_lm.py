@@ -28,6 +28,7 @@ from keras import ops
 from partf.models.config import ModelConfig
 from partf.models.encoder import Encoder
 from partf.models.loss import add_layer_losses, mean_token_loss
+from partf.models.train_step import TrainStep
 from partf.serialization import register
 
 
@@ -46,10 +47,10 @@ def masked_token_nll(logits: Any, targets: Any) -> Any:
 
 
 @register
-class MaskedLanguageModel(Encoder):
+class MaskedLanguageModel(TrainStep, Encoder):
     """An `Encoder` with its MLM head (tied to the embedding) and the trainer's contract:
     masked ids int [B, T] -> float32 logits [B, T, vocab_size]. Arguments as `Encoder`'s,
-    without `num_classes` and `mlm_head` (always on)."""
+    without `num_classes` and `mlm_head` (always on); its training step is `TrainStep`'s."""
 
     def __init__(self, config: ModelConfig | dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.pop("mlm_head", None)

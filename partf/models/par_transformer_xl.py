@@ -41,6 +41,7 @@ from partf.models.loss import (
     split_outputs,
 )
 from partf.models.search_interface import SearchInterface
+from partf.models.train_step import TrainStep
 from partf.serialization import register
 
 __all__ = ["STATE_SETS", "PARTransformerXL", "States"]
@@ -50,7 +51,7 @@ STATE_SETS = ("train", "eval")
 
 
 @register
-class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
+class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
     """PAR Transformer-XL language model, from a `ModelConfig` (or its dict) whose fields
     keyword arguments may override; other keyword arguments (name, dtype) go to
     `keras.Model`.
@@ -60,7 +61,7 @@ class PARTransformerXL(SearchInterface, BackboneOwner, keras.Model):
     weights and increments `step`; False uses the evaluation memory and `eval_mode`
     weights; `mode` overrides the weights as in `forward`. It returns the hidden states
     [B, T, d_model], or in training of a sampled-path search {"hidden", "path_log_probs"}
-    (`split_outputs` takes them apart).
+    (`split_outputs` takes them apart). `compile` and the step: partf.models.train_step.
 
     Example:
         >>> model = PARTransformerXL(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,

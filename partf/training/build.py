@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import keras
 
 from partf.training.config import ConfigError, TrainConfig, model_error
-from partf.training.distribution import adapt_model, checkpoint_view
+from partf.training.distribution import checkpoint_view
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
 
@@ -104,7 +104,7 @@ def build_model(
             "--jit_compile=False, or train on the JAX backend (KERAS_BACKEND=jax)."
         )
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model, schedule, guard = _compiled_model(config, model_config, data.total_steps, strategy)
+        model, schedule, guard = _compiled_model(config, model_config, data.total_steps)
     # Learned positions cannot raise inside compiled code: refuse a split whose streams
     # (one epoch, or one evaluation pass, between memory resets) outrun the table now.
     # An encoder's sequences are the rows of one batch.
@@ -164,7 +164,6 @@ def _compiled_model(
     config: TrainConfig,
     model_config: ModelConfig,
     total_steps: int,
-    strategy: tf.distribute.Strategy | None,
 ) -> tuple[Any, Any, SpikeGuard | None]:
     """The model, compiled with its optimizer, and the spike guard (inside the scope)."""
     from partf.models.par_transformer_xl import PARTransformerXL
@@ -177,51 +176,20 @@ def _compiled_model(
     except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model
         raise model_error(e) from None
     schedule, optimizer = config.schedule_and_optimizer(total_steps)
-    steps_per_execution = config.steps_per_execution
-    if strategy is not None and steps_per_execution > 1:
-        # Keras 3.15's multi-step loop fails on distributed iterators ("You must feed a
-        # value for placeholder tensor"): one step per call under a strategy.
-        logger.warning(
-            "--steps_per_execution %d is not supported under a distribution strategy "
-            "by Keras %s; using 1.",
-            steps_per_execution,
-            keras.__version__,
+    guard = None
+    if config.spike_guard != "off":
+        guard = SpikeGuard(config.spike_guard, config.spike_factor, config.spike_warmup)
+    try:  # the step's options and its Keras workarounds: partf.models.train_step
+        model.compile(
+            optimizer=optimizer,
+            jit_compile=config.jit_compile,
+            steps_per_execution=config.steps_per_execution,
+            spike_guard=guard,
+            compiled_loop=config.compiled_loop,
         )
-        steps_per_execution = 1
-    model.compile(
-        optimizer=optimizer,
-        jit_compile=config.jit_compile,
-        steps_per_execution=steps_per_execution,
-    )
+    except ValueError as e:  # e.g. --spike_guard off TensorFlow, --compiled_loop off JAX
+        raise ConfigError(str(e)) from None
     # Create the optimizer's and the loss tracker's variables now, so a checkpoint
     # can be restored into them before the first step.
     model.optimizer.build(model.trainable_variables)
-    if strategy is not None:
-        adapt_model(model, strategy)
-    if config.compiled_loop:
-        from partf.training import compiled_loop
-
-        if strategy is not None:
-            raise ConfigError(
-                "--compiled_loop does not work under a distribution strategy; drop it there."
-            )
-        try:
-            compiled_loop.install(model)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    guard = None
-    if config.spike_guard != "off":
-        if keras.backend.backend() != "tensorflow":
-            raise ConfigError(
-                f"--spike_guard={config.spike_guard} needs the TensorFlow backend (its "
-                "guarded step is TensorFlow's); use --spike_guard=off on "
-                f"{keras.backend.backend()}, or KERAS_BACKEND=tensorflow."
-            )
-        if strategy is not None:
-            raise ConfigError(
-                "--spike_guard does not work under a distribution strategy yet; use "
-                "--spike_guard=off there."
-            )
-        guard = SpikeGuard(config.spike_guard, config.spike_factor, config.spike_warmup)
-        guard.install(model)
     return model, schedule, guard

@@ -26,6 +26,7 @@ Strategies (`TrainConfig.distribution_strategy`, `partf-train --distribution_str
   Cloud TPU VM's local TPU). Written to TensorFlow's documented recipe; untested here.
 
 Only the TensorFlow backend has `tf.distribute`; other backends accept "default" only.
+Keras's limits under a strategy are worked around in partf.models.train_step.
 
 Example:
     >>> strategy = build_strategy("mirrored")
@@ -183,32 +184,3 @@ def checkpoint_view(variables: list[Any]) -> list[Any]:
         )
         viewed.append(ReplicaRows(variable) if per_replica else variable)
     return viewed
-
-
-def adapt_model(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
-    """Works around two Keras 3.15 problems with `tf.distribute`; call after `compile`.
-
-    1. Before each `fit`, Keras builds a model made under a strategy from one batch
-       averaged over replicas; the collective reduce of multi_worker takes no
-       (inputs, targets) tuple. The model and optimizer are built already (the trainer
-       builds them), so this is skipped, as Keras itself does without a strategy.
-    2. Under multi_worker Keras averages each step's metrics over replicas along axis 0,
-       which scalars lack ("Invalid reduction dimension 0 for input with 0 dimensions",
-       tensorflow/tensorflow#72388): the metrics are handed over as [1] vectors, whose
-       mean over replicas is the same scalar.
-
-    Args:
-        model: a compiled, built Keras model made under `strategy.scope()`.
-        strategy: its strategy.
-    """
-    import tensorflow as tf
-
-    model._maybe_symbolic_build = lambda *args, **kwargs: None
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        compute_metrics = model.compute_metrics
-
-        def as_vectors(*args: Any, **kwargs: Any) -> dict[str, Any]:
-            results = compute_metrics(*args, **kwargs)
-            return {name: tf.reshape(value, (-1,)) for name, value in results.items()}
-
-        model.compute_metrics = as_vectors

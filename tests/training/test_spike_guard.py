@@ -8,11 +8,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from partf.models.train_step import TrainStep
 from partf.training.callbacks.monitoring import SpikeMonitor
 from partf.training.run_state import RunProgress
 from partf.training.spike_guard import SpikeGuard
 
 BATCH, STEPS, SPIKE, NAN = 8, 12, 6, 9
+
+
+class Linear(TrainStep, keras.Sequential):
+    """A linear regression that trains with partf's step (`compile(spike_guard=...)`)."""
 
 
 def _data():
@@ -31,22 +36,21 @@ def _fit(batches, guard=None, monitor=False):
     x, y = _data()
     rows = np.concatenate([np.arange(b * BATCH, (b + 1) * BATCH) for b in batches])
     keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model = Linear([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(
         optimizer=keras.optimizers.SGD(0.02),
         loss="mse",
         jit_compile=True,
         steps_per_execution=4,
+        spike_guard=guard,
     )
     callbacks, spike_monitor = [], None
-    if guard is not None:
-        guard.install(model)
-        if monitor:
-            progress = RunProgress(
-                batches_per_epoch=len(batches), total_steps=len(batches), tokens_per_batch=BATCH
-            )
-            spike_monitor = SpikeMonitor(progress, tf.summary.create_noop_writer(), guard, 4)
-            callbacks.append(spike_monitor)
+    if guard is not None and monitor:
+        progress = RunProgress(
+            batches_per_epoch=len(batches), total_steps=len(batches), tokens_per_batch=BATCH
+        )
+        spike_monitor = SpikeMonitor(progress, tf.summary.create_noop_writer(), guard, 4)
+        callbacks.append(spike_monitor)
     history = model.fit(
         x[rows], y[rows], batch_size=BATCH, shuffle=False, verbose=0, callbacks=callbacks
     )
@@ -99,6 +103,8 @@ def test_bad_settings_are_refused():
         SpikeGuard("sometimes")
     with pytest.raises(ValueError, match="factor must be > 0"):
         SpikeGuard("skip", factor=0.0)
+    with pytest.raises(ValueError, match="choose one of skip, stop"):
+        SpikeGuard("off")  # no guard is None, not a guard that judges nothing
 
 
 # ------------------------------------------------------------ in the trainer

@@ -1,17 +1,22 @@
-"""partf.training.compiled_loop: the scanned steps of one execution are the steps Keras's
-Python loop runs, with the XL memory, the dropout seeds and the optimizer carried through
-the scan; a short last group runs step by step. The JAX side runs in a fresh process."""
+"""partf.models.train_step: the step's options are `compile`'s. The compiled loop's scanned
+steps of one execution are the steps Keras's Python loop runs, with the XL memory, the
+dropout seeds and the optimizer carried through the scan; a short last group runs step by
+step (the JAX side runs in a fresh process). Options a backend cannot run are refused at
+`compile`; under a strategy the Keras workarounds apply. The guarded step itself:
+tests/training/test_spike_guard.py."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import textwrap
 
-import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from partf.training import compiled_loop
+from partf.models.par_transformer_xl import PARTransformerXL
+from partf.training.spike_guard import SpikeGuard
 from tests.test_jax_backend import run_on_jax
 
 SCRIPT = textwrap.dedent(
@@ -20,7 +25,6 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     import keras
     from partf.models.par_transformer_xl import PARTransformerXL
-    from partf.training import compiled_loop
 
     B, L, V, BATCHES, SPE = 4, 8, 60, 10, 4
 
@@ -32,9 +36,7 @@ SCRIPT = textwrap.dedent(
                                  num_layers=2, mem_len=8, cutoffs=(20,), batch_size=B,
                                  dropout_rate=0.1, architecture="A D")
         model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=True,
-                      steps_per_execution=SPE)
-        if scanned:
-            compiled_loop.install(model)
+                      steps_per_execution=SPE, compiled_loop=scanned)
         losses = []
         record = keras.callbacks.LambdaCallback(
             on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])))
@@ -68,8 +70,46 @@ def test_scanned_steps_equal_keras_steps(tmp_path):
     assert abs(loop["losses"][-1] - loop["losses"][0]) > 1e-3
 
 
-def test_refused_off_jax():
-    model = keras.Sequential([keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+def _tiny() -> PARTransformerXL:
+    return PARTransformerXL(
+        vocab_size=60,
+        d_model=8,
+        num_heads=2,
+        d_ffn=16,
+        num_layers=1,
+        mem_len=4,
+        cutoffs=(),
+        batch_size=2,
+        architecture="A",
+    )
+
+
+def test_options_a_backend_cannot_run_are_refused_at_compile():
+    model = _tiny()
     with pytest.raises(ValueError, match="needs the JAX backend"):
-        compiled_loop.install(model)
+        model.compile(optimizer="sgd", jit_compile=True, compiled_loop=True)
+    model.compile(optimizer="sgd", spike_guard=SpikeGuard("skip"))  # TensorFlow: accepted
+    assert model.spike_guard is not None and not model.compiled_loop
+    model.compile(optimizer="sgd")  # compiling again without options drops them
+    assert model.spike_guard is None
+
+
+def test_under_a_strategy_the_keras_workarounds_apply(caplog):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = _tiny()
+        with pytest.raises(ValueError, match="does not work under a distribution strategy"):
+            model.compile(optimizer="sgd", spike_guard=SpikeGuard("skip"))
+        with caplog.at_level(logging.WARNING, logger="partf.models"):
+            model.compile(optimizer="sgd", steps_per_execution=4)
+        model.optimizer.build(model.trainable_variables)
+    # 1: one step per execution, said once.
+    assert int(model.steps_per_execution) == 1
+    assert "--steps_per_execution 4 is not supported under a distribution strategy" in caplog.text
+
+    # 2: no symbolic build from a batch averaged over replicas once the optimizer is built.
+    def refuse(*args, **kwargs):
+        raise AssertionError("Keras built the model from a batch")
+
+    model._symbolic_build = refuse
+    model._maybe_symbolic_build(data_batch=(np.ones((2, 4), "int32"),) * 2)
