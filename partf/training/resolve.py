@@ -123,11 +123,12 @@ def _searched_fields(found: FoundSearch) -> dict[str, Any]:
     written out for a mechanism that architecture dropped (a saved config names every
     chosen mechanism's options, `<mechanism>_<option>`, and an option no chosen mechanism
     takes is refused)."""
+    architecture = found.architecture
     fields = {k: v for k, v in found.model.items() if k not in DATA_FIELDS}
-    fields.update(architecture=found.architecture, num_layers=len(found.architecture.split()))
+    fields.update(architecture=architecture, num_layers=len(architecture.split()))
     kept = {
         fields["attention"] if name == "attention" else name
-        for candidates in parse_block_candidates(found.architecture)
+        for candidates in parse_block_candidates(architecture)
         for name in candidates
     }
     dropped = [name for name in attention_names() if name not in kept]
