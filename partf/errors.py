@@ -24,6 +24,11 @@ class UsageError(DataError):
     """
 
 
+class ConfigError(UsageError):
+    """A bad setting or combination of settings of a run (`partf.training.config`); the
+    command line exits with status 2."""
+
+
 def os_error_message(error: OSError, what: str, full_fix: str) -> str:
     """One line for a failed write or read, with the fix for the usual causes.
 

@@ -13,7 +13,8 @@ import pytest
 from partf import declarations, keras_objects
 from partf.attention import attention_names, get_attention_class, registry
 from partf.cli import train
-from partf.models import ModelConfig, PARTransformerXL
+from partf.models import PARTransformerXL
+from partf.training.resolve import resolve_model
 
 #: The whole of a new mechanism: softmax attention with its queries scaled.
 TOY = '''"""Toy attention: softmax attention with its queries scaled by `sharpness`."""
@@ -80,10 +81,10 @@ def test_a_mechanism_added_by_one_module_is_in_the_registry_help_and_saved_files
     assert config.model.attention_options["sharpness"] == 3
 
     # position="auto" takes the encoding the decorator declares.
-    model_config = ModelConfig(
-        vocab_size=30, d_model=8, num_heads=2, d_ffn=16, num_layers=1, mem_len=4,
-        cutoffs=(), batch_size=2, attention="toy", position="auto",
-        attention_options={"sharpness": 3.0},
+    model_config = resolve_model(
+        dict(d_model=8, num_heads=2, d_ffn=16, num_layers=1, mem_len=4, cutoffs=(),
+             attention="toy", position="auto", attention_options={"sharpness": 3.0}),
+        objective="causal", search="par", vocab_size=30, batch_size=2, tau_steps=1,
     )  # fmt: skip
     assert model_config.position == "rotary"
 

@@ -249,8 +249,9 @@ def parse_args(argv: Sequence[str] | None = None):
     check_mechanism_names(args)
     # Only now: the configurations import Keras, and the mistakes above are answered
     # without it (tests/cli/test_quiet.py).
-    from partf.training.config import TrainConfig, model_error
+    from partf.training.config import TrainConfig
     from partf.training.drop_selection import IDENTITY
+    from partf.training.resolve import model_error
 
     if args.from_search:
         from partf.training.search import config_from_search

@@ -5,7 +5,7 @@ config goes into each checkpoint, so a run can be rebuilt from it.
 
 A run's configuration (`partf.training.config.TrainConfig.model`) is a ModelConfig
 made before its data is read: the fields only the data and the run's length know
-(`DATA_FIELDS`) are None there, and `for_data` fills them.
+(`DATA_FIELDS`) are None there, and `partf.training.resolve.resolve_model` fills them.
 
 One flat dataclass, by design. ModelConfig extends `BlockSettings` (the layer's module
 declares what every stochastic block shares, once, and a model hands its own on), so
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from partf.attention import attention_names, get_attention_class
-from partf.attention.registry import COMMON_ARGUMENTS, resolve_options
+from partf.attention.registry import COMMON_ARGUMENTS
 from partf.attention.registry import POSITIONS as MECHANISM_POSITIONS
 from partf.layers.adaptive_softmax import tail_projection_dims, validate_cutoffs
 from partf.layers.candidates import BUILTIN_CANDIDATES, noncausal_attention_names
@@ -43,7 +43,7 @@ from partf.serialization import check_complete
 from partf.settings import setting
 
 #: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
-#: steps tau anneals over) know: None in a run's ModelConfig until `for_data` fills them.
+#: steps tau anneals over) know: None in a run's ModelConfig until the run resolves it.
 DATA_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
 #: How a search trains its blocks (see `ModelConfig.search_estimator`).
@@ -63,15 +63,12 @@ class ModelConfig(BlockSettings):
 
     The fields of `DATA_FIELDS` may be None (a run's model before its data is read):
     such a config checks every setting but those that need them (cutoffs below the
-    vocabulary size), cannot build a model, and is completed by `for_data`.
+    vocabulary size) and cannot build a model. Nor can one of `position="auto"`, which
+    `partf.training.resolve.resolve_model` resolves with the data.
 
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
         >>> ModelConfig.from_dict(config.to_dict()) == config
-        True
-        >>> draft = ModelConfig(vocab_size=None, batch_size=None, tau_steps=None)
-        >>> draft.for_data(vocab_size=12000, batch_size=32, tau_steps=1) == ModelConfig(
-        ...     vocab_size=12000)
         True
     """
 
@@ -162,22 +159,10 @@ class ModelConfig(BlockSettings):
             expanded = expand_architecture(self.architecture, self.num_layers)
             object.__setattr__(self, "architecture", expanded)
         self._validate()
-        if not self.has_data:
-            # A run's model before its data: it may still change its architecture
-            # (--drop_attention chooses one after the data is read), so the options and
-            # the position it resolves to wait for `for_data`, which makes the config
-            # the model is built from: the same as one made with the data at once.
-            return
-        # Every option of the chosen mechanisms, written out: a saved config builds the
-        # same attentions whatever the defaults of a later partf.
-        resolved = resolve_options(self.attention_options, self.attention_mechanisms)
-        object.__setattr__(self, "attention_options", resolved)
-        if self.position == "auto":
-            object.__setattr__(self, "position", self.recommended_position)
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "d_ffn", "num_layers", "batch_size"):
-            # A data field of None is checked once `for_data` gives it.
+            # A data field of None is checked once the data gives it.
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.d_model % self.num_heads:
@@ -302,30 +287,21 @@ class ModelConfig(BlockSettings):
             )
 
     # ------------------------------------------------------------------- data
-    @property
-    def has_data(self) -> bool:
-        """Whether the fields of `DATA_FIELDS` are all set, so that a model can be built."""
-        return all(getattr(self, name) is not None for name in DATA_FIELDS)
-
-    def for_data(self, vocab_size: int, batch_size: int, tau_steps: int) -> ModelConfig:
-        """This configuration with the fields the data and the run give: the vocabulary
-        size, the rows of the (per-replica) batch and the steps tau anneals over.
-
-        Raises:
-            ValueError: settings these values refuse (a cutoff not below `vocab_size`).
-        """
-        return dataclasses.replace(
-            self, vocab_size=vocab_size, batch_size=batch_size, tau_steps=tau_steps
-        )
-
     def check_data(self) -> None:
-        """Raises ValueError unless the data fields are set (a model needs them)."""
+        """Raises ValueError unless a model can be built from this config: its data fields
+        set and its position chosen (both `resolve_model`'s, for a run)."""
         missing = [name for name in DATA_FIELDS if getattr(self, name) is None]
         if missing:
             raise ValueError(
                 f"this ModelConfig has no {', '.join(missing)} yet (a run's model before its "
-                "data is read); fill them with config.for_data(vocab_size=..., "
-                "batch_size=..., tau_steps=...)."
+                "data is read); set them, or resolve it with "
+                "partf.training.resolve.resolve_model."
+            )
+        if self.position == "auto":
+            raise ValueError(
+                "position 'auto' is chosen when a run resolves its model "
+                "(partf.training.resolve.resolve_model); name the position (none, "
+                "sinusoidal, learned or rotary) to build a model from this config."
             )
 
     # --------------------------------------------------------------- derived

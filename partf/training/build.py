@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import keras
 
-from partf.training.config import ConfigError, TrainConfig, model_error
+from partf.training.config import ConfigError, TrainConfig
 from partf.training.distribution import checkpoint_view
+from partf.training.resolve import model_error
 from partf.training.spike_guard import SpikeGuard
 from partf.training.splits import RunData
 

@@ -1,13 +1,11 @@
 """The training configuration: one frozen dataclass of plain values.
 
 The model's own settings live in `partf.models.config.ModelConfig`: `TrainConfig.model`
-is its draft, made when the TrainConfig is from the model flags and the presets of
-`search` and `objective`, without the fields that come from the data (vocabulary size,
-batch size) and the run (`tau_steps`, the run's length).
-`partf.training.resolve.resolve_model` completes it (with those and what
---drop_attention and --search_cost=time add). `config.json`, every checkpoint and
-`results.json` store the resolved model config once, beside `training_dict()`, the
-training settings without the draft.
+is its draft: `partf.training.resolve.resolve_model` makes it with the TrainConfig (from
+the model fields given and the presets of `search` and `objective`, without the fields
+the data and the run's length give) and completes it once the data is read.
+`config.json`, every checkpoint and `results.json` store the resolved model config once,
+beside `training_dict()`, the training settings without the draft.
 """
 
 from __future__ import annotations
@@ -17,12 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from partf.attention import attention_names
-from partf.errors import UsageError
-from partf.models.config import DATA_FIELDS, ModelConfig
+from partf.errors import ConfigError
+from partf.models.config import ModelConfig
 from partf.serialization import check_complete
 from partf.settings import setting, unknown_choice
 from partf.training.lr_schedules import SCHEDULES
 from partf.training.optimizer import OPTIMIZERS
+from partf.training.resolve import resolve_model
 
 #: Values of `TrainConfig.distribution_strategy` (see partf.training.distribution).
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
@@ -80,16 +79,6 @@ RESUMABLE_CHANGES = (
     # is the same source.
     "init_from",
 )
-
-
-class ConfigError(UsageError):
-    """A bad setting or combination of settings; the command line exits with status 2."""
-
-
-def model_error(error: Exception) -> ConfigError:
-    """The ConfigError of a model setting that ModelConfig or a model refused (its
-    ValueError or, for an unknown field, TypeError), as one sentence."""
-    return ConfigError(str(error).rstrip(".") + ".")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,47 +344,8 @@ class TrainConfig:
                 f"--model_name {self.model_name!r} must be a non-empty name without '/'."
             )
         # Last, so that a bad training setting is named before a bad model one.
-        object.__setattr__(self, "model", self._model_of(self.model))
-
-    def _model_of(self, model: ModelConfig | Mapping[str, Any]) -> ModelConfig:
-        """The run's ModelConfig: `model` itself, or made from a mapping of the fields the
-        user chose, with the presets of `search` and `objective` for those not chosen.
-
-        Raises:
-            ConfigError: a data field set, or model settings the model refuses.
-        """
-        given = isinstance(model, ModelConfig)
-        fields = model.to_dict() if given else dict(model)
-        for name in DATA_FIELDS:
-            if fields.get(name) is not None:
-                raise ConfigError(
-                    f"model field {name!r} comes from the data and the run's length; do not "
-                    "set it (leave it None)."
-                )
-        if given:
-            # Every field of a ModelConfig is given: no preset applies, but objective mlm
-            # trains the encoder (as for a mapping below).
-            if self.objective == "mlm" and model.causal:
-                try:
-                    return model.replace(causal=False)
-                except ValueError as e:  # e.g. a causal-only attention
-                    raise model_error(e) from None
-            return model
-        fields.update(dict.fromkeys(DATA_FIELDS))
-        if self.search == "original" and self.objective == "causal":
-            # The original's search is its shared optimizer acting on its own parameters:
-            # clipped probabilities, not logits. With logits its blocks stayed undecided
-            # on WikiText-2 and validation fell behind the original's from epoch 4 on
-            # (docs/results.md, "The seed's table, side by side"). A value given wins.
-            fields.setdefault("arch_parameterization", "probabilities")
-        if self.objective == "mlm":
-            # The bidirectional encoder: its ModelConfig records no XL memory and no
-            # adaptive softmax, and refuses what an encoder cannot do.
-            fields.update(causal=False)
-        try:
-            return ModelConfig(**fields)
-        except (TypeError, ValueError) as e:
-            raise model_error(e) from None
+        model = resolve_model(self.model, objective=self.objective, search=self.search)
+        object.__setattr__(self, "model", model)
 
     def arch_settings(self, total_steps: int) -> Any:
         """The architecture logits' optimizer settings for a run of `total_steps` updates:

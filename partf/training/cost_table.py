@@ -212,7 +212,15 @@ def measure_costs(config: TrainConfig, data: RunData, passes: int = 24) -> CostT
             search_cost="flops",
         )
         one = dataclasses.replace(config, model=model, spike_guard="off", compiled_loop=False)
-        built = build_model(one, resolve_model(one, data, batch), data, None)
+        resolved = resolve_model(
+            one.model,
+            objective=one.objective,
+            search=one.search,
+            vocab_size=data.vocab_size,
+            batch_size=batch,
+            tau_steps=data.total_steps,
+        )
+        built = build_model(one, resolved, data, None)
         built.model.train_on_batch(x, x)  # compiles
         steppers[name] = functools.partial(built.model.train_on_batch, x, x)
     timed = time_passes(steppers, passes)

@@ -14,13 +14,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from partf.models.config import DATA_FIELDS
 from partf.run_folder import RunFolder, RunFolderError
-from partf.training.config import (
-    ConfigError,
-    TrainConfig,
-    check_saved_config,
-)
+from partf.training.config import ConfigError, TrainConfig, check_saved_config
+from partf.training.resolve import resolve_model
 
 #: How the search run started, which its stage 2 does not inherit: a stage 2 starts from
 #: scratch unless its own command line gives --init_from (a fine-tune of the search).
@@ -68,6 +64,11 @@ class FinishedSearch:
     model: dict[str, Any]  # the run's ModelConfig, as a dict
     training: dict[str, Any]  # the run's TrainConfig without the model, as a dict
 
+    @property
+    def architecture(self) -> str:
+        """The fixed architecture pi chose (`searched_architecture`)."""
+        return searched_architecture(self.pi, self.candidates)
+
 
 def read_search(folder: str | Path) -> FinishedSearch:
     """The results (name, pi, candidates and configuration) of the search run whose
@@ -107,27 +108,6 @@ def read_search(folder: str | Path) -> FinishedSearch:
     return found
 
 
-def _options_of_kept_mechanisms(model: dict[str, Any], architecture: str) -> dict[str, Any]:
-    """The search's attention options less those written out for a mechanism the derived
-    architecture dropped: a saved config names every chosen mechanism's options
-    (`<mechanism>_<option>`), and an option no chosen mechanism takes is refused."""
-    from partf.attention.registry import attention_names, mechanism_option
-    from partf.models.config import parse_block_candidates
-
-    default = model["attention"]
-    kept = {
-        default if name == "attention" else name
-        for candidates in parse_block_candidates(architecture)
-        for name in candidates
-    }
-    dropped = [name for name in attention_names() if name not in kept]
-    return {
-        key: value
-        for key, value in model["attention_options"].items()
-        if not any(mechanism_option(name, key) for name in dropped)
-    }
-
-
 def config_from_search(
     folder: str | Path,
     given: TrainConfig,
@@ -158,15 +138,8 @@ def config_from_search(
             together.
     """
     found = read_search(folder)
-    architecture = searched_architecture(found.pi, found.candidates)
-    fields = {k: v for k, v in found.model.items() if k not in DATA_FIELDS}
-    fields.update(architecture=architecture, num_layers=len(architecture.split()))
-    fields["attention_options"] = _options_of_kept_mechanisms(fields, architecture)
-    fields.update(model or {})  # model flags given on the command line win
     values = {}
-    for name, value in given.to_dict().items():
-        if name == "model":
-            continue
+    for name, value in given.training_dict().items():
         if name in explicit or name in STARTING_FIELDS:
             values[name] = value
         else:
@@ -176,5 +149,7 @@ def config_from_search(
     if "overwrite" not in explicit:
         # The search may have been started with --overwrite; its fixed run resumes.
         values["overwrite"] = False
-    values["model"] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
-    return TrainConfig(**values)
+    model = resolve_model(
+        model or {}, objective=values["objective"], search=values["search"], from_search=found
+    )
+    return TrainConfig(**values, model=model)

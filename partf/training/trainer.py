@@ -5,12 +5,12 @@ reads top to bottom):
 
 1. `load_data(config) -> RunData` (partf.training.splits): the training, validation and
    test records; the batch size, sequence length and vocabulary size come from them.
-2. `resolve_model(config, data, rows, architecture, candidate_costs) -> ModelConfig`
-   (partf.training.resolve): the model's config, in one call from the flags and presets,
+2. `resolve_model(config.model, ..., vocab_size, ...) -> ModelConfig`
+   (partf.training.resolve): the model's config, completed from the draft with the data,
    the blocks --drop_attention chose and the costs --search_cost=time measured (both
-   computed just before), and the data. `build_model(config, model_config, data,
-   strategy) -> Built` (partf.training.build): that model, the learning-rate schedule
-   and the optimizer; `compile(jit_compile=..., steps_per_execution=...)`.
+   computed just before). `build_model(config, model_config, data, strategy) -> Built`
+   (partf.training.build): that model, the learning-rate schedule and the optimizer;
+   `compile(jit_compile=..., steps_per_execution=...)`.
 3. `restore(...) -> Resumed` (partf.training.checkpoint): the newest checkpoint of
    `checkpoints/<model_name>/`, if there is one with the same configuration: weights,
    memory, optimizer, random generators, the running loss, and the position in the data
@@ -70,14 +70,14 @@ from partf.training.callbacks.run_callbacks import make_callbacks
 from partf.training.checkpoint import CheckpointManager, CheckpointWriter, Resumed, restore
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.cost_table import cost_table, needs_table, write_cost_table
-from partf.training.distribution import build_strategy
+from partf.training.distribution import build_strategy, per_replica_batch
 from partf.training.drop_selection import Selection, read_selection, select_dropped, write_selection
 from partf.training.evaluation.block_weights import expected_evaluator
 from partf.training.evaluation.evaluators import make_evaluator
 from partf.training.fitting import plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
-from partf.training.resolve import batch_rows, resolve_model
+from partf.training.resolve import resolve_model
 from partf.training.results import Trained, finish
 from partf.training.run_state import Clock, RunProgress, StopReason
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
@@ -247,10 +247,14 @@ class Trainer:
         table, measured = None, False
         if needs_table(config):  # --search_cost=time: the prices, read or measured now
             table, measured = cost_table(config, data, paths.checkpoints)
+        rows = data.train.batch_size  # under a strategy, one replica's share
         model_config = resolve_model(
-            config,
-            data,
-            batch_rows(data, strategy),
+            config.model,
+            objective=config.objective,
+            search=config.search,
+            vocab_size=data.vocab_size,
+            batch_size=rows if strategy is None else per_replica_batch(strategy, rows),
+            tau_steps=data.total_steps,
             architecture=selection.architecture if selection else None,
             candidate_costs=table.costs if table else None,
         )

@@ -29,7 +29,7 @@ def test_a_preset_and_positions_parse(capsys):
     parser = build_parser(attention_options())
     args = parser.parse_args(["--model_name=r", "--architecture=transnormer", "--position=auto"])
     model = configs_from_args(args).model
-    # The preset is written out; "auto" waits for the data (ModelConfig.for_data).
+    # The preset is written out; "auto" waits for the data (resolve_model resolves it).
     assert model.architecture == "diag D diag D norm D" and model.position == "auto"
     status = main(["--attention=fastformer", "--position=rotary", "--model_name=r"])
     assert status == 2

@@ -122,11 +122,17 @@ def _eva_mask(config, name="eva"):
     ids=["fixed", "search_candidate"],
 )
 def test_the_options_are_written_out_and_a_saved_dict_keeps_them(fields):
-    """Every option of the chosen mechanisms is written out with its default when the
-    config is made (EVA's chunk_mask is the authors'), so its dict builds the same EVA
-    whatever the defaults later: the saved options, not the defaults, decide what is
+    """Every option of the chosen mechanisms is written out with its default when a run
+    resolves its config (EVA's chunk_mask is the authors'), so its dict builds the same
+    EVA whatever the defaults later: the saved options, not the defaults, decide what is
     built; an option set stays."""
-    new = ModelConfig(vocab_size=50, cutoffs=(), num_layers=2, **fields)
+    from partf.training.resolve import resolve_model
+
+    def resolved(**given):
+        data = dict(vocab_size=50, batch_size=32, tau_steps=1)
+        return resolve_model(given, objective="causal", search="par", **data)
+
+    new = resolved(cutoffs=(), num_layers=2, **fields)
     assert ModelConfig.from_dict(json.loads(json.dumps(new.to_dict()))) == new
     eva = get_attention_class("eva").options
     for option, (default, _) in eva.items():
@@ -137,10 +143,7 @@ def test_the_options_are_written_out_and_a_saved_dict_keeps_them(fields):
     saved["attention_options"] = {**saved["attention_options"], "eva_chunk_mask": "partf"}
     assert _eva_mask(ModelConfig.from_dict(saved)) == "partf"
 
-    chosen = ModelConfig(
-        vocab_size=50, cutoffs=(), num_layers=2, attention_options={"chunk_mask": "partf"},
-        **fields,
-    )  # fmt: skip
+    chosen = resolved(cutoffs=(), num_layers=2, attention_options={"chunk_mask": "partf"}, **fields)
     chosen.check_attention_options()
     assert _eva_mask(chosen) == "partf"
     assert chosen.attention_options["eva_chunk_mask"] == "partf"
@@ -167,7 +170,6 @@ def test_a_config_without_its_data_checks_the_rest_and_cannot_build_a_model():
     from partf.models import PARTransformerXL
 
     draft = ModelConfig(**DRAFT, d_model=16, num_heads=2, cutoffs=(50,))
-    assert not draft.has_data
     with pytest.raises(ValueError, match="not divisible by num_heads=3"):
         ModelConfig(**DRAFT, d_model=16, num_heads=3)
     with pytest.raises(ValueError, match="sorted and unique"):
@@ -176,25 +178,7 @@ def test_a_config_without_its_data_checks_the_rest_and_cannot_build_a_model():
         PARTransformerXL(draft)
     # The checks that need the vocabulary run once it is given.
     with pytest.raises(ValueError, match="cutoffs must be below vocab_size=40"):
-        draft.for_data(vocab_size=40, batch_size=2, tau_steps=10)
-
-
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {"position": "auto", "architecture": "softmax D eva D", "num_layers": 4},
-        {"attention": "eva", "attention_options": {"window_size": 8}},
-        {"architecture": "transnormer", "num_layers": 4},
-    ],
-)
-def test_for_data_makes_the_config_made_with_the_data_at_once(fields):
-    """Options and position "auto" resolve when the data comes, with the architecture
-    the config has then (a run's --drop_attention sets it after reading the data)."""
-    sized = dict(vocab_size=3000, batch_size=4, tau_steps=20)
-    draft = ModelConfig(**DRAFT, **fields)
-    assert draft.for_data(**sized) == ModelConfig(**sized, **fields)
-    assert draft.attention_options == dict(fields.get("attention_options", {}))
-    changed = {**fields, "architecture": "relative D norm I"}
-    assert draft.replace(architecture="relative D norm I", num_layers=4).for_data(
-        **sized
-    ) == ModelConfig(**sized, **{**changed, "num_layers": 4})
+        draft.replace(vocab_size=40, batch_size=2, tau_steps=10)
+    # Nor does a config whose position waits for the run to resolve it.
+    with pytest.raises(ValueError, match="position 'auto' is chosen when a run resolves"):
+        PARTransformerXL(ModelConfig(vocab_size=60, cutoffs=(50,), position="auto"))

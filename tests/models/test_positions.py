@@ -151,8 +151,15 @@ def test_a_saved_model_with_positions_loads_and_gives_the_same_outputs(tmp_path)
 
 # ------------------------------------------------------------------ the config
 def test_auto_picks_each_mechanism_its_recommended_position():
+    from partf.models.config import DATA_FIELDS
+    from partf.training.resolve import resolve_model
+
+    given = {name: value for name, value in TINY.items() if name not in DATA_FIELDS}
+
     def resolved(**fields):
-        return ModelConfig(**TINY, position="auto", **fields).position
+        fields = {**given, "position": "auto", **fields}
+        data = dict(vocab_size=V, batch_size=B, tau_steps=1)
+        return resolve_model(fields, objective="causal", search="par", **data).position
 
     assert resolved() == "none"  # relative attention keeps its own encoding
     assert resolved(attention="performer") == "rotary"

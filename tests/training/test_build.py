@@ -11,9 +11,8 @@ import tensorflow as tf
 
 from partf.training.build import build_model
 from partf.training.config import ConfigError, TrainConfig
-from partf.training.resolve import resolve_model
 from partf.training.splits import RunData
-from tests.training.helpers import BATCH, VOCAB
+from tests.training.helpers import BATCH, VOCAB, resolved
 
 MODEL = dict(d_model=16, num_heads=2, d_ffn=24, num_layers=2, mem_len=4, cutoffs=(20,))
 
@@ -23,7 +22,7 @@ def build(valid_split, **changes):
         **{"train_directory": "records", "jit_compile": False, "warmup_steps": 1, **changes}
     )
     data = RunData(valid_split, None, None, VOCAB, total_steps=6)
-    model_config = resolve_model(config, data, BATCH)
+    model_config = resolved(config, data, BATCH)
     return config, model_config, build_model(config, model_config, data, None)
 
 

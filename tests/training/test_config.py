@@ -27,7 +27,7 @@ def test_a_mapping_becomes_the_model_config_with_the_presets():
 
 def test_a_model_config_is_taken_as_given():
     model = ModelConfig(**DRAFT, d_model=16, num_heads=2)
-    assert TrainConfig(model=model).model is model  # no preset: every field is given
+    assert TrainConfig(model=model).model == model  # no preset: every field is given
     assert TrainConfig(model=model, objective="mlm").model.causal is False
 
 

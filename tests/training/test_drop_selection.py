@@ -22,9 +22,8 @@ from partf.training.drop_selection import (
     write_selection,
 )
 from partf.training.init_from import init_weights
-from partf.training.resolve import resolve_model
 from partf.training.trainer import drop_selection
-from tests.training.helpers import BATCH, SIZES, VOCAB, build
+from tests.training.helpers import BATCH, SIZES, VOCAB, build, resolved
 
 
 def direct_loss(model, split, skip: int | None) -> float:
@@ -168,7 +167,7 @@ def test_the_run_has_norm_where_it_was_chosen_and_resumes_into_it(
     config = run_config(folder)
     selection = drop_selection(config, data, tmp_path)
     assert selection == norm_selection
-    model_config = resolve_model(config, data, BATCH, architecture=selection.architecture)
+    model_config = resolved(config, data, BATCH, architecture=selection.architecture)
     mechanisms = [names[0] for names in model_config.block_candidates]
     (best,) = selection.dropped
     source_blocks = ["attention", "dense", "attention", "dense"]

@@ -21,10 +21,9 @@ from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.optimizer import ArchSplitOptimizer, is_arch_variable
-from partf.training.resolve import resolve_model
 from partf.training.splits import load_data
 from partf.training.trainer import RunPaths, TrainingInterrupted, train
-from tests.training.helpers import SigintAt, markov_stream
+from tests.training.helpers import SigintAt, markov_stream, resolved
 
 VOCAB = 200
 MASK_ID = 5
@@ -228,7 +227,7 @@ def test_the_search_logits_get_their_own_optimizer(records, tmp_path):
     """--search=par (or --arch_*) routes the encoder's logits as it does the causal model's."""
     config = _config(records, tmp_path, model=dict(SEARCH), arch_lr=1e-2, arch_freeze_steps=4)
     data = load_data(config)
-    built = build_model(config, resolve_model(config, data, data.train.batch_size), data, None)
+    built = build_model(config, resolved(config, data, data.train.batch_size), data, None)
     optimizer = built.model.optimizer
     assert isinstance(optimizer, ArchSplitOptimizer)
     arch = built.model.arch_variables
