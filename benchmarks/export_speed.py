@@ -5,6 +5,7 @@ Four models of the base configuration (d_model 128, 4 heads, d_ffn 512, 6 blocks
 cutoffs 250 and 2500, vocabulary 12,000; random weights: speed does not depend on
 them): xl (relative attention and dense blocks alternating), par (a stage-2 PAR
 layout, A A D D D D), hybrid (relative, dense, relative, dense, a window of 16, dense),
+hybrid1 (softmax at one attention place of three: relative, then two windows of 16),
 linear (linear attention and dense alternating). Relative attention keeps a memory
 of the context (mem_len = context), as the exports' state does.
 
@@ -21,8 +22,14 @@ of the context (mem_len = context), as the exports' state does.
 
 Each figure is the best of --repeats runs of --tokens tokens after a warm-up run.
 
+With --train, each kind's training speed too, side by side: tokens per second of `fit`
+(Adam, XLA, 10 steps per execution) on random batches of 16 x 256 tokens without XL
+memory (the recall study's shape), the kinds measured round-robin, best of --repeats;
+then each kind's training-speed ratio to xl beside its step's speed ratio to xl (the
+export issue's target: a hybrid's step gains at least what its training gains).
+
 Run: .venv/bin/python benchmarks/export_speed.py [--contexts 256 1024 4096]
-     [--kinds xl par hybrid linear] [--tokens 32] [--repeats 3]
+     [--kinds xl par hybrid hybrid1 linear] [--tokens 32] [--repeats 3] [--train]
 """
 
 from __future__ import annotations
@@ -53,6 +60,11 @@ KINDS = {
     "hybrid": dict(
         attention="relative",
         architecture="attention D attention D local D",
+        attention_options={"window_size": 16},
+    ),
+    "hybrid1": dict(
+        attention="relative",
+        architecture="attention D local D local D",
         attention_options={"window_size": 16},
     ),
     "linear": dict(attention="linear", architecture="linear D linear D linear D"),
@@ -149,6 +161,35 @@ def keras_hub_ms(context, tokens, repeats) -> float:
     return 1000 * max(long - short, 0.0) / tokens
 
 
+def train_tokens_per_second(kinds, repeats, batch=16, seq_len=256, spe=10) -> dict:
+    """Each kind's training tokens/s, measured round-robin (best of `repeats` after a
+    call that compiles), so that a change of the machine's load hits every kind alike."""
+    import keras
+
+    from partf.models import PARTransformerXL
+    from partf.training.config import TrainConfig
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, BASE["vocab_size"], size=(spe * batch, seq_len + 1))
+    x, y = tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32")
+    models = {}
+    for kind in kinds:
+        keras.utils.set_random_seed(0)
+        model = PARTransformerXL({**BASE, "batch_size": batch}, **KINDS[kind], mem_len=0)
+        _, optimizer = TrainConfig(warmup_steps=10).schedule_and_optimizer(100)
+        model.compile(optimizer=optimizer, jit_compile=True, steps_per_execution=spe)
+        model.fit(x, y, batch_size=batch, shuffle=False, verbose=0)  # compiles
+        models[kind] = model
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for kind, model in models.items():
+            began = time.perf_counter()
+            model.fit(x, y, batch_size=batch, shuffle=False, verbose=0)
+            rate = len(x) * seq_len / (time.perf_counter() - began)
+            best[kind] = max(best.get(kind, 0.0), rate)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contexts", type=int, nargs="+", default=[256, 1024, 4096])
@@ -156,6 +197,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no_keras_hub", action="store_true")
+    parser.add_argument("--train", action="store_true", help="also each kind's training speed")
     args = parser.parse_args()
 
     import keras
@@ -170,6 +212,7 @@ def main() -> None:
     header = ["partf-generate", "saved_model step", "saved_model loop", "litert step"]
     print(f"{'model':8} {'context':>7} " + " ".join(f"{h:>16}" for h in header))
     rng = np.random.default_rng(0)
+    steps: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for context in args.contexts:
             prompt = np.concatenate([[2], rng.integers(4, 12000, context - 1)])[None].astype(
@@ -186,9 +229,33 @@ def main() -> None:
                     if fmt == "saved_model":
                         row.append(saved_model_loop_ms(out, prompt, args.tokens, args.repeats))
                 print(f"{kind:8} {context:7d} " + " ".join(f"{ms:16.2f}" for ms in row), flush=True)
+                steps[kind, context] = row
             if not args.no_keras_hub:
                 ms = keras_hub_ms(context, args.tokens, args.repeats)
                 print(f"{'gpt2-kh':8} {context:7d} keras-hub GPT-2 generate {ms:.2f}", flush=True)
+    if not args.train or "xl" not in args.kinds:
+        return
+    rates = train_tokens_per_second(args.kinds, args.repeats)
+    print("\ntraining tokens/s (16 x 256, no memory) and speed-ups over xl:")
+    print(
+        f"{'model':8} {'tokens/s':>9} {'train x':>8} "
+        + " ".join(f"{'step x ' + str(c):>12}" for c in args.contexts)
+    )
+    for kind in args.kinds:
+        # Speed-ups: xl's time over this kind's, per format (partf-generate, SavedModel
+        # step, SavedModel loop, LiteRT step) at each context.
+        ups = [
+            "/".join(
+                f"{a / b:.2f}" if b else "n/m"
+                for a, b in zip(steps["xl", c], steps[kind, c], strict=True)
+            )
+            for c in args.contexts
+        ]
+        print(
+            f"{kind:8} {rates[kind]:9.0f} {rates[kind] / rates['xl']:8.2f} "
+            + " ".join(f"{u:>12}" for u in ups),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
