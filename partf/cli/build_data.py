@@ -30,12 +30,15 @@ too little text, no network). --verbose adds the traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from typing import Any
 
 from partf.cli import exits
 from partf.cli.command import OneLineParser
-from partf.cli.flags import HelpFormatter, add_bool_flag
+from partf.cli.flags import HelpFormatter, add_bool_flag, add_flags, settings_of
 from partf.cli.loading import UsageExit
+from partf.tasks.base import SHARED
 
 PROG = "partf-build-data"
 
@@ -85,8 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
     add_bool_flag(parser, "overwrite", "Replace outputs that exist.", False)
     add_bool_flag(parser, "verbose", "Debug logging, and tracebacks on errors.", False)
     for task in tasks.all_tasks().values():
-        task.add_build_flags(parser)
+        group = parser.add_argument_group(f"--task={task.name}: {task.help}")
+        add_flags(group, _flags_of(task), unset=True)
     return parser
+
+
+def _flags_of(task: Any) -> list[Any]:
+    """A task's own flags (partf.tasks.base.Task.options), named with its prefix."""
+    return [
+        item._replace(name=task.flag_prefix + item.name)
+        for item in settings_of(task.options)
+        if item.name not in SHARED
+    ]
+
+
+def options_of(task: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of `task` that the flags `args` give (by setting name): the shared
+    ones (--vocab_size only when given) and the task's own where given; the others keep
+    the defaults of its options."""
+    fields = {field.name for field in dataclasses.fields(task.options)}
+    values = {key: getattr(args, key) for key in SHARED if key in fields}
+    for item in _flags_of(task):
+        values[item.name.removeprefix(task.flag_prefix)] = getattr(args, item.name)
+    return {
+        key: tuple(value) if isinstance(value, list) else value
+        for key, value in values.items()
+        if value is not None
+    }
 
 
 def _check_values(args: argparse.Namespace) -> None:
@@ -97,7 +125,8 @@ def _check_values(args: argparse.Namespace) -> None:
             raise UsageExit(
                 f"--{name} must be a positive integer, got {getattr(args, name)}; e.g. --{name}=32"
             )
-    tasks.get(args.task).check_build(args)
+    task = tasks.get(args.task)
+    task.check_build(options_of(task, args))
 
 
 def _os_error_message(error: OSError) -> str:
@@ -138,7 +167,8 @@ def run(argv: list[str] | None = None) -> int:
 
     try:
         with exits.package_logging(verbose):
-            tasks.get(args.task).build(args)
+            task = tasks.get(args.task)
+            task.build(options_of(task, args), args.tfrecords_directory, args.overwrite)
     except UsageError as e:
         return fail(str(e), 2, e)
     except DataError as e:

@@ -147,75 +147,47 @@ def _task_of(path: str | Path) -> Any:
 
 
 # --------------------------------------------------------------------- splits
-def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
-    """(dataset, text counts) of --records, checked against the model."""
+def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> Any:
+    """The `Split` of --records (records, or a task's split), checked against the model."""
     from partf.data import read_metadata
     from partf.errors import DataError, UsageError
     from partf.training.splits import load_split
 
     path = Path(args.records)  # checked by _parse
+    task, sp_prefix = _task_of(path), None
     try:
-        metadata = read_metadata(path)
-    except UsageError as e:
-        raise UsageExit(str(e)) from e
-    except DataError as e:
-        raise RuntimeExit(str(e)) from e
-    rows = model.config.batch_size
-    if metadata.batch_size != rows:
-        raise RuntimeExit(
-            f"records in {path} have batches of {metadata.batch_size} rows but the model's "
-            f"memory holds {rows} (its batch_size); score records built with --batch_size={rows}, "
-            "or pass --text to batch a text file for the model"
-        )
-    if metadata.vocab_size and metadata.vocab_size != model.config.vocab_size:
-        raise RuntimeExit(
-            f"records in {path} use a vocabulary of {metadata.vocab_size} tokens but the model "
-            f"{model.config.vocab_size}; score records built with the model's tokenizer"
-        )
-    sp_prefix = None
-    if metadata.tokenizer_sha256:
-        try:
-            sp_prefix = str(find_sp_model(args.sp_model, run_dir))
-        except UsageExit:
-            if args.sp_model:
-                raise
-            logger.warning("no tokenizer found: the records are not checked against one")
-    try:
+        if task is None and read_metadata(path).tokenizer_sha256:
+            try:
+                sp_prefix = str(find_sp_model(args.sp_model, run_dir))
+            except UsageExit:
+                if args.sp_model:
+                    raise
+                logger.warning("no tokenizer found: the records are not checked against one")
         split = load_split(str(path), "scored", sp_prefix)
     except UsageError as e:  # includes ConfigError
         raise UsageExit(str(e)) from e
-    except DataError as e:  # a tokenizer mismatch, damaged records
+    except DataError as e:  # a tokenizer mismatch, damaged records or task split
         raise RuntimeExit(str(e)) from e
+    rows, vocab = model.config.batch_size, model.config.vocab_size
+    fix = (
+        f"write the split with partf-build-data --task={task.name}"
+        if task
+        else "score records built with"
+    )
+    if split.batch_size != rows:
+        raise RuntimeExit(
+            f"{path} has batches of {split.batch_size} rows but the model's memory holds "
+            f"{rows} (its batch_size); {fix} --batch_size={rows}"
+            + ("" if task else ", or pass --text to batch a text file for the model")
+        )
+    # A task's tokens are ids of the model's vocabulary; records are of its tokenizer.
+    if split.vocab_size and (split.vocab_size > vocab if task else split.vocab_size != vocab):
+        raise RuntimeExit(
+            f"{path} uses a vocabulary of {split.vocab_size} tokens but the model {vocab}; "
+            + (f"{fix} --vocab_size <= {vocab}" if task else f"{fix} the model's tokenizer")
+        )
     _check_positions(model, split.num_batches * split.seq_len)
-    return split.dataset, split.text_counts
-
-
-def _task_split(path: Path, model: Any) -> tuple[Any, Any, Any]:
-    """(dataset, inputs, targets [batches, B, L]) of a drawn task's split, checked
-    against the model as records are."""
-    from partf.errors import DataError
-    from partf.training.splits import task_dataset
-
-    task = _task_of(path)
-    try:
-        settings, _, inputs, targets = task.read(path)
-    except DataError as e:  # an invalid split file, or another draw than the one recorded
-        raise RuntimeExit(str(e)) from e
-    rows = model.config.batch_size
-    if settings.batch_size != rows:
-        raise RuntimeExit(
-            f"the {task.name} split {path} has batches of {settings.batch_size} rows but the "
-            f"model's memory holds {rows} (its batch_size); write the split with "
-            f"partf-build-data --task={task.name} --batch_size={rows}"
-        )
-    if settings.vocab_size > model.config.vocab_size:
-        raise RuntimeExit(
-            f"the {task.name} split {path} uses a vocabulary of {settings.vocab_size} tokens "
-            f"but the model {model.config.vocab_size}; write the split with --vocab_size <= "
-            f"{model.config.vocab_size}"
-        )
-    _check_positions(model, inputs.shape[0] * settings.seq_len)
-    return task_dataset(inputs, targets), inputs, targets
+    return split
 
 
 def _text_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
@@ -282,16 +254,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     # The block weights go to the evaluator's calls; the model keeps its own eval_mode.
     mode = args.eval_mode or model.config.eval_mode
     model.reset_state("eval")
-    answers = None  # a task split's (inputs, targets), scored by its answers
-    if args.records and _task_of(args.records):
-        dataset, inputs, targets = _task_split(Path(args.records), model)
-        answers, counts = (inputs, targets), {}
-    elif args.records:
-        dataset, counts = _records_split(args, model, run_dir)
+    if args.records:
+        split = _records_split(args, model, run_dir)
+        dataset, counts, scored = split.dataset, split.text_counts, split.scored
     else:
-        dataset, counts = _text_split(args, model, run_dir)
+        (dataset, counts), scored = _text_split(args, model, run_dir), False
     evaluator = make_evaluator(
-        model, None, model.config.batch_size, args.jit_compile, mode, accuracy=answers is not None
+        model, None, model.config.batch_size, args.jit_compile, mode, accuracy=scored
     )
     # Compiling and scoring a split takes from seconds to minutes: say what runs.
     logger.info(
@@ -310,14 +279,12 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         **report,
     }
     if args.by_distance:  # _parse let it through for a task's split only
-        result["by_distance"], result["predictions"] = _by_distance(
-            args, model, mode, answers, report
-        )
+        result["by_distance"], result["predictions"] = _by_distance(args, model, mode, report)
     return result
 
 
 def _by_distance(
-    args: argparse.Namespace, model: Any, mode: str, mqar: tuple[Any, Any], report: dict[str, Any]
+    args: argparse.Namespace, model: Any, mode: str, report: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The accuracy per distance bucket of the MQAR split's answers (`to_dict` of each
     `DistanceBucket`) and what the model answers (`answer_summary`), from a second pass
@@ -326,7 +293,7 @@ def _by_distance(
     from partf.training.evaluation import recall_distance as rd
 
     logger.info("scoring %s again, each answer by its distance from its key", args.records)
-    inputs, targets = mqar
+    _, _, inputs, targets = _task_of(args.records).read(args.records)
     try:
         distances = rd.answer_distances(inputs, targets)  # refuses other data first
     except DataError as e:

@@ -389,7 +389,7 @@ def _task_table(path: Path, task: Any, table: Any) -> dict[str, Any]:
     where = f"[{task.name}]"
     if not isinstance(table, dict):
         raise _fail(path, f"{where} must be a table of settings ({', '.join(task.required)}, ...).")
-    _unknown(path, where, table, list(task.fields()))
+    _unknown(path, where, table, [field.name for field in dataclasses.fields(task.options)])
     for key in task.required:
         if key not in table:
             raise _fail(path, f"{where} needs {key}.")

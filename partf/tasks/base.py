@@ -26,11 +26,11 @@ and its test split scored at the end; partf-build-data writes its splits with
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import os
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,41 +50,44 @@ FORMAT_VERSION = 1
 @dataclasses.dataclass(frozen=True)
 class Task:
     """A task whose splits are record folders of text: language modelling, scored by
-    perplexity. `name` is how a plan and partf-build-data's --task name it."""
+    perplexity. `name` is how a plan and partf-build-data's --task name it; `options`
+    the dataclass whose `partf.settings.setting` fields are its partf-build-data flags
+    (each `--<flag_prefix><field>`, but the shared `SHARED`)."""
 
     name: str
     help: str
+    options: type = None  # type: ignore[assignment]
 
     #: Whether accuracy on the scored positions is reported beside the loss.
     scores_accuracy = False
     #: Whether the splits are drawn (a plan table of settings, `owns` a folder).
     drawn = False
+    flag_prefix = ""
 
     def owns(self, folder: str | os.PathLike) -> bool:
         """Whether `folder` is a split of this task (record folders are anyone's)."""
         return False
 
-    def add_build_flags(self, parser: argparse.ArgumentParser) -> None:
-        """Adds this task's partf-build-data flags, in a section of their own."""
+    def check_build(self, values: Mapping[str, Any]) -> None:
+        """Refuses bad flag values (the flags given, by setting name) before anything is
+        imported or written (UsageError)."""
+        self.options(**values)
 
-    def check_build(self, args: argparse.Namespace) -> None:
-        """Refuses bad flag values before anything is imported or written (UsageError)."""
-
-    def build(self, args: argparse.Namespace) -> None:
-        """Writes the splits partf-build-data's flags `args` ask for."""
+    def build(self, values: Mapping[str, Any], prefix: str | None, overwrite: bool) -> None:
+        """Writes the splits of the flags given (by setting name) to the folders of
+        --tfrecords_directory `prefix` (None: the task's default)."""
         raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True)
 class DrawnTask(Task):
-    """A synthetic task drawn from `settings` (a dataclass whose fields are declared
-    with `partf.settings.setting` and include `seq_len`, `batch_size`, `vocab_size`,
-    `seed` and a `num_batches(split)` method) by `draw(settings, split)`.
+    """A synthetic task drawn from `options` (its settings: a dataclass of `setting`
+    fields, `seq_len`, `batch_size`, `vocab_size` and `seed` among them, with a method
+    `num_batches(split)`) by `draw(settings, split)`.
 
     `required`: the settings a plan's table must give; `prefix(settings)`: the default
     folder prefix of partf-build-data."""
 
-    settings: type = None  # type: ignore[assignment]
     draw: Callable[[Any, str], tuple[np.ndarray, np.ndarray]] = None  # type: ignore[assignment]
     required: tuple[str, ...] = ("seq_len", "batch_size")
     prefix: Callable[[Any], str] = None  # type: ignore[assignment]
@@ -93,82 +96,45 @@ class DrawnTask(Task):
     drawn = True
 
     @property
+    def flag_prefix(self) -> str:  # type: ignore[override]
+        return f"{self.name}_"
+
+    @property
     def marker(self) -> str:
         """The file that makes a folder a split of this task."""
         return f"{self.name}.json"
 
-    @property
-    def format(self) -> str:
-        return f"partf-{self.name}"
-
-    # ----------------------------------------------------------------- settings
-    def fields(self) -> dict[str, Any]:
-        """Setting name -> its `partf.cli.flags.Setting` (kind, default, help)."""
-        from partf.cli.flags import settings_of
-
-        return {item.name: item for item in settings_of(self.settings)}
-
     def settings_of(self, values: Mapping[str, Any]) -> Any:
-        """The settings dataclass of `values` (lists become tuples), each checked for its
-        type here and for its sense by the dataclass (UsageError)."""
-        fields, checked = self.fields(), {}
+        """The settings of `values` (lists become tuples), each checked for its type here
+        and for its sense by the dataclass (UsageError)."""
+        hints, checked = typing.get_type_hints(self.options), {}
         for key, value in values.items():
-            kind = fields[key].kind
-            if value is None:  # an optional setting left unset
-                checked[key] = value
-                continue
-            items = value if isinstance(value, list | tuple) and kind == "ints" else [value]
-            numbers = (int, float) if kind == "float" else (int,)
-            if not items or not all(
-                isinstance(v, numbers) and not isinstance(v, bool) for v in items
+            kind = str(hints[key])
+            items = value if isinstance(value, list | tuple) and "tuple" in kind else [value]
+            numbers = (int, float) if "float" in kind else (int,)
+            if value is not None and not all(  # None: an optional setting left unset
+                isinstance(v, numbers) and not isinstance(v, bool) for v in items or [None]
             ):
-                what = {"ints": "an integer or a list of them", "float": "a number"}
-                raise UsageError(f"{key} must be {what.get(kind, 'an integer')}, not {value!r}")
-            checked[key] = tuple(items) if kind == "ints" else value
-        return self.settings(**checked)
+                what = "a number" if "float" in kind else "an integer"
+                what += " or a list of them" if "tuple" in kind else ""
+                raise UsageError(f"{key} must be {what}, not {value!r}")
+            checked[key] = tuple(items) if "tuple" in kind else value
+        return self.options(**checked)
 
     def to_dict(self, settings: Any) -> dict[str, Any]:
         values = dataclasses.asdict(settings)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
-    # -------------------------------------------------------- partf-build-data
-    def _own_flags(self) -> list[Any]:
-        return [
-            item._replace(name=f"{self.name}_{item.name}", help=f"--task={self.name}: {item.help}")
-            for name, item in self.fields().items()
-            if name not in SHARED
-        ]
+    def check_build(self, values: Mapping[str, Any]) -> None:
+        self.settings_of(values)
 
-    def add_build_flags(self, parser: argparse.ArgumentParser) -> None:
-        from partf.cli.flags import add_flags
-
-        group = parser.add_argument_group(f"--task={self.name}: {self.help}")
-        add_flags(group, self._own_flags(), unset=True)
-
-    def build_settings(self, args: argparse.Namespace) -> Any:
-        """The settings partf-build-data's flags give: the shared ones (--vocab_size only
-        when given), `--<name>_<setting>` where given, else the dataclass's defaults."""
-        from partf.cli.flags import flag_values
-
-        fields = self.fields()
-        values = {
-            key: getattr(args, key)
-            for key in SHARED
-            if key in fields and getattr(args, key) is not None
-        }
-        own = flag_values(args, self._own_flags(), unset=True)
-        values.update({key.removeprefix(f"{self.name}_"): v for key, v in own.items()})
-        return self.settings_of(values)
-
-    def check_build(self, args: argparse.Namespace) -> None:
-        self.build_settings(args)
-
-    def build(self, args: argparse.Namespace) -> None:
+    def build(self, values: Mapping[str, Any], prefix: str | None, overwrite: bool) -> None:
         import logging
 
-        settings = self.build_settings(args)
-        prefix = args.tfrecords_directory or self.prefix(settings)
-        for split, folder in self.write(prefix, settings, args.overwrite).items():
+        settings = self.settings_of(values)
+        for split, folder in self.write(
+            prefix or self.prefix(settings), settings, overwrite
+        ).items():
             logging.getLogger("partf.cli.build_data").info(
                 "%s: %d batches of [%d, %d]",
                 folder,
@@ -181,7 +147,7 @@ class DrawnTask(Task):
         """partf-build-data's arguments that write the splits of a plan's table `values`."""
         argv = [f"--task={self.name}"]
         for key, value in values.items():
-            flag = key if key in SHARED else f"{self.name}_{key}"
+            flag = key if key in SHARED else f"{self.flag_prefix}{key}"
             text = ",".join(map(str, value)) if isinstance(value, list | tuple) else value
             argv.append(f"--{flag}={text}")
         return argv
@@ -206,7 +172,7 @@ class DrawnTask(Task):
             inputs, targets = self.draw(settings, split)
             folder.mkdir(parents=True, exist_ok=True)
             record = {
-                "format": self.format,
+                "format": f"partf-{self.name}",
                 "format_version": FORMAT_VERSION,
                 "split": split,
                 "settings": self.to_dict(settings),
@@ -225,7 +191,7 @@ class DrawnTask(Task):
         fix = f"write the splits again with partf-build-data --task={self.name} --overwrite"
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-            if record.get("format") != self.format:
+            if record.get("format") != f"partf-{self.name}":
                 raise ValueError(f"not a {self.name} split file")
             if record.get("format_version") != FORMAT_VERSION:
                 raise ValueError(

@@ -81,7 +81,7 @@ def draw_split(settings: CopySettings, split: str) -> tuple[np.ndarray, np.ndarr
 TASK = DrawnTask(
     "copy",
     "copying a row's tokens after a separator, scored on the copy",
-    settings=CopySettings,
+    options=CopySettings,
     draw=draw_split,
     prefix=lambda settings: f"data/copy_L{settings.seq_len}_n{settings.length}",
 )

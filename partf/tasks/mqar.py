@@ -170,7 +170,7 @@ def _prefix(settings: MQARSettings) -> str:
 TASK = DrawnTask(
     "mqar",
     "multi-query associative recall (Zoology), scored on its answers",
-    settings=MQARSettings,
+    options=MQARSettings,
     draw=draw_split,
     required=("seq_len", "batch_size", "pairs"),
     prefix=_prefix,

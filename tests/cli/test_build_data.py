@@ -223,7 +223,7 @@ def test_help(capsys):
         assert f"--{flag} [BOOL]" in out  # absl booleans: --flag, --noflag, --flag=false
     # Each task adds its own flags (partf.tasks), the default records task's first.
     assert "--task {text," in out and "--mqar_pairs MQAR_PAIRS" in out
-    assert "(default: data/tokenizer/wiki2_12k)" in " ".join(out.split())
+    assert "[data/tokenizer/wiki2_12k]" in " ".join(out.split())  # its default
 
 
 def test_absl_spellings_of_booleans_still_parse():

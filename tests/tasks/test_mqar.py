@@ -105,12 +105,12 @@ def test_the_build_flags_give_the_settings_and_the_draws_stay_those_of_earlier_s
     --vocab_size) make the settings, and their mqar.json is byte for byte the one partf
     wrote before tasks had a package (sha256 of 21671d2's draws): studies' run records
     depend on the same examples."""
-    from partf.cli.build_data import build_parser
+    from partf.cli.build_data import build_parser, options_of
 
     argv = ["--task=mqar", "--seq_len=64", "--batch_size=8", "--vocab_size=64",
             "--mqar_pairs=2,4,8", "--mqar_train_examples=256",
             "--mqar_eval_examples=64"]  # fmt: skip
-    assert TASK.build_settings(build_parser().parse_args(argv)) == SMALL
+    assert TASK.settings_of(options_of(TASK, build_parser().parse_args(argv))) == SMALL
     folders = write_mqar(tmp_path / "mq", SMALL)
     digests = {
         split: json.loads((f / "mqar.json").read_text())["sha256"] for split, f in folders.items()
