@@ -15,6 +15,7 @@ import pytest
 
 from partf import tasks
 from partf.cli import build_data
+from partf.errors import UsageError
 from partf.tasks.copy import SEPARATOR, TASK, CopySettings, draw_split
 
 SMALL = CopySettings(
@@ -43,7 +44,7 @@ def test_each_row_is_scored_on_its_copy_alone():
 
 
 def test_bad_settings_are_refused_in_one_line():
-    with pytest.raises(Exception, match="needs seq_len >= 9"):
+    with pytest.raises(UsageError, match="needs seq_len >= 9"):
         CopySettings(seq_len=8, length=4)
 
 
