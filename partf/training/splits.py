@@ -162,8 +162,13 @@ def _drawn_split(task: Any, path: Path) -> Split:
     from the folder's settings, as a `tf.data.Dataset` on TensorFlow and `ArrayBatches`
     elsewhere."""
     settings, _, inputs, targets = task.read(path)
+    dataset: Any = ArrayBatches(inputs, targets)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        dataset = tf.data.Dataset.from_tensor_slices((inputs, targets))
     return Split(
-        task_dataset(inputs, targets),
+        dataset,
         int(inputs.shape[0]),
         settings.batch_size,
         settings.seq_len,
@@ -172,17 +177,6 @@ def _drawn_split(task: Any, path: Path) -> Split:
         task=task.name,
         scored=task.scores_accuracy,
     )
-
-
-def task_dataset(inputs: np.ndarray, targets: np.ndarray) -> Any:
-    """A drawn task's batches (inputs and their own targets, int32 [batches, B, L]) as
-    the backend's evaluators and `fit` take them: a `tf.data.Dataset` on TensorFlow,
-    `ArrayBatches` elsewhere."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.data.Dataset.from_tensor_slices((inputs, targets))
-    return ArrayBatches(inputs, targets)
 
 
 def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
