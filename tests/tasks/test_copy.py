@@ -133,3 +133,23 @@ def test_partf_study_trains_it_and_reports_its_accuracy(tmp_path):
         if line.startswith("| copier")
     )
     assert f"{test:.1f}" in copier, copier
+
+
+def test_a_plan_mixes_it_into_text_as_it_mixes_mqar(tmp_path):
+    """`task = "text+copy"` composes the records task with this one: the text's records,
+    the copy training split mixed in, its test split scored at the end."""
+    from partf.study.paths import StudyPaths
+    from partf.study.plan import load_plan
+    from partf.study.runner import train_args
+
+    plan = tmp_path / "plan.toml"
+    table = PLAN.split("[copy]")[1].split("[arms]")[0]
+    plan.write_text(
+        f'[data]\ntrain = "rec_train"\n[copy]{table}[arms]\nboth = {{ task = "text+copy" }}\n'
+    )
+    loaded = load_plan(plan)
+    paths = StudyPaths(tmp_path / "out")
+    argv = train_args(loaded, paths, loaded.runs()[0])
+    base = paths.out / "data" / "copy" / "copy"
+    assert f"--train_directory={tmp_path / 'rec_train'}" in argv
+    assert f"--mix_directory={base}_train" in argv and f"--recall_directory={base}_test" in argv
