@@ -29,7 +29,7 @@ def measure(
     length: int, tokens: int, mixers: list[str], vocab: int, passes: int
 ) -> dict[str, float]:
     """{mixer: us/token} at `length`, `tokens // length` rows a batch."""
-    from partf.data.mqar import MQARSettings, write_mqar
+    from partf.tasks.mqar import MQARSettings, write_mqar
     from partf.training.config import TrainConfig
     from partf.training.cost_table import measure_costs
     from partf.training.splits import load_data

@@ -42,13 +42,16 @@ ALLOWED = {
     "data": set(),
     "attention": set(),
     "cutoffs": set(),
+    # One module per task: its settings, splits and scoring (the records task builds
+    # with partf.data, on demand).
+    "tasks": {"data"},
     "layers": {"attention"},
     "models": {"attention", "layers"},
     "generation": {"attention", "layers", "models", "data"},
-    "training": {"attention", "layers", "models", "data"},
+    "training": {"attention", "layers", "models", "data", "tasks"},
     "export": {"attention", "layers", "models", "data", "generation"},
     # Runs partf-train as processes and reads what they wrote: no model code.
-    "study": set(),
+    "study": {"tasks"},
     "cli": {
         "attention",
         "layers",
@@ -59,6 +62,7 @@ ALLOWED = {
         "export",
         "cutoffs",
         "study",
+        "tasks",
     },
     "train": {"cli"},
     # Makes every class a .keras file names known to Keras; it imports their modules by

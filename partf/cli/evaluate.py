@@ -1,4 +1,4 @@
-"""partf-evaluate: score a saved PAR Transformer-XL on records, an MQAR split or a text file.
+"""partf-evaluate: score a saved PAR Transformer-XL on records, a task's split or a text file.
 
 The split is read in stream order with the model's evaluation memory starting empty,
 as partf-train scores its splits (the same evaluator), and the figures are printed:
@@ -20,10 +20,11 @@ training, and cut into context batches of the model's batch size and --seq_len t
 Records of partf carry the word and character counts of their text; records of the
 original project do not, so those two figures are then absent.
 
---records also takes an MQAR split (a folder with mqar.json, partf-build-data
---task=mqar), scored on its answers alone as partf-train's --recall_directory is: the
-figures then add the accuracy, the share of answers predicted exactly. With
---by_distance a table follows (`by_distance` in --json): the answers, those right and
+--records also takes the split of a synthetic task (a folder with <task>.json such as
+mqar.json, partf-build-data --task=<task>; partf.tasks), scored on its answers alone
+as partf-train's --recall_directory is: the figures then add the accuracy, the share of
+answers predicted exactly. With an MQAR split, --by_distance adds a table
+(`by_distance` in --json): the answers, those right and
 the accuracy per range of distance between a key's pair and its query (the query's
 position minus the key's in its pair; 0-16, 16-32, 32-64, ... tokens, the ranges
 holding answers), from a second pass that counts the same predictions per position
@@ -51,7 +52,6 @@ from typing import Any
 from partf.cli.command import model_parser, run_command
 from partf.cli.flags import add_bool_flag
 from partf.cli.loading import RuntimeExit, UsageExit, find_sp_model, load_model, model_file
-from partf.data.mqar import is_mqar
 
 PROG = "partf-evaluate"
 EVAL_MODES = ("argmax", "expected", "sample")
@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument(
         "--records",
-        help="a folder of context-batched records, or an MQAR split (partf-build-data "
-        "--task=mqar), to score",
+        help="a folder of context-batched records, or a task's split (partf-build-data "
+        "--task=mqar, ...), to score",
     )
     data.add_argument(
         "--text", help="a UTF-8 text file to score (tokenized with the run's tokenizer)"
@@ -116,7 +116,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     model_file(args.model)
     if args.records:
         _check_records_path(Path(args.records))
-    if args.by_distance and not (args.records and is_mqar(args.records)):
+    if args.by_distance and not (args.records and _task_of(args.records)):
         what = f"--records {args.records} holds" if args.records else f"--text {args.text} is"
         raise UsageExit(
             f"--by_distance scores the answers of an MQAR split but {what} text; pass "
@@ -132,83 +132,62 @@ def _check_records_path(path: Path) -> None:
     if not path.exists():
         raise UsageExit(f"--records {path} does not exist; pass a folder of .tfrecords files")
     listed = (path / "metadata.json").is_file() or any(path.glob("*.tfrecords"))
-    if path.is_dir() and not listed and not is_mqar(path):
+    if path.is_dir() and not listed and not _task_of(path):
         raise UsageExit(
             f"{path} holds no metadata.json and no .tfrecords files; build records with "
-            "partf-build-data (or an MQAR split with partf-build-data --task=mqar)"
+            "partf-build-data (or a task's split with partf-build-data --task=<task>)"
         )
 
 
+def _task_of(path: str | Path) -> Any:
+    """The drawn task whose split `path` is (partf.tasks), or None."""
+    from partf import tasks
+
+    return tasks.of_folder(path)
+
+
 # --------------------------------------------------------------------- splits
-def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
-    """(dataset, text counts) of --records, checked against the model."""
+def _records_split(args: argparse.Namespace, model: Any, run_dir: Path) -> Any:
+    """The `Split` of --records (records, or a task's split), checked against the model."""
     from partf.data import read_metadata
     from partf.errors import DataError, UsageError
     from partf.training.splits import load_split
 
     path = Path(args.records)  # checked by _parse
+    task, sp_prefix = _task_of(path), None
     try:
-        metadata = read_metadata(path)
-    except UsageError as e:
-        raise UsageExit(str(e)) from e
-    except DataError as e:
-        raise RuntimeExit(str(e)) from e
-    rows = model.config.batch_size
-    if metadata.batch_size != rows:
-        raise RuntimeExit(
-            f"records in {path} have batches of {metadata.batch_size} rows but the model's "
-            f"memory holds {rows} (its batch_size); score records built with --batch_size={rows}, "
-            "or pass --text to batch a text file for the model"
-        )
-    if metadata.vocab_size and metadata.vocab_size != model.config.vocab_size:
-        raise RuntimeExit(
-            f"records in {path} use a vocabulary of {metadata.vocab_size} tokens but the model "
-            f"{model.config.vocab_size}; score records built with the model's tokenizer"
-        )
-    sp_prefix = None
-    if metadata.tokenizer_sha256:
-        try:
-            sp_prefix = str(find_sp_model(args.sp_model, run_dir))
-        except UsageExit:
-            if args.sp_model:
-                raise
-            logger.warning("no tokenizer found: the records are not checked against one")
-    try:
+        if task is None and read_metadata(path).tokenizer_sha256:
+            try:
+                sp_prefix = str(find_sp_model(args.sp_model, run_dir))
+            except UsageExit:
+                if args.sp_model:
+                    raise
+                logger.warning("no tokenizer found: the records are not checked against one")
         split = load_split(str(path), "scored", sp_prefix)
     except UsageError as e:  # includes ConfigError
         raise UsageExit(str(e)) from e
-    except DataError as e:  # a tokenizer mismatch, damaged records
+    except DataError as e:  # a tokenizer mismatch, damaged records or task split
         raise RuntimeExit(str(e)) from e
+    rows, vocab = model.config.batch_size, model.config.vocab_size
+    fix = (
+        f"write the split with partf-build-data --task={task.name}"
+        if task
+        else "score records built with"
+    )
+    if split.batch_size != rows:
+        raise RuntimeExit(
+            f"{path} has batches of {split.batch_size} rows but the model's memory holds "
+            f"{rows} (its batch_size); {fix} --batch_size={rows}"
+            + ("" if task else ", or pass --text to batch a text file for the model")
+        )
+    # A task's tokens are ids of the model's vocabulary; records are of its tokenizer.
+    if split.vocab_size and (split.vocab_size > vocab if task else split.vocab_size != vocab):
+        raise RuntimeExit(
+            f"{path} uses a vocabulary of {split.vocab_size} tokens but the model {vocab}; "
+            + (f"{fix} --vocab_size <= {vocab}" if task else f"{fix} the model's tokenizer")
+        )
     _check_positions(model, split.num_batches * split.seq_len)
-    return split.dataset, split.text_counts
-
-
-def _mqar_split(path: Path, model: Any) -> tuple[Any, Any, Any]:
-    """(dataset, inputs, targets [batches, B, L]) of an MQAR split, checked against the
-    model as records are."""
-    from partf.data.mqar import read_mqar
-    from partf.errors import DataError
-    from partf.training.splits import task_dataset
-
-    try:
-        settings, _, inputs, targets = read_mqar(path)
-    except DataError as e:  # an invalid mqar.json, or another draw than the one recorded
-        raise RuntimeExit(str(e)) from e
-    rows = model.config.batch_size
-    if settings.batch_size != rows:
-        raise RuntimeExit(
-            f"the MQAR split {path} has batches of {settings.batch_size} rows but the model's "
-            f"memory holds {rows} (its batch_size); write the split with partf-build-data "
-            f"--task=mqar --batch_size={rows}"
-        )
-    if settings.vocab_size > model.config.vocab_size:
-        raise RuntimeExit(
-            f"the MQAR split {path} uses a vocabulary of {settings.vocab_size} tokens but the "
-            f"model {model.config.vocab_size}; write the split with --vocab_size <= "
-            f"{model.config.vocab_size}"
-        )
-    _check_positions(model, inputs.shape[0] * settings.seq_len)
-    return task_dataset(inputs, targets), inputs, targets
+    return split
 
 
 def _text_split(args: argparse.Namespace, model: Any, run_dir: Path) -> tuple[Any, dict]:
@@ -275,16 +254,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     # The block weights go to the evaluator's calls; the model keeps its own eval_mode.
     mode = args.eval_mode or model.config.eval_mode
     model.reset_state("eval")
-    mqar = None  # an MQAR split's (inputs, targets), scored by its answers
-    if args.records and is_mqar(args.records):
-        dataset, inputs, targets = _mqar_split(Path(args.records), model)
-        mqar, counts = (inputs, targets), {}
-    elif args.records:
-        dataset, counts = _records_split(args, model, run_dir)
+    if args.records:
+        split = _records_split(args, model, run_dir)
+        dataset, counts, scored = split.dataset, split.text_counts, split.scored
     else:
-        dataset, counts = _text_split(args, model, run_dir)
+        (dataset, counts), scored = _text_split(args, model, run_dir), False
     evaluator = make_evaluator(
-        model, None, model.config.batch_size, args.jit_compile, mode, accuracy=mqar is not None
+        model, None, model.config.batch_size, args.jit_compile, mode, accuracy=scored
     )
     # Compiling and scoring a split takes from seconds to minutes: say what runs.
     logger.info(
@@ -302,13 +278,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "eval_mode": mode,
         **report,
     }
-    if args.by_distance:  # _parse let it through for an MQAR split only
-        result["by_distance"], result["predictions"] = _by_distance(args, model, mode, mqar, report)
+    if args.by_distance:  # _parse let it through for a task's split only
+        result["by_distance"], result["predictions"] = _by_distance(args, model, mode, report)
     return result
 
 
 def _by_distance(
-    args: argparse.Namespace, model: Any, mode: str, mqar: tuple[Any, Any], report: dict[str, Any]
+    args: argparse.Namespace, model: Any, mode: str, report: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The accuracy per distance bucket of the MQAR split's answers (`to_dict` of each
     `DistanceBucket`) and what the model answers (`answer_summary`), from a second pass
@@ -317,7 +293,7 @@ def _by_distance(
     from partf.training.evaluation import recall_distance as rd
 
     logger.info("scoring %s again, each answer by its distance from its key", args.records)
-    inputs, targets = mqar
+    _, _, inputs, targets = _task_of(args.records).read(args.records)
     try:
         distances = rd.answer_distances(inputs, targets)  # refuses other data first
     except DataError as e:
@@ -362,7 +338,7 @@ def _format(report: dict[str, Any]) -> str:
         else:
             text = f"{value:.4f}"
         lines.append(f"  {label}: {text}")
-    if report.get("accuracy") is not None:  # an MQAR split: the answers exactly right
+    if report.get("accuracy") is not None:  # a task's split: the answers exactly right
         lines.append(
             f"  accuracy (answers exactly right): {100 * report['accuracy']:.2f}% of "
             f"{report['num_tokens']:,} answers"

@@ -1,7 +1,7 @@
 """A study's data: the records its text arms read (existing folders, or built once from
-the plan's text) and the splits of its [mqar] task, each built by `partf-build-data` in
-a folder beside the final one and renamed, so an interrupted build starts over rather
-than leaving half."""
+the plan's text) and the splits of each synthetic task it names ([mqar], ...), each
+built by `partf-build-data` in a folder beside the final one and renamed, so an
+interrupted build starts over rather than leaving half."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from partf import tasks
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan, PlanError
 
@@ -59,32 +60,18 @@ def build_command(plan: Plan, paths: StudyPaths, into: Path) -> list[str]:
     return command
 
 
-def mqar_folders(paths: StudyPaths) -> dict[str, str]:
-    """The splits of the plan's [mqar] task, which the study writes once."""
-    base = paths.out / "data" / "mqar" / "mqar"
+def task_folders(paths: StudyPaths, name: str) -> dict[str, str]:
+    """The splits of the plan's task `name` ([mqar], ...), which the study writes once."""
+    base = paths.out / "data" / name / name
     return {split: f"{base}_{split}" for split in ("train", "valid", "test")}
 
 
-def mqar_command(plan: Plan, into: Path) -> list[str]:
-    """partf-build-data's command that writes the plan's [mqar] splits into `into`."""
-    settings = dict(plan.mqar or {})
-    pairs = settings.pop("pairs")
-    pairs = pairs if isinstance(pairs, list) else [pairs]
-    flag = {
-        "eval_pairs": "mqar_eval_pairs",
-        "train_examples": "mqar_train_examples",
-        "eval_examples": "mqar_eval_examples",
-        "seed": "mqar_seed",
-    }
-    return [
-        sys.executable,
-        "-m",
-        "partf.cli.build_data",
-        "--task=mqar",
-        f"--tfrecords_directory={into / 'mqar'}",
-        f"--mqar_pairs={','.join(str(n) for n in pairs)}",
-        *(f"--{flag.get(key, key)}={value}" for key, value in settings.items()),
-    ]
+def task_command(plan: Plan, name: str, into: Path) -> list[str]:
+    """partf-build-data's command that writes the splits of the plan's task `name` into
+    `into`."""
+    argv = tasks.drawn_tasks()[name].build_argv(plan.tasks[name])
+    return [sys.executable, "-m", "partf.cli.build_data", *argv,
+            f"--tfrecords_directory={into / name}"]  # fmt: skip
 
 
 def _build_aside(
@@ -97,7 +84,7 @@ def _build_aside(
 ) -> None:
     """Runs a partf-build-data `command` (building `what` from `source`) into `partial`,
     then moves what it wrote into `final`, so an interrupted build starts over rather than
-    leaving half. `final` may hold another build's output already (the MQAR splits beside
+    leaving half. `final` may hold another build's output already (a task's splits beside
     the records): only the names this build wrote are replaced."""
     if partial.exists():
         shutil.rmtree(partial)
@@ -119,13 +106,13 @@ def _build_aside(
 
 def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> None:
     """Checks the records exist, or builds them from the plan's text, and writes the
-    splits of its [mqar] task (each once: built aside and renamed)."""
-    if plan.mqar is not None:
-        final = paths.out / "data" / "mqar"
-        if not (final / "mqar_train" / "mqar.json").is_file():
-            partial = paths.out / "data" / "mqar.partial"
-            command = mqar_command(plan, partial)
-            _build_aside(command, final, partial, "the MQAR splits", "the MQAR splits", say)
+    splits of each task it names (each once: built aside and renamed)."""
+    for name in plan.tasks:
+        final = paths.out / "data" / name
+        if not tasks.get(name).owns(task_folders(paths, name)["train"]):
+            partial = paths.out / "data" / f"{name}.partial"
+            what = f"the {name} splits"
+            _build_aside(task_command(plan, name, partial), final, partial, what, what, say)
     if plan.data is None:
         return
     if plan.data.records is not None:

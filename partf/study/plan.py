@@ -18,14 +18,15 @@ scratch (stage 2). Every run is an ordinary `partf-train` run:
     txl = "--architecture='A D A D A D'"
     par = { flags = "--search=par", stage2 = true }
 
-A plan may also name a multi-query associative recall task (`partf.data.mqar`): a
-`[mqar]` table of its settings (`seq_len`, `batch_size`, `vocab_size`, `pairs`, and
-optionally `eval_pairs`, `train_examples`, `eval_examples`, `seed`), and arms with
+A plan may also name a synthetic task (partf.tasks: `mqar`, multi-query associative
+recall; `copy`; ...): a table of its settings named after it (`[mqar]`: `seq_len`,
+`batch_size`, `vocab_size`, `pairs`, and optionally `eval_pairs`, `train_examples`,
+`eval_examples`, `power_a`, `seed`; each a setting of the task's module), and arms with
 `task = "mqar"` train on it (the study writes its splits once under `<out>/data/mqar/`);
-the other arms train on `[data]`, which a plan of recall arms alone may leave out.
+the other arms train on `[data]`, which a plan of task arms alone may leave out.
 Arms with `task = "text+mqar"` ask both questions of one model: they train on `[data]`
 with the [mqar] training split's batches mixed into the stream (`--mix_directory`, one
-after every `--mix_every` text batches) and score its test split by recall at the end
+after every `--mix_every` text batches) and score its test split at the end
 (`--recall_directory`, results.json's "recall"); the [mqar] rows must then have the
 text's `batch_size` and `seq_len` (partf.training.mixing).
 
@@ -55,6 +56,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from partf import tasks
 from partf.errors import UsageError
 
 try:
@@ -62,24 +64,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-#: Keys a plan may hold, at the top and in [data] and in an arm's table.
-TOP_KEYS = ("description", "seeds", "reference", "flags", "results", "data", "mqar", "arms")
-#: Keys of the [mqar] table, each a `partf-build-data --task=mqar` setting.
-MQAR_KEYS = (
-    "seq_len",
-    "batch_size",
-    "vocab_size",
-    "pairs",
-    "eval_pairs",
-    "train_examples",
-    "eval_examples",
-    "seed",
-)
-#: The tasks an arm may train on: the plan's [data], its [mqar] task, or its [data] with
-#: the [mqar] training split mixed in and its test split scored by recall at the end.
-TASKS = ("text", "mqar", "text+mqar")
-#: The tasks that read the [mqar] splits.
-MQAR_TASKS = ("mqar", "text+mqar")
+#: Keys a plan may hold, at the top (and a table per synthetic task, partf.tasks) and in
+#: [data] and in an arm's table.
+TOP_KEYS = ("description", "seeds", "reference", "flags", "results", "data", "arms")
 RECORD_KEYS = ("train", "valid", "test", "sp_model_prefix")
 TEXT_KEYS = ("text", "sp_model_prefix", "vocab_size", "batch_size", "seq_len")
 ARM_KEYS = (
@@ -147,8 +134,9 @@ class Run:
     """One partf-train run of a study: `name` (`<arm>-s<seed>`, or `<arm>-stage2-s<seed>`),
     `arm` (its report row, `<arm>` or `<arm>-stage2`), `seed`, `flags` (all but the output
     folder and name), `after` (the search a stage 2 derives from), `init_from` (the run
-    whose weights it starts from) and `task` ("text", the plan's [data]; "mqar"; or
-    "text+mqar", [data] with the MQAR splits mixed in and scored)."""
+    whose weights it starts from) and `task` ("text", the plan's [data]; a synthetic
+    task's name, such as "mqar"; or "text+mqar", [data] with that task's splits mixed in
+    and scored: partf.tasks.plan_task)."""
 
     name: str
     arm: str
@@ -191,7 +179,8 @@ class Plan:
     arms: tuple[Arm, ...]
     seeds: tuple[int, ...]
     reference: str | None
-    mqar: dict[str, Any] | None = None  # the [mqar] settings, when arms train on it
+    #: The settings table of each synthetic task arms train on ([mqar], ...), by name.
+    tasks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     results: Path | None = None  # where its report and run records are kept, or None
 
     def results_folder(self, out: Path | None) -> Path:
@@ -376,9 +365,11 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
         for key in ("init_from", "matched"):
             if not isinstance(value.get(key, ""), str):
                 raise _fail(path, f"arms.{name}.{key} must name an arm of the plan.")
-        task = value.get("task", "text")
-        if task not in TASKS:
-            raise _fail(path, f"arms.{name}.task must be one of {', '.join(TASKS)}, not {task!r}.")
+        task = value.get("task", tasks.records_task().name)
+        try:
+            tasks.plan_task(task)
+        except UsageError as e:
+            raise _fail(path, f"arms.{name}.{e}.") from None
         return Arm(
             name,
             _flags(path, f"arms.{name}.flags", value.get("flags", "")),
@@ -393,25 +384,20 @@ def _arm(path: Path, name: str, value: Any) -> Arm:
     return Arm(name, _flags(path, f"arms.{name}", value))
 
 
-def _mqar(path: Path, table: Any) -> dict[str, Any]:
-    """The [mqar] settings, checked for form (partf-build-data checks their sense)."""
+def _task_table(path: Path, task: Any, table: Any) -> dict[str, Any]:
+    """A synthetic task's settings table, checked (partf-build-data writes its splits)."""
+    where = f"[{task.name}]"
     if not isinstance(table, dict):
-        raise _fail(path, "[mqar] must be a table of settings (seq_len, pairs, ...).")
-    _unknown(path, "[mqar]", table, MQAR_KEYS)
-    for key in ("seq_len", "batch_size", "pairs"):
+        raise _fail(path, f"{where} must be a table of settings ({', '.join(task.required)}, ...).")
+    _unknown(path, where, table, [field.name for field in dataclasses.fields(task.options)])
+    for key in task.required:
         if key not in table:
-            raise _fail(path, f"[mqar] needs {key}.")
-    settings = {}
-    for key, value in table.items():
-        values = value if key == "pairs" and isinstance(value, list) else [value]
-        if not values or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seed" else 1)
-            for v in values
-        ):
-            kind = "a positive integer or a list of them" if key == "pairs" else "an integer"
-            raise _fail(path, f"[mqar] {key} must be {kind}, not {value!r}.")
-        settings[key] = value
-    return settings
+            raise _fail(path, f"{where} needs {key}.")
+    try:
+        task.settings_of(table)
+    except UsageError as e:
+        raise _fail(path, f"{where} {e}.") from None
+    return dict(table)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -428,7 +414,7 @@ def load_plan(path: str | Path) -> Plan:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise _fail(path, f"not valid TOML ({e}).") from None
-    _unknown(path, "the plan", table, TOP_KEYS)
+    _unknown(path, "the plan", table, (*TOP_KEYS, *tasks.drawn_tasks()))
     arms_table = table.get("arms")
     if not isinstance(arms_table, dict) or not arms_table:
         raise _fail(path, "[arms] is missing or empty; name at least one arm.")
@@ -462,23 +448,32 @@ def load_plan(path: str | Path) -> Plan:
                 f"arms.{arm.name}.matched {arm.matched!r} is not another arm; name the arm "
                 f"trained as long as it with nothing removed, one of {list(by_name)}.",
             )
-    mqar = _mqar(path, table["mqar"]) if "mqar" in table else None
-    recall = [arm for arm in arms if arm.task in MQAR_TASKS]
-    if recall and mqar is None:
-        raise _fail(
-            path,
-            f"arm {recall[0].name} has task = '{recall[0].task}' but the plan has no [mqar] table.",
-        )
-    text_arms = any(arm.task != "mqar" for arm in arms)
-    data = _data(path, table.get("data")) if text_arms or "data" in table else None
-    mixed = [arm.name for arm in arms if arm.task == "text+mqar"]
-    if mixed and data is not None and data.text is not None:
-        shape, text_shape = (mqar["batch_size"], mqar["seq_len"]), (data.batch_size, data.seq_len)
-        if shape != text_shape:
+    drawn = tasks.drawn_tasks()
+    tables = {name: _task_table(path, drawn[name], table[name]) for name in drawn if name in table}
+    text_arms = False
+    for arm in arms:
+        trained, mixed = tasks.plan_task(arm.task)
+        text_arms = text_arms or not trained.drawn
+        needed = mixed or trained
+        if needed.drawn and needed.name not in tables:
             raise _fail(
                 path,
-                f"arm {mixed[0]} mixes [mqar] batches of {shape[0]}x{shape[1]} into [data] "
-                f"batches of {text_shape[0]}x{text_shape[1]}; give [mqar] the batch_size "
+                f"arm {arm.name} has task = '{arm.task}' but the plan has no "
+                f"[{needed.name}] table.",
+            )
+    data = _data(path, table.get("data")) if text_arms or "data" in table else None
+    for arm in arms:
+        mixed = tasks.plan_task(arm.task)[1]
+        if mixed is None or data is None or data.text is None:
+            continue
+        rows = tables[mixed.name]
+        shape, text_shape = (rows["batch_size"], rows["seq_len"]), (data.batch_size, data.seq_len)
+        if shape != text_shape:
+            where = f"[{mixed.name}]"
+            raise _fail(
+                path,
+                f"arm {arm.name} mixes {where} batches of {shape[0]}x{shape[1]} into [data] "
+                f"batches of {text_shape[0]}x{text_shape[1]}; give {where} the batch_size "
                 "and seq_len of [data].",
             )
     reference = table.get("reference")
@@ -494,6 +489,6 @@ def load_plan(path: str | Path) -> Plan:
         arms=arms,
         seeds=tuple(seeds),
         reference=reference,
-        mqar=mqar,
+        tasks=tables,
         results=Path(_folder(path, "results", table["results"])) if "results" in table else None,
     )

@@ -37,8 +37,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from partf import tasks
 from partf.atomic import atomic_write_text
-from partf.study.data import mqar_folders, records_of, tokenizer_of
+from partf.study.data import records_of, task_folders, tokenizer_of
 from partf.study.paths import StudyPaths
 from partf.study.plan import Plan, Run
 
@@ -54,8 +55,9 @@ def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
         own.append(f"--init_from={paths.checkpoints(run.init_from)}")
     if run.after is not None:  # stage 2: the search's data, settings and seed
         return [f"--from_search={paths.checkpoints(run.after)}", *own, *run.flags]
-    if run.task == "mqar":
-        folders = mqar_folders(paths)
+    trained, mixed = tasks.plan_task(run.task)
+    if trained.drawn:
+        folders = task_folders(paths, trained.name)
         return [*(f"--{k}_directory={v}" for k, v in folders.items()), *run.flags,
                 f"--seed={run.seed}", *own]  # fmt: skip
     records = records_of(plan, paths)
@@ -66,8 +68,8 @@ def train_args(plan: Plan, paths: StudyPaths, run: Run) -> list[str]:
     tokenizer = tokenizer_of(plan, paths)
     if tokenizer:
         data.append(f"--sp_model_prefix={tokenizer}")
-    if run.task == "text+mqar":  # recall asked of the text model: trained and scored
-        folders = mqar_folders(paths)
+    if mixed is not None:  # a task asked of the text model: trained and scored
+        folders = task_folders(paths, mixed.name)
         data += [f"--mix_directory={folders['train']}", f"--recall_directory={folders['test']}"]
     return [*data, *run.flags, f"--seed={run.seed}", *own]
 

@@ -1,7 +1,7 @@
 """Recall beside perplexity: MQAR batches mixed into a stream of text batches.
 
 A text run can be asked the question of associative recall on its own data: with
-`--mix_directory`, one batch of an MQAR split (partf.data.mqar) goes into the training
+`--mix_directory`, one batch of an MQAR split (partf.tasks.mqar) goes into the training
 stream after every `--mix_every` text batches, and with `--recall_directory` an MQAR
 split is scored at the end by its exact answers, beside the text's perplexity. This
 module makes the mixed stream from the two streams of batches;

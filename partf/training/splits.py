@@ -82,7 +82,8 @@ class Split:
     vocab_size: int | None
     text_counts: dict[str, int | None]
     mask_id: int | None = None
-    task: str = "text"
+    task: str = "text"  # the task whose split it is (partf.tasks)
+    scored: bool = False  # accuracy on the scored positions, beside the loss
 
 
 def load_split(directory: str, what: str, sp_model_prefix: str | None = None) -> Split:
@@ -97,7 +98,7 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     Returns:
         A `Split` whose dataset has a known length (so the progress bar has an ETA).
     """
-    from partf.data.mqar import is_mqar
+    from partf import tasks
     from partf.data.tokenizer import model_path
 
     path = Path(directory)
@@ -106,8 +107,9 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
             f"{what} records {path} do not exist; build them with ./create_tfrecords.sh "
             f"or point --{what}_directory at a folder of .tfrecords files."
         )
-    if is_mqar(path):
-        return _mqar_split(path)
+    task = tasks.of_folder(path)
+    if task is not None:
+        return _drawn_split(task, path)
     on_tensorflow = keras.backend.backend() == "tensorflow"
     if on_tensorflow:
         from partf.data.tfrecords import read_metadata
@@ -155,32 +157,26 @@ def load_split(directory: str, what: str, sp_model_prefix: str | None = None) ->
     )
 
 
-def _mqar_split(path: Path) -> Split:
-    """An MQAR split (partf.data.mqar): its examples drawn again from the folder's
-    settings, as a `tf.data.Dataset` on TensorFlow and `ArrayBatches` elsewhere."""
-    from partf.data.mqar import read_mqar
+def _drawn_split(task: Any, path: Path) -> Split:
+    """A split of a drawn task (partf.tasks.base.DrawnTask): its examples drawn again
+    from the folder's settings, as a `tf.data.Dataset` on TensorFlow and `ArrayBatches`
+    elsewhere."""
+    settings, _, inputs, targets = task.read(path)
+    dataset: Any = ArrayBatches(inputs, targets)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
 
-    settings, _, inputs, targets = read_mqar(path)
+        dataset = tf.data.Dataset.from_tensor_slices((inputs, targets))
     return Split(
-        task_dataset(inputs, targets),
+        dataset,
         int(inputs.shape[0]),
         settings.batch_size,
         settings.seq_len,
         settings.vocab_size,
         {},
-        task="mqar",
+        task=task.name,
+        scored=task.scores_accuracy,
     )
-
-
-def task_dataset(inputs: np.ndarray, targets: np.ndarray) -> Any:
-    """A task's batches (MQAR's: inputs and their own targets, int32 [batches, B, L]) as
-    the backend's evaluators and `fit` take them: a `tf.data.Dataset` on TensorFlow,
-    `ArrayBatches` elsewhere."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.data.Dataset.from_tensor_slices((inputs, targets))
-    return ArrayBatches(inputs, targets)
 
 
 def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
@@ -212,8 +208,8 @@ class RunData:
         vocab_size: from the records' metadata, else the tokenizer.
         total_steps: updates the run makes: epochs x batches per epoch, capped by max_steps.
         masking: how the training batches are masked (--objective=mlm), else None.
-        recall: the MQAR split scored by its answers at the end (--recall_directory),
-            else None.
+        recall: a drawn task's split scored by its answers at the end
+            (--recall_directory), else None.
     """
 
     train: Split
@@ -230,10 +226,10 @@ class RunData:
         return self.train.num_batches
 
     @property
-    def task(self) -> str:
-        """ "text" (language modelling) or "mqar" (associative recall: scored on its answers
-        alone, accuracy reported beside the loss)."""
-        return self.train.task
+    def scored(self) -> bool:
+        """Whether the run's task reports accuracy on its scored positions beside the loss
+        (a drawn task: partf.tasks)."""
+        return self.train.scored
 
     @property
     def tokens_per_batch(self) -> int:
@@ -246,11 +242,11 @@ def load_data(config: TrainConfig) -> RunData:
 
     With --mix_directory the training split is the mixed stream of
     `partf.training.mixing`, and its `num_batches` (the batches per epoch) counts the
-    MQAR batches too.
+    task's batches too.
 
     Raises:
         ConfigError: a missing folder, splits of different batch shapes, no way to tell
-            the vocabulary size, an MQAR split that does not fit the text.
+            the vocabulary size, a task's split that does not fit the text.
         DataError: empty or damaged records.
     """
     sp = config.sp_model_prefix
@@ -271,7 +267,7 @@ def load_data(config: TrainConfig) -> RunData:
                 f"{train.task}; give every split of the same task."
             )
     vocab_size = vocab_size_of([s for s in (train, valid, test) if s], sp)
-    # An MQAR split scored by its answers at the end, and one mixed into the training.
+    # A task's split scored by its answers at the end, and one mixed into the training.
     recall = None
     if config.recall_directory:
         recall = task_split(config.recall_directory, "--recall_directory", train, vocab_size)
@@ -311,67 +307,71 @@ def load_data(config: TrainConfig) -> RunData:
 
 
 def task_split(directory: str, flag: str, train: Split, vocab_size: int) -> Split:
-    """The MQAR split `directory` names (`flag` is its flag, for messages), checked to fit
-    the training records: the same batch shape, and its tokens ids of the text's
-    vocabulary (partf.training.mixing).
+    """The drawn task's split `directory` names (`flag` is its flag, for messages),
+    checked to fit the training records: the same batch shape, and its tokens ids of the
+    text's vocabulary (partf.training.mixing).
 
     Raises:
-        ConfigError: not an MQAR split, another batch shape, too large a vocabulary.
+        ConfigError: not a task's split, another batch shape, too large a vocabulary.
         DataError: a damaged split file.
     """
-    from partf.data.mqar import is_mqar
+    from partf import tasks
 
-    if not is_mqar(directory):
+    task = tasks.of_folder(directory)
+    if task is None:
+        shape = f"--batch_size={train.batch_size} --seq_len={train.seq_len}"
         raise ConfigError(
-            f"{flag} {directory} is not an MQAR split (a folder with mqar.json); write one "
-            f"with partf-build-data --task=mqar --batch_size={train.batch_size} "
-            f"--seq_len={train.seq_len}."
+            f"{flag} {directory} is not a task's split (a folder with <task>.json: "
+            f"{', '.join(t.marker for t in tasks.drawn_tasks().values())}); write one with "
+            f"partf-build-data --task=<task> {shape}."
         )
-    split = _mqar_split(Path(directory))
+    split = _drawn_split(task, Path(directory))
     if (split.batch_size, split.seq_len) != (train.batch_size, train.seq_len):
         raise ConfigError(
             f"{flag} {directory} has batches of {split.batch_size}x{split.seq_len} but the "
-            f"training records {train.batch_size}x{train.seq_len}; build the [mqar] split "
-            f"with the text's --batch_size={train.batch_size} and --seq_len={train.seq_len}."
+            f"training records {train.batch_size}x{train.seq_len}; build the [{task.name}] "
+            f"split with the text's --batch_size={train.batch_size} and "
+            f"--seq_len={train.seq_len}."
         )
     if split.vocab_size > vocab_size:
         raise ConfigError(
-            f"{flag} {directory} has an MQAR vocabulary of {split.vocab_size} tokens but the "
-            f"text's has {vocab_size}; build the [mqar] split with --vocab_size <= "
-            f"{vocab_size}, its tokens being ids of the text's vocabulary."
+            f"{flag} {directory} has a {task.name} vocabulary of {split.vocab_size} tokens "
+            f"but the text's has {vocab_size}; build the [{task.name}] split with "
+            f"--vocab_size <= {vocab_size}, its tokens being ids of the text's vocabulary."
         )
     return split
 
 
-def mixed_split(train: Split, mqar: Split, every: int) -> Split:
-    """`train` with a batch of `mqar` after every `every` of its batches
+def mixed_split(train: Split, task: Split, every: int) -> Split:
+    """`train` with a batch of `task` after every `every` of its batches
     (`partf.training.mixing`): a split of `train.num_batches + train.num_batches // every`
     batches, of the same kind as `train.dataset` (a `tf.data.Dataset`, or `ArrayBatches`)."""
     from partf.training.mixing import mix_choices, mixed_arrays, mixed_dataset
 
     choices = mix_choices(train.num_batches, every)
     if isinstance(train.dataset, ArrayBatches):
-        text, task = train.dataset, mqar.dataset
-        mixed = mixed_arrays((text.inputs, text.targets), (task.inputs, task.targets), choices)
+        text, rows = train.dataset, task.dataset
+        mixed = mixed_arrays((text.inputs, text.targets), (rows.inputs, rows.targets), choices)
         dataset: Any = ArrayBatches(*mixed)
     else:
-        dataset = mixed_dataset(train.dataset, mqar.dataset, choices)
+        dataset = mixed_dataset(train.dataset, task.dataset, choices)
     return dataclasses.replace(train, dataset=dataset, num_batches=len(choices))
 
 
 def _mix(config: TrainConfig, train: Split, vocab_size: int) -> Split:
     """The training split with the batches of --mix_directory mixed in."""
-    if train.task != "text":
+    if train.scored:
         raise ConfigError(
-            f"--mix_directory mixes MQAR batches into text, but the training records are "
+            f"--mix_directory mixes a task's batches into text, but the training records are "
             f"{train.task} data; drop --mix_directory or train on text records."
         )
-    mqar = task_split(config.mix_directory, "--mix_directory", train, vocab_size)
-    mixed = mixed_split(train, mqar, config.mix_every)
+    task = task_split(config.mix_directory, "--mix_directory", train, vocab_size)
+    mixed = mixed_split(train, task, config.mix_every)
     logger.info(
-        "%d MQAR batches of %s mixed into the %d text batches of each epoch (one after every "
+        "%d %s batches of %s mixed into the %d text batches of each epoch (one after every "
         "%d): %d batches per epoch",
         mixed.num_batches - train.num_batches,
+        task.task,
         config.mix_directory,
         train.num_batches,
         config.mix_every,

@@ -277,14 +277,14 @@ class Trainer:
             log_run_start(paths, built, data, resumed.step)
 
             def new_evaluator(mode: str | None = None, accuracy: bool | None = None) -> Any:
-                # A recall task is scored by its exact answers, beside the loss.
-                accuracy = data.task == "mqar" if accuracy is None else accuracy
+                # A drawn task is scored by its exact answers, beside the loss.
+                accuracy = data.scored if accuracy is None else accuracy
                 return make_evaluator(
                     built.model, strategy, data.train.batch_size, config.jit_compile, mode, accuracy
                 )
 
             self.evaluator = evaluator = new_evaluator()
-            # --recall_directory: an MQAR split scored by its answers at the end.
+            # --recall_directory: a task's split scored by its answers at the end.
             recall = new_evaluator(accuracy=True) if data.recall is not None else None
             self.progress = progress = RunProgress(
                 data.batches_per_epoch, data.total_steps, data.tokens_per_batch

@@ -218,9 +218,20 @@ def test_help(capsys):
     out = capsys.readouterr().out
     flags = "text_file vocab_size sp_model_prefix shards batch_size seq_len tfrecords_directory"
     for flag in flags.split():
-        assert f"--{flag}:" in out
+        assert f"--{flag} " in out
     for flag in ["from_directory", "train_tokenizer", "lowercase", "overwrite"]:
-        assert f"--[no]{flag}:" in out  # absl booleans: --flag, --noflag, --flag=false
+        assert f"--{flag} [BOOL]" in out  # absl booleans: --flag, --noflag, --flag=false
+    # Each task adds its own flags (partf.tasks), the default records task's first.
+    assert "--task {text," in out and "--mqar_pairs MQAR_PAIRS" in out
+    assert "[data/tokenizer/wiki2_12k]" in " ".join(out.split())  # its default
+
+
+def test_absl_spellings_of_booleans_still_parse():
+    from partf.cli.build_data import build_parser
+
+    args = build_parser().parse_args(["--nolowercase", "--overwrite=false", "--train_tokenizer"])
+    assert (args.lowercase, args.overwrite, args.train_tokenizer) == (False, False, True)
+    assert build_parser().parse_args(["--lowercase=0"]).lowercase is False
 
 
 def test_process_exit_code_and_one_line(tmp_path):

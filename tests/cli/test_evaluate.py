@@ -199,7 +199,7 @@ def test_a_masked_language_model_is_refused_in_one_line(trained, capsys, tmp_pat
 @pytest.fixture(scope="module")
 def mqar_model(tmp_path_factory) -> dict:
     """MQAR splits and a small model fitted on them for a few seconds, saved as .keras."""
-    from partf.data.mqar import MQARSettings, write_mqar
+    from partf.tasks.mqar import MQARSettings, write_mqar
     from tests.training.evaluation.helpers import MQAR, trained_mqar_model
 
     root = tmp_path_factory.mktemp("mqar")

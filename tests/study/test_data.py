@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import partf.study.data as study_data
-from partf.study.data import build_command, mqar_command, prepare_data, records_of, tokenizer_of
+from partf.study.data import build_command, prepare_data, records_of, task_command, tokenizer_of
 from partf.study.paths import StudyPaths
 from partf.study.plan import PlanError, load_plan
 
@@ -74,7 +74,7 @@ def test_the_build_command_splits_one_file_or_reads_a_folder(tmp_path):
 
 
 def test_the_mqar_command_passes_each_setting_as_its_flag(tmp_path):
-    command = mqar_command(plan_of(tmp_path, RECALL), tmp_path / "into")
+    command = task_command(plan_of(tmp_path, RECALL), "mqar", tmp_path / "into")
     assert "--task=mqar" in command and "--mqar_pairs=4,8" in command
     assert "--mqar_eval_pairs=8" in command and "--seq_len=64" in command
     assert "--mqar_seed=5" in command and "--batch_size=8" in command
@@ -108,8 +108,8 @@ def test_the_mqar_splits_are_built_aside_once_and_moved_in(tmp_path, monkeypatch
     count = tmp_path / "count"
     monkeypatch.setattr(
         study_data,
-        "mqar_command",
-        lambda plan, into: [sys.executable, "-c", FAKE_BUILD, str(into), str(count)],
+        "task_command",
+        lambda plan, name, into: [sys.executable, "-c", FAKE_BUILD, str(into), str(count)],
     )
     paths = StudyPaths(tmp_path / "out")
     final = paths.out / "data" / "mqar"
@@ -127,16 +127,18 @@ def test_the_mqar_splits_are_built_aside_once_and_moved_in(tmp_path, monkeypatch
     ]
     assert sorted(p.name for p in (final / "mqar_train").iterdir()) == ["mqar.json"]
     assert not (paths.out / "data" / "mqar.partial").exists()
-    assert said == [f"building the MQAR splits into {final}"]
+    assert said == [f"building the mqar splits into {final}"]
     prepare_data(plan, paths, said.append)  # built already: nothing runs
     assert count.read_text() == "x" and len(said) == 1
 
 
 def test_a_failed_build_names_its_source_and_leaves_nothing_in_place(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        study_data, "mqar_command", lambda plan, into: [sys.executable, "-c", "raise SystemExit(3)"]
+        study_data,
+        "task_command",
+        lambda plan, name, into: [sys.executable, "-c", "raise SystemExit(3)"],
     )
     paths = StudyPaths(tmp_path / "out")
-    with pytest.raises(PlanError, match=r"partf-build-data failed \(status 3\) on the MQAR"):
+    with pytest.raises(PlanError, match=r"partf-build-data failed \(status 3\) on the mqar"):
         prepare_data(plan_of(tmp_path, RECALL), paths, lambda line: None)
     assert not (paths.out / "data" / "mqar").exists()

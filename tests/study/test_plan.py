@@ -221,7 +221,7 @@ soft = { task = "mqar", flags = "--architecture='A D'" }
 
 def test_recall_arms_read_the_studys_mqar_splits_and_need_no_text(tmp_path):
     plan = load_plan(write(tmp_path, RECALL_HEAD + MQAR + RECALL_ARMS))
-    assert plan.data is None and plan.mqar["pairs"] == [4, 8]
+    assert plan.data is None and plan.tasks["mqar"]["pairs"] == [4, 8]
     paths = StudyPaths(tmp_path / "out")
     (run,) = plan.runs()
     args = train_args(plan, paths, run)
@@ -245,7 +245,7 @@ def test_a_plan_mixing_text_and_recall_arms_gives_each_its_data(tmp_path):
     ("change", "message"),
     [
         ('task = "mqar"', r"has no \[mqar\] table"),
-        ('task = "vision"', r"task must be one of text, mqar, text\+mqar"),
+        ('task = "vision"', r"task must be one of text, .*mqar, .*text\+mqar, not 'vision'"),
         ('task = "text+mqar"', r"arm r has task = 'text\+mqar' but the plan has no \[mqar\]"),
     ],
 )
@@ -332,7 +332,7 @@ def test_a_stage_2_or_conversion_of_a_text_and_recall_arm_keeps_its_data(tmp_pat
     ("table", "message"),
     [
         ("seq_len = 64\nbatch_size = 8", "needs pairs"),
-        ("seq_len = 64\nbatch_size = 8\npairs = [4, 0]", "pairs must be a positive"),
+        ("seq_len = 64\nbatch_size = 8\npairs = [4, 0]", "pairs must be positive"),
         ("seq_len = 64\nbatch_size = 8\npairs = 4\nwidth = 3", "unknown key 'width'"),
         ("seq_len = 'long'\nbatch_size = 8\npairs = 4", "seq_len must be an integer"),
     ],

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from partf.data.mqar import MQARSettings, write_mqar
 from partf.run_folder import COST_TABLE_FILE
 from partf.serialization import KINDS, FormatError
+from partf.tasks.mqar import MQARSettings, write_mqar
 from partf.training import cost_table as cost_table_module
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.cost_table import (

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from partf.data.mqar import MQARSettings, write_mqar
+from partf.tasks.mqar import MQARSettings, write_mqar
 from partf.training.mixing import MQAR, TEXT, mix_choices
 from partf.training.splits import ArrayBatches, Split, mixed_split
 

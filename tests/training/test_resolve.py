@@ -39,7 +39,7 @@ class FakeData:
 def _data_shape(plan: Any, task: str) -> tuple[int, int]:
     """(vocabulary size, batch rows) of a run's records."""
     if task == "mqar":
-        return plan.mqar["vocab_size"], plan.mqar["batch_size"]
+        return plan.tasks[task]["vocab_size"], plan.tasks[task]["batch_size"]
     return plan.data.vocab_size, plan.data.batch_size
 
 

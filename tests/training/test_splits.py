@@ -114,7 +114,7 @@ def mqar_folders(tmp_path_factory):
     """MQAR splits that fit the `train` records (`fit_train`: 2 batches of 2 x 4,
     `fit_test`: 1), and that do not (`wide_*`: 4 rows a batch; `large_*`: vocabulary 64,
     above the records' 50). The `train` records themselves are no MQAR split."""
-    from partf.data.mqar import MQARSettings, write_mqar
+    from partf.tasks.mqar import MQARSettings, write_mqar
 
     root = tmp_path_factory.mktemp("mqar")
     small = dict(seq_len=4, pairs=(1,), vocab_size=8, train_examples=4, eval_examples=2)
@@ -125,11 +125,11 @@ def mqar_folders(tmp_path_factory):
 
 
 def test_a_mixed_run_counts_the_mqar_batches_in_its_epochs(records, mqar_folders):
-    from partf.data.mqar import read_mqar
+    from partf.tasks.mqar import read_mqar
 
     data = load_data(config(records, mix_directory=str(mqar_folders / "fit_train"), mix_every=1))
     assert data.batches_per_epoch == 6 and data.total_steps == 12
-    assert data.task == "text" and data.vocab_size == VOCAB and data.recall is None
+    assert not data.scored and data.vocab_size == VOCAB and data.recall is None
     got = list(data.train.dataset.as_numpy_iterator())
     _, _, mqar_inputs, mqar_targets = read_mqar(mqar_folders / "fit_train")
     for position, index in ((1, 0), (3, 1), (5, 0)):  # after each text batch, cycling
@@ -138,7 +138,7 @@ def test_a_mixed_run_counts_the_mqar_batches_in_its_epochs(records, mqar_folders
     # A run resumed at step 8 finishes epoch 1 from its third batch, in the mixed stream.
     assert plan_segments(8, data.batches_per_epoch, data.total_steps) == [Segment(1, 2, 2, 6)]
     recall = load_data(config(records, recall_directory=str(mqar_folders / "fit_test")))
-    assert recall.batches_per_epoch == 3 and recall.recall.task == "mqar"
+    assert recall.batches_per_epoch == 3 and recall.recall.task == "mqar" and recall.recall.scored
     assert recall.recall.num_batches == 1
 
 
@@ -156,13 +156,13 @@ def test_a_mixed_run_counts_the_mqar_batches_in_its_epochs(records, mqar_folders
         ),
         (
             {"mix_directory": "large_train"},
-            r"^--mix_directory .*large_train has an MQAR vocabulary of 64 tokens but the "
+            r"^--mix_directory .*large_train has a mqar vocabulary of 64 tokens but the "
             r"text's has 50; build the \[mqar\] split with --vocab_size <= 50",
         ),
         (
             {"recall_directory": "train"},
-            r"^--recall_directory .*train is not an MQAR split .*partf-build-data --task=mqar "
-            r"--batch_size=2 --seq_len=4\.$",
+            r"^--recall_directory .*train is not a task's split .*mqar\.json.*partf-build-data "
+            r"--task=<task> --batch_size=2 --seq_len=4\.$",
         ),
     ],
 )

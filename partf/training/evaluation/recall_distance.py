@@ -1,7 +1,7 @@
 """MQAR accuracy by the distance between a key's pair and its query.
 
 A model that recalls some answers and not others shows it here: each answer of an MQAR
-split (partf.data.mqar) is put in a bucket by its distance, the query's position minus
+split (partf.tasks.mqar) is put in a bucket by its distance, the query's position minus
 the position of its key in the pair (`k v ... k`: the key occurs exactly once before
 its query), and each bucket counts its answers and those predicted exactly. Buckets are
 half-open token ranges, [0, 16), [16, 32), ... by default, and only those holding
@@ -103,7 +103,7 @@ def answer_distances(inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
     if inputs.shape != targets.shape or inputs.ndim < 1:
         raise UsageError(
             f"inputs {inputs.shape} and targets {targets.shape} must have the same shape "
-            "[..., L]; pass an MQAR split's arrays as partf.data.mqar.read_mqar returns them"
+            "[..., L]; pass an MQAR split's arrays as partf.tasks.mqar.read_mqar returns them"
         )
     length = inputs.shape[-1]
     rows_x, rows_y = inputs.reshape(-1, length), targets.reshape(-1, length)
@@ -259,7 +259,7 @@ def accuracy_by_distance(
         model: a model of partf's contract, whatever its memory (the rows are scored in
             stream order, as the evaluator scores them).
         inputs, targets: an MQAR split's int [batches, B, L], as
-            `partf.data.mqar.read_mqar` returns them.
+            `partf.tasks.mqar.read_mqar` returns them.
         edges: the buckets' edges (`bucket_counts`).
         mode, jit_compile: as `split_predictions`.
 

@@ -41,7 +41,7 @@ def trained_mqar_model(mem_len: int = 0, seed: int = 0) -> PARTransformerXL:
     """A model fitted for one pass over MQAR's 64 training batches (a few seconds):
     it has learned to answer with values, not yet to recall, so about one answer in five
     is right, spread over every distance."""
-    from partf.data.mqar import MQARSettings, draw_split
+    from partf.tasks.mqar import MQARSettings, draw_split
 
     inputs, targets = draw_split(MQARSettings(**MQAR), "train")
     keras.utils.set_random_seed(seed)

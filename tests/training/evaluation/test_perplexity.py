@@ -152,8 +152,8 @@ def test_accuracy_counts_exact_answers_at_scored_positions_only():
     """A recall task's accuracy (MQAR): the evaluator's count of correct targets equals a
     direct count of argmax == target over the positions whose target is not 0, and the
     positions with target 0 (everything but the answers) are not counted."""
-    from partf.data.mqar import MQARSettings, draw_split
     from partf.models import ModelConfig, PARTransformerXL
+    from partf.tasks.mqar import MQARSettings, draw_split
 
     settings = MQARSettings(
         seq_len=16, pairs=(3,), vocab_size=16, batch_size=4, train_examples=8,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from partf.data.mqar import MQARSettings, draw_split
 from partf.errors import DataError, UsageError
+from partf.tasks.mqar import MQARSettings, draw_split
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.evaluation.recall_distance import (
     DEFAULT_EDGES,

@@ -8,17 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from partf.data.mqar import (
-    MQAR_FILE,
+from partf.errors import DataError, UsageError
+from partf.tasks.mqar import (
+    TASK,
     MQARSettings,
     draw_examples,
     draw_split,
     is_mqar,
-    parse_pairs,
     read_mqar,
     write_mqar,
 )
-from partf.errors import DataError, UsageError
 
 SMALL = MQARSettings(
     seq_len=64, pairs=(2, 4, 8), vocab_size=64, batch_size=8, train_examples=256,
@@ -67,7 +66,9 @@ def test_same_seed_same_bytes_and_splits_differ():
     assert a[0].tobytes() == b[0].tobytes() and a[1].tobytes() == b[1].tobytes()
     test = draw_split(SMALL, "test")
     assert not np.array_equal(a[0][: test[0].shape[0]], test[0])
-    other = draw_split(MQARSettings(**{**SMALL.to_dict(), "pairs": (2, 4, 8), "seed": 1}), "train")
+    other = draw_split(
+        MQARSettings(**{**TASK.to_dict(SMALL), "pairs": (2, 4, 8), "seed": 1}), "train"
+    )
     assert not np.array_equal(a[0], other[0])
 
 
@@ -92,17 +93,35 @@ def test_train_cycles_through_pair_counts_and_eval_uses_the_largest():
     ],
 )
 def test_bad_settings_are_refused_in_one_line(change, words):
-    values = {**SMALL.to_dict(), **change}
+    values = {**TASK.to_dict(SMALL), **change}
     values["pairs"] = tuple(values["pairs"])
     with pytest.raises(UsageError, match=words) as caught:
         MQARSettings(**values)
     assert "\n" not in str(caught.value)
 
 
-def test_parse_pairs():
-    assert parse_pairs("4, 8,16") == (4, 8, 16)
-    with pytest.raises(UsageError, match="whole numbers"):
-        parse_pairs("4,x")
+def test_the_build_flags_give_the_settings_and_the_draws_stay_those_of_earlier_splits(tmp_path):
+    """partf-build-data's --mqar_<setting> flags (the shared --seq_len, --batch_size and
+    --vocab_size) make the settings, and their mqar.json is byte for byte the one partf
+    wrote before tasks had a package (sha256 of 21671d2's draws): studies' run records
+    depend on the same examples."""
+    from partf.cli.build_data import build_parser, options_of
+
+    argv = ["--task=mqar", "--seq_len=64", "--batch_size=8", "--vocab_size=64",
+            "--mqar_pairs=2,4,8", "--mqar_train_examples=256",
+            "--mqar_eval_examples=64"]  # fmt: skip
+    assert TASK.settings_of(options_of(TASK, build_parser().parse_args(argv))) == SMALL
+    folders = write_mqar(tmp_path / "mq", SMALL)
+    digests = {
+        split: json.loads((f / "mqar.json").read_text())["sha256"] for split, f in folders.items()
+    }
+    assert digests == {
+        "train": "8f0da39e0d48970ebffbb3f5708e095e451a267480ebe12f48a46088c66bc686",
+        "valid": "cbbbb62ccc18912c370d2f5bc4d2eeab5ab8ab19bcaf7f5598fb65b0b040caf7",
+        "test": "27479fd7b1b7050929df1b6695ae74f91809959bee408036b5ecfc3b46671a68",
+    }
+    record = json.loads((folders["train"] / "mqar.json").read_text())
+    assert record["settings"]["eval_pairs"] is None and record["answers"] == 1192
 
 
 def test_written_splits_read_back_identically(tmp_path):
@@ -119,7 +138,7 @@ def test_written_splits_read_back_identically(tmp_path):
 
 def test_altered_or_broken_files_are_refused_naming_the_file(tmp_path):
     folder = write_mqar(tmp_path / "mq", SMALL)["train"]
-    path = folder / MQAR_FILE
+    path = folder / TASK.marker
     record = json.loads(path.read_text())
     record["sha256"] = "0" * 64
     path.write_text(json.dumps(record))
@@ -127,7 +146,7 @@ def test_altered_or_broken_files_are_refused_naming_the_file(tmp_path):
         read_mqar(folder)
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
     path.write_text("{not json")
-    with pytest.raises(DataError, match="not a valid MQAR split"):
+    with pytest.raises(DataError, match="not a valid mqar split"):
         read_mqar(folder)
     record["format_version"] = 99
     path.write_text(json.dumps(record))

@@ -15,11 +15,8 @@ as noise). The query slots follow Zoology's power law (`power_a`, 0.01): slot s 
 `(L - 2n) / 2` slots is chosen with weight proportional to (s + 1)^(a - 1), so most
 queries sit close to the pairs and some far away.
 
-A split is a folder holding `mqar.json`: the settings and seed it is drawn from and the
-sha256 of the arrays they give. The examples are drawn again, deterministically, when
-the folder is read (numpy only, so the JAX path reads it without TensorFlow), and a
-different draw (another numpy, another partf) is refused rather than trained on. Train,
-valid and test are drawn from different streams of the same seed.
+A split is a folder holding `mqar.json` (`partf.tasks.base.DrawnTask`), written by
+`partf-build-data --task=mqar`; `TASK.read` draws its examples again and checks them.
 
 Example:
     >>> settings = MQARSettings(seq_len=64, pairs=(4,), vocab_size=128, batch_size=8)
@@ -31,54 +28,34 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from partf.atomic import atomic_write_text
-from partf.errors import DataError, UsageError
-
-#: The file that makes a folder an MQAR split.
-MQAR_FILE = "mqar.json"
-FORMAT = "partf-mqar"
-FORMAT_VERSION = 1
-
-#: The splits and the index of each one's random stream.
-SPLITS = ("train", "valid", "test")
+from partf.errors import UsageError
+from partf.settings import setting
+from partf.tasks.base import DrawnTask, split_rng
 
 
 @dataclasses.dataclass(frozen=True)
 class MQARSettings:
-    """How MQAR examples are drawn.
+    """How MQAR examples are drawn (each setting a `--mqar_<name>` flag of
+    partf-build-data, but `seq_len`, `batch_size` and `vocab_size`, its own flags)."""
 
-    Attributes:
-        seq_len: L, tokens per example (one example per row of a batch).
-        pairs: key-value pairs per training example; several values: the examples cycle
-            through them (a curriculum of easy and hard examples in every batch).
-        vocab_size: V, even: keys 1 .. V/2 - 1, values V/2 .. V - 1.
-        batch_size: B, examples per batch.
-        train_examples: examples in the training split (rounded down to whole batches).
-        eval_examples: examples in the validation and the test split each.
-        eval_pairs: key-value pairs of every validation and test example; None: the
-            largest of `pairs`.
-        power_a: the power law of the query slots (Zoology's 0.01).
-        seed: the seed of every split's stream.
-    """
-
-    seq_len: int = 256
-    pairs: tuple[int, ...] = (16,)
-    vocab_size: int = 512
-    batch_size: int = 32
-    train_examples: int = 20_000
-    eval_examples: int = 1_000
-    eval_pairs: int | None = None
-    power_a: float = 0.01
-    seed: int = 0
+    seq_len: int = setting(256, "L, tokens per example (one example per row of a batch)")
+    pairs: tuple[int, ...] = setting(
+        (16,),
+        "key-value pairs per training example; several, comma-separated (4,8,16): the "
+        "examples cycle through them",
+    )
+    vocab_size: int = setting(512, "V, even: keys 1 .. V/2 - 1, values V/2 .. V - 1")
+    batch_size: int = setting(32, "B, examples per batch")
+    train_examples: int = setting(20_000, "training examples (whole batches)")
+    eval_examples: int = setting(1_000, "examples of valid and of test")
+    eval_pairs: int | None = setting(
+        None, "pairs of each valid and test example (default: the largest of --mqar_pairs)"
+    )
+    power_a: float = setting(0.01, "the power law of the query slots (Zoology's 0.01)")
+    seed: int = setting(0, "the seed of every split")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pairs", tuple(int(n) for n in self.pairs))
@@ -126,11 +103,6 @@ class MQARSettings:
         examples = self.train_examples if split == "train" else self.eval_examples
         return examples // self.batch_size
 
-    def to_dict(self) -> dict[str, Any]:
-        values = dataclasses.asdict(self)
-        values["pairs"] = list(self.pairs)
-        return values
-
 
 def draw_examples(
     num: int,
@@ -175,9 +147,7 @@ def draw_split(settings: MQARSettings, split: str) -> tuple[np.ndarray, np.ndarr
 
     Row i of the split (batch i // B, row i % B) has `split_pairs(split)[i % k]` pairs.
     """
-    if split not in SPLITS:
-        raise UsageError(f"unknown MQAR split {split!r}; valid: {', '.join(SPLITS)}")
-    rng = np.random.default_rng([settings.seed, SPLITS.index(split)])
+    rng = split_rng(settings.seed, split)
     batches, width = settings.num_batches(split), settings.batch_size
     total = batches * width
     counts = settings.split_pairs(split)
@@ -193,83 +163,17 @@ def draw_split(settings: MQARSettings, split: str) -> tuple[np.ndarray, np.ndarr
     return inputs.reshape(shape), targets.reshape(shape)
 
 
-def digest(inputs: np.ndarray, targets: np.ndarray) -> str:
-    """sha256 of a split's arrays (int32, C order), which its folder records."""
-    h = hashlib.sha256()
-    for array in (inputs, targets):
-        h.update(np.ascontiguousarray(array, np.int32).tobytes())
-    return h.hexdigest()
+def _prefix(settings: MQARSettings) -> str:
+    return f"data/mqar_L{settings.seq_len}_p{max(settings.pairs)}"
 
 
-def write_mqar(
-    prefix: str | os.PathLike, settings: MQARSettings, overwrite: bool = False
-) -> dict[str, Path]:
-    """Writes the folders `<prefix>_{train,valid,test}` of `settings`, each an
-    `mqar.json`, every folder checked before any is written (UsageError: one holds
-    files, without `overwrite`); returns {split: folder}."""
-    folders = {split: Path(f"{prefix}_{split}") for split in SPLITS}
-    for folder in folders.values():
-        if not overwrite and folder.exists() and any(folder.iterdir()):
-            raise UsageError(f"{folder} exists and is not empty; pass --overwrite to replace it")
-    for split, folder in folders.items():
-        inputs, targets = draw_split(settings, split)
-        folder.mkdir(parents=True, exist_ok=True)
-        record = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "split": split,
-            "settings": settings.to_dict(),
-            "num_batches": int(inputs.shape[0]),
-            "answers": int(np.count_nonzero(targets)),
-            "sha256": digest(inputs, targets),
-        }
-        atomic_write_text(folder / MQAR_FILE, json.dumps(record, indent=2) + "\n")
-    return folders
-
-
-def is_mqar(directory: str | os.PathLike) -> bool:
-    """Whether `directory` is an MQAR split (holds `mqar.json`)."""
-    return (Path(directory) / MQAR_FILE).is_file()
-
-
-def read_mqar(directory: str | os.PathLike) -> tuple[MQARSettings, str, np.ndarray, np.ndarray]:
-    """(settings, split, inputs, targets int32 [batches, B, L]) of an MQAR split folder,
-    drawn again and checked against its sha256 (DataError: an invalid file, or another
-    draw than the one recorded)."""
-    path = Path(directory) / MQAR_FILE
-    fix = "write the splits again with partf-build-data --task=mqar --overwrite"
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("format") != FORMAT:
-            raise ValueError("not an MQAR split file")
-        if record.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"format version {record.get('format_version')!r}, this partf reads "
-                f"{FORMAT_VERSION}"
-            )
-        values = dict(record["settings"])
-        values["pairs"] = tuple(values["pairs"])
-        settings = MQARSettings(**values)
-        split = record["split"]
-        want = record["sha256"]
-    except (OSError, ValueError, KeyError, TypeError, UsageError) as e:
-        raise DataError(f"{path} is not a valid MQAR split ({e}); {fix}") from None
-    inputs, targets = draw_split(settings, split)
-    if digest(inputs, targets) != want:
-        raise DataError(
-            f"{path}: drawing its examples again gives other data than when it was written "
-            f"(another numpy or partf); {fix}"
-        )
-    return settings, split, inputs, targets
-
-
-def parse_pairs(text: str | Sequence[int]) -> tuple[int, ...]:
-    """'4,8,16' (or a sequence of ints) -> (4, 8, 16)."""
-    if not isinstance(text, str):
-        return tuple(int(n) for n in text)
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UsageError(
-            f"MQAR pairs must be whole numbers separated by commas (e.g. 4,8,16), got {text!r}"
-        ) from None
+TASK = DrawnTask(
+    "mqar",
+    "multi-query associative recall (Zoology), scored on its answers",
+    options=MQARSettings,
+    draw=draw_split,
+    required=("seq_len", "batch_size", "pairs"),
+    prefix=_prefix,
+)
+#: What the tests, the benchmarks and scripts call the split functions.
+write_mqar, read_mqar, is_mqar = TASK.write, TASK.read, TASK.owns
