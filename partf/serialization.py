@@ -39,7 +39,8 @@ class Kind:
 
 
 #: Every kind of file partf writes (docs/training.md): model (.keras config, checkpoint,
-#: config.json, results.json, export.json), records (metadata.json), cost table, selection.
+#: config.json, results.json, export.json), records (metadata.json), cost table, selection,
+#: task split (a drawn task's `<task>.json`, partf.tasks).
 KINDS: dict[str, Kind] = {
     "model": Kind(
         FORMAT_VERSION,
@@ -51,6 +52,7 @@ KINDS: dict[str, Kind] = {
     ),
     "cost table": Kind(3, "delete it, then train again with the same flags and --overwrite"),
     "selection": Kind(1, "train again with the same flags and --overwrite (chooses anew)"),
+    "task split": Kind(1, "write the splits again: partf-build-data --task=<the task> --overwrite"),
 }
 
 

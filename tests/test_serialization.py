@@ -103,6 +103,16 @@ def _selection_file(folder: Path) -> Path:
     return RunFolder(folder).selection_path
 
 
+def _task_split_file(folder: Path) -> Path:
+    """A drawn task's split file (the copy task's train split, a few rows)."""
+    from partf.tasks.copy import TASK, CopySettings
+
+    settings = CopySettings(
+        seq_len=16, length=4, vocab_size=16, batch_size=2, train_examples=2, eval_examples=2
+    )
+    return TASK.write(folder / "copy", settings)["train"] / TASK.marker
+
+
 def _old_layout(name: str):
     """The layout before the one key: the kind's name under "format", its version beside."""
     return lambda record, version: {**record, FORMAT_KEY: name, "format_version": version}
@@ -127,7 +137,18 @@ KIND_FILES = {
     ),
     "cost table": (_cost_table_file, read_cost_table, _old_layout("partf-cost-table")),
     "selection": (_selection_file, lambda path: read_selection(path.parent), _no_key),
+    "task split": (
+        _task_split_file,
+        lambda path: _copy_task().read(path.parent),
+        _old_layout("partf-copy"),
+    ),
 }
+
+
+def _copy_task():
+    from partf.tasks.copy import TASK
+
+    return TASK
 
 
 def test_every_kind_of_file_has_a_case():

@@ -39,12 +39,12 @@ import numpy as np
 
 from partf.atomic import atomic_write_text
 from partf.errors import DataError, UsageError
+from partf.serialization import FORMAT_KEY, KINDS, check_format
 
 #: The splits and the index of each one's random stream.
 SPLITS = ("train", "valid", "test")
 #: Settings given by partf-build-data's own flags of the same name, not `--<task>_<name>`.
 SHARED = ("seq_len", "batch_size", "vocab_size")
-FORMAT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +172,8 @@ class DrawnTask(Task):
             inputs, targets = self.draw(settings, split)
             folder.mkdir(parents=True, exist_ok=True)
             record = {
-                "format": f"partf-{self.name}",
-                "format_version": FORMAT_VERSION,
+                FORMAT_KEY: KINDS["task split"].version,
+                "task": self.name,
                 "split": split,
                 "settings": self.to_dict(settings),
                 "num_batches": int(inputs.shape[0]),
@@ -191,13 +191,15 @@ class DrawnTask(Task):
         fix = f"write the splits again with partf-build-data --task={self.name} --overwrite"
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-            if record.get("format") != f"partf-{self.name}":
-                raise ValueError(f"not a {self.name} split file")
-            if record.get("format_version") != FORMAT_VERSION:
-                raise ValueError(
-                    f"format version {record.get('format_version')!r}, this partf reads "
-                    f"{FORMAT_VERSION}"
-                )
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path} is not a valid {self.name} split ({e}); {fix}") from None
+        # Splits written before the one format key hold "partf-<task>" under it and their
+        # version (1) beside: the registry reads that layout as the version it names.
+        check_format(record, str(path), "task split")
+        task = record.get("task", str(record.get(FORMAT_KEY)).removeprefix("partf-"))
+        if task != self.name:
+            raise DataError(f"{path} is not a valid {self.name} split (a {task} split); {fix}")
+        try:
             settings = self.settings_of(record["settings"])
             split, want = record["split"], record["sha256"]
         except (OSError, ValueError, KeyError, TypeError, UsageError) as e:

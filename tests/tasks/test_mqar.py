@@ -136,6 +136,19 @@ def test_written_splits_read_back_identically(tmp_path):
     write_mqar(tmp_path / "mq", SMALL, overwrite=True)
 
 
+def test_a_split_written_before_the_one_format_key_still_reads(tmp_path):
+    """mqar.json of the layout before partf's one format key ("format": "partf-mqar",
+    "format_version": 1): the same version, read as it is (the studies' splits)."""
+    folder = write_mqar(tmp_path / "mq", SMALL)["valid"]
+    path = folder / TASK.marker
+    record = json.loads(path.read_text())
+    assert record["format"] == 1 and record.pop("task") == "mqar"
+    path.write_text(json.dumps({**record, "format": "partf-mqar", "format_version": 1}))
+    settings, split, inputs, _ = read_mqar(folder)
+    assert settings == SMALL and split == "valid"
+    assert np.array_equal(inputs, draw_split(SMALL, "valid")[0])
+
+
 def test_altered_or_broken_files_are_refused_naming_the_file(tmp_path):
     folder = write_mqar(tmp_path / "mq", SMALL)["train"]
     path = folder / TASK.marker
@@ -148,9 +161,9 @@ def test_altered_or_broken_files_are_refused_naming_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(DataError, match="not a valid mqar split"):
         read_mqar(folder)
-    record["format_version"] = 99
+    record["format"] = 99
     path.write_text(json.dumps(record))
-    with pytest.raises(DataError, match="format version 99"):
+    with pytest.raises(DataError, match=r"newer partf \(task split format 99;"):
         read_mqar(folder)
 
 
