@@ -9,10 +9,13 @@ flags, `--max_steps=STEPS`, one at a time. Each run gives its training rate (the
 of its logged tokens per second) and what it spends besides training steps (compiling,
 a search's cost measurement, a selection's scoring, validation, test, saving), its wall
 time less STEPS steps at that rate. A run of the plan is then estimated as that overhead
-plus its own steps at its size's rate. A stage 2's architecture is known only once its
-search ends, so it is priced at the slowest size of its search's candidates (an upper
-bound). Prints one line per size and the time of one seed and of all seeds, with the
-machine it ran on.
+plus its own steps at its size's rate: its --max_steps, else its --epochs times the
+batches of an epoch its timing run reported (a mixed stream's batches included). A stage
+2's architecture is known only once its search ends, so it is priced at the slowest size
+of its search's candidates (an upper bound). Prints one line per size and the time of
+one seed and of all seeds, with the machine it ran on. The timings are kept in
+OUT/timings.json; a second call with the same --out and --steps estimates from them
+without training again.
 """
 
 from __future__ import annotations
@@ -64,10 +67,16 @@ def main() -> int:
     paths = StudyPaths(Path(args.out).resolve())
     paths.out.mkdir(parents=True, exist_ok=True)
     prepare_data(plan, paths, lambda m: print(m, file=sys.stderr))
-    default_steps = int(flag(plan.flags, "max_steps") or 0)
     seed = plan.seeds[0]
     first = [r for r in plan.runs() if r.seed == seed and r.after is None]
+    kept = paths.out / "timings.json"
     timed: dict[str, dict[str, float]] = {}
+    if kept.is_file():
+        saved = json.loads(kept.read_text())
+        if saved.get("steps") == args.steps:
+            timed = saved["sizes"]
+            arms = ", ".join(t["arm"] for t in timed.values())
+            print(f"timings kept in {kept}: {arms}", flush=True)
     for run in first:
         size = size_of(run)
         if size in timed:
@@ -94,20 +103,35 @@ def main() -> int:
         rates = [v for step, v in event_scalars(logdir).get("tokens_per_second", []) if step > 50]
         tokens_per_step = results["data"]["batch_size"] * results["data"]["seq_len"]
         rate = statistics.median(rates) / tokens_per_step  # steps per second
-        timed[size] = {"rate": rate, "overhead": max(wall - args.steps / rate, 0.0)}
+        timed[size] = {
+            "arm": run.arm,
+            "rate": rate,
+            "overhead": max(wall - args.steps / rate, 0.0),
+            "batches_per_epoch": results["data"]["batches_per_epoch"],
+        }
+        kept.write_text(json.dumps({"steps": args.steps, "sizes": timed}, indent=1))
         print(
             f"{run.arm:>10}: {rate * tokens_per_step:9,.0f} tokens/s, {wall:6.1f} s for "
             f"{args.steps} steps, {timed[size]['overhead']:5.1f} s besides  [{size}]",
             flush=True,
         )
 
+    def steps_of(run: Run, batches_per_epoch: int) -> int:
+        """The run's updates: its --max_steps, else its epochs of batches (partf-train's
+        default of one epoch), its own flags before the plan's."""
+        flags = (*plan.flags, *run.flags)
+        if flag(flags, "max_steps"):
+            return int(flag(flags, "max_steps"))
+        return int(flag(flags, "epochs") or 1) * batches_per_epoch
+
     def estimate(run: Run) -> float:
-        steps = int(flag(run.flags, "max_steps") or default_steps)
         if run.after is None:
             figures = timed[size_of(run)]
-            return figures["overhead"] + steps / figures["rate"]
+            return (
+                figures["overhead"] + steps_of(run, figures["batches_per_epoch"]) / figures["rate"]
+            )
         search = next(r for r in first if r.name == run.after)
-        steps = int(flag(search.flags, "max_steps") or default_steps)
+        steps = steps_of(search, timed[size_of(search)]["batches_per_epoch"])
         # The slowest fixed size among those timed stands for the derived model.
         slowest = min((f for s, f in timed.items() if "search" not in s), key=lambda f: f["rate"])
         return slowest["overhead"] + steps / slowest["rate"]
