@@ -1,29 +1,15 @@
-"""Checkpoints for exact resume: writing them, reading them, and resuming a run.
+"""Checkpoints for exact resume: `CheckpointManager` (the `ckpt-<step>.npz` files of one
+folder), `CheckpointWriter` (what the `Checkpointer` callback saves) and `restore`
+(loads the newest checkpoint into a built run and says where it picks up).
 
-- `CheckpointManager`: saves, lists, prunes and loads the `ckpt-<step>.npz` of one folder.
-- `CheckpointWriter`: the `save` the `Checkpointer` callback calls during a run
-  (`Built.state_groups()` with the run's configuration); `SavedCheckpoint` is what it saved.
-- `restore(folder, built, batches_per_epoch) -> Resumed`: loads the newest
-  checkpoint into the built model and says where the run picks up; `config_differences`
-  names what a resume would change in the saved settings.
-
-A checkpoint holds every variable a run needs to continue bit for bit: the model's
-(weights, XL memory and other state, the step counter, the random generators' states),
-the optimizer's, and the running loss metric's; plus a JSON `meta` record (step,
-configuration, variable paths, format). It is written atomically (partf.atomic):
-a kill leaves the old set of checkpoints or the new one, never a half-written file, and
-leftover temporary files are cleaned up. The run's folder (partf.run_folder) names and
-reads checkpoints: the newest that reads back completely (zip CRCs checked) is used, so a
-file damaged later falls back to the one before.
-
-Restore by path: each variable is saved with its path (`layout` in the meta record) and
-restored from the array of the same key (`variable_key`), so models may make their
-variables in any order; every live variable must find one saved array and every array a
-variable, else `CheckpointError` says which, in one line (`matched_arrays`).
-
-Format: the meta record holds the format it was written in
-(`partf.serialization.FORMAT_VERSION`); a checkpoint of another format is refused
-(`CheckpointFormatError`), not skipped.
+A checkpoint holds every variable a run needs to continue bit for bit (the model's, the
+optimizer's, the running loss's) and a JSON `meta` record (step, configuration, variable
+paths, format). It is written atomically (partf.atomic), and the run folder
+(partf.run_folder) uses the newest that reads back completely, so a damaged file falls
+back to the one before. Each variable is restored from the array saved under the same
+key (`variable_key`), so models may make their variables in any order; a variable
+without an array or an array without a variable is a one-line `CheckpointError`. A
+checkpoint of another format is refused (`CheckpointFormatError`), not skipped.
 """
 
 from __future__ import annotations
