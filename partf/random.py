@@ -1,29 +1,16 @@
 """Random draws that stay cheap under XLA: uniform noise, dropout, a Dropout layer.
 
-`keras.random` on the TensorFlow backend draws with TensorFlow's default
-("auto_select") stateless algorithm. Under XLA on a CPU that draw is about
-100 times slower than the same Philox generator asked for by name: XLA fuses
-the seed-to-key/counter scrambling into the per-element loop, and further
-into whatever consumes the draw (measured on a 2-core x86 machine: about
-200 ms instead of 2 ms for a [32, 32, 128] dropout mask, of which the base
-model draws 13 per step; the three Gumbel weights of a PAR block were even
-recomputed for every element they scale). These functions draw from
-`random_bits` below instead; the numbers are just as random, and `Dropout` is a
-drop-in `keras.layers.Dropout` (same arguments, same seed-generator state).
-
-Dropout masks are many (the base model draws 13 per step, about 1.7 million
-numbers), and even named Philox cost about 7 ms per [32, 32, 128] mask under XLA
-on that machine: a quarter of a base training step (profiled). `random_bits`
-instead hashes each element's index with a per-draw key (a keyed integer hash,
-three rounds of the lowbias32 mixer: multiplies, shifts and xors on uint32). It is
-plain `keras.ops` arithmetic that XLA fuses into the op consuming the mask, so a
-mask costs about as much as reading the tensor it masks, on every backend.
-
-Being integer arithmetic, the draws are also the same numbers eager, in a graph and
-compiled by XLA (and on every backend). TensorFlow's stateless generators are not:
-under XLA the same seed gives other numbers, even with Philox named, so a model
-trained with `jit_compile` would sample other Gumbel weights than the same run
-without it (tests/models/test_par_transformer_xl.py checks that they agree).
+`keras.random` on TensorFlow draws with the "auto_select" stateless algorithm, which
+under XLA on a CPU is about 100 times slower than named Philox (about 200 ms instead of
+2 ms for a [32, 32, 128] dropout mask on a 2-core x86 machine), and even named Philox
+cost a quarter of a base training step in dropout masks. `random_bits` instead hashes
+each element's index with a per-draw key (three rounds of the lowbias32 mixer on uint32):
+plain `keras.ops` arithmetic that XLA fuses into the op consuming the mask, so a mask
+costs about as much as reading the tensor it masks. Being integer arithmetic, the draws
+are also the same eager, in a graph, under XLA and on every backend, which TensorFlow's
+stateless generators are not (tests/models/test_par_transformer_xl.py checks that a run
+with `jit_compile` samples the same Gumbel weights). `Dropout` is a drop-in
+`keras.layers.Dropout`.
 """
 
 from __future__ import annotations
