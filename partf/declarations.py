@@ -10,10 +10,6 @@ a file is loaded without `import partf` importing Keras (`partf.keras_objects`),
 module reads the decorators with `ast` (stdlib only, a few milliseconds); a mechanism's
 name must be a literal. Adding a mechanism is writing its module under `PACKAGES` with
 the decorator, and its tests (docs/development.md).
-
-Example:
-    >>> declared().mechanisms["eva"]
-    'partf.attention.eva'
 """
 
 from __future__ import annotations

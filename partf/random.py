@@ -36,11 +36,6 @@ def uniform(
     """[*shape] uniform draws in [minval, maxval), from `random_bits` with `seed`, the
     caller's own `keras.random.SeedGenerator` (advanced by one draw); an int or None
     goes to `keras.random.uniform` unchanged.
-
-    Example:
-        >>> u = uniform((2, 3), keras.random.SeedGenerator(0))
-        >>> tuple(u.shape)
-        (2, 3)
     """
     if not isinstance(seed, keras.random.SeedGenerator):
         return keras.random.uniform(shape, minval, maxval, dtype=dtype, seed=seed)
@@ -143,11 +138,6 @@ def random_bits(shape: tuple[int, ...], seed: keras.random.SeedGenerator) -> Any
     Returns:
         uint32 tensor of `shape`: every bit 0 or 1 with probability 1/2, independent
         across elements, draws and seeds as far as statistical tests see.
-
-    Example:
-        >>> bits = random_bits((2, 3), keras.random.SeedGenerator(0))
-        >>> str(bits.dtype).endswith("uint32")
-        True
     """
     state = _draw_state(seed)
     key_1 = _mix(ops.add(_mix(state[0]), ops.multiply(state[1], _GOLDEN)))
@@ -187,12 +177,6 @@ class Dropout(keras.layers.Dropout):
 
     Same arguments and behaviour as `keras.layers.Dropout`: `rate`,
     `noise_shape`, `seed`; active only when called with `training=True`.
-
-    Example:
-        >>> layer = Dropout(0.5, seed=1)
-        >>> y = layer(keras.ops.ones((4, 8)), training=True)
-        >>> set(keras.ops.convert_to_numpy(y).ravel().tolist()) <= {0.0, 2.0}
-        True
     """
 
     def call(self, inputs: Any, training: bool = False) -> Any:

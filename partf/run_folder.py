@@ -10,10 +10,6 @@ one place that knows what a run keeps there.
 
 A file that cannot be used is refused in one line naming it. Nothing here imports Keras
 or TensorFlow.
-
-Example:
-    >>> RunFolder.of("runs", "base").results_path
-    PosixPath('runs/checkpoints/base/results.json')
 """
 
 from __future__ import annotations

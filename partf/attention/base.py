@@ -69,11 +69,6 @@ class Projection(keras.layers.EinsumDense):
     kernel gradient is a product per example summed afterwards: in the base PAR model's
     training step (TensorFlow, no XLA) the projections took about 2.5 times longer per
     FLOP than the feed-forward network's plain matmuls.
-
-    Example:
-        >>> layer = Projection("btd,dhk->bthk", output_shape=(None, 2, 8))
-        >>> tuple(layer(keras.ops.ones((3, 5, 16))).shape)
-        (3, 5, 2, 8)
     """
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:

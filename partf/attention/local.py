@@ -40,10 +40,6 @@ class LocalAttention(Attention):
     with `rotary`). The state is exact: a stream cut
     into segments gives the same outputs as one call.
 
-    Example:
-        >>> layer = LocalAttention(d_model=32, num_heads=4, window_size=8)
-        >>> y, state = layer(x)
-
     Reference: Beltagy et al., "Longformer", 2020 (sliding-window attention);
     the causal local baseline of Zheng et al., EVA, ICLR 2023.
     """

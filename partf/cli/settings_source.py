@@ -12,10 +12,6 @@ dicts of them, with unpacking; f-strings; `tuple(...)` of one) or name a module-
 constant holding one, here or imported from a module under `declarations.PACKAGES`.
 Class attributes and constructor defaults are looked up along the bases in Python's
 order. Anything else is an error naming its file and line.
-
-Example:
-    >>> mechanism_options()["local"]["window_size"][0]
-    128
 """
 
 from __future__ import annotations

@@ -4,10 +4,6 @@ from partf's folders (listed by metadata.json) or the original project's
 (`file1.tfrecords`, ... in numeric order), every CRC checked. The folder helpers (which
 files, in which order; whether records fit a tokenizer and batch shape) serve both
 readers.
-
-Example:
-    >>> read_record_batches("data/wikitext2_bsz32_seqlen32_tfrecords_valid").shape
-    (229, 32, 33)
 """
 
 from __future__ import annotations

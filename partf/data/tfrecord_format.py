@@ -5,10 +5,6 @@ read partf's records and write TensorBoard event files without protobuf or Tenso
 A TFRecord is `uint64 length | uint32 masked CRC-32C of length | data | uint32 masked
 CRC-32C of data` (little-endian). A protobuf message is a sequence of (field number,
 wire type, value); `fields` walks one message and the `encode_*` helpers write one field.
-
-Example:
-    >>> frame(b"hello")[:8]
-    b'\\x05\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
 """
 
 from __future__ import annotations

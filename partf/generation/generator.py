@@ -15,10 +15,6 @@ key per token drawn before the loop, since a traced loop cannot advance a genera
 In carried mode a step skips work that cannot change its result: with
 `eval_mode="argmax"` only each block's chosen candidate runs, and relative attention
 keeps its memory's projected keys and values.
-
-Example:
-    >>> generate(model, [[2, 17, 42]], max_tokens=10, top_k=20, seed=0).tokens.shape
-    (1, 10)
 """
 
 from __future__ import annotations

@@ -30,10 +30,6 @@ class FeedForward(keras.layers.Layer):
     Returns:
         [B, T, D].
 
-    Example:
-        >>> tuple(FeedForward(16, 64)(keras.ops.ones((2, 5, 16))).shape)
-        (2, 5, 16)
-
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.3.
     """
 

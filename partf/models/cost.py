@@ -6,10 +6,6 @@ FLOPs per multiply-add, at the model's segment, memory and batch); the identity 
 nothing. The cost-aware search adds lambda times the expected cost under pi to the loss,
 in forward MFLOPs per token or, with `search_cost="time"`, in the dense blocks of the
 run's measured table (`ModelConfig.candidate_costs`, partf.training.cost_table).
-
-Example:
-    >>> costs = candidate_flops(model, seq_len=32)   # per block, per candidate
-    >>> float(expected_flops(model, 32))             # sum over blocks of pi . cost
 """
 
 from __future__ import annotations

@@ -7,10 +7,6 @@ count of all replicas (the layers' losses by the replica count), so the replicas
 gradients sum to the global batch's. The sampled-path search adds a score-function term
 from the drawn path's log pi (`score_function_term`); losses attentions add are also
 logged on their own (`attention_loss_logs`, e.g. `ksvd_loss`).
-
-Example:
-    >>> data_loss, replicas = mean_token_loss(model.token_nll(y_pred, y), y, sample_weight)
-    >>> loss = add_layer_losses(data_loss, model.losses, replicas)
 """
 
 from __future__ import annotations

@@ -6,11 +6,6 @@ the masked positions only: the batches come masked (partf.data.masking), targets
 the original token at each chosen position and 0 elsewhere, so the loss and perplexity,
 which skip targets 0, are the masked-token ones. There is no memory: each row is a
 sequence of its own.
-
-Example:
-    >>> model = MaskedLanguageModel(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
-    ...                             architecture="A D", attention="linear")
-    >>> logits = model(keras.ops.ones((2, 8), "int32"))   # [2, 8, 100]
 """
 
 from __future__ import annotations

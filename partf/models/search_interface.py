@@ -3,10 +3,6 @@
 `architecture_string()` and `tau()`. A model that mixes it in provides `blocks`,
 `temperature`, `step` (`_add_step_counter`), `_fixed_architecture()` (its architecture
 string, or None during a search) and `_search_candidates()`.
-
-Example:
-    >>> model.pi()                    # [blocks, candidates], rows sum to 1
-    >>> model.architecture_string()   # e.g. "A A D D D I"
 """
 
 from __future__ import annotations

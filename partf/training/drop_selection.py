@@ -8,10 +8,6 @@ loss least and fine-tunes the rest: the no-search control of the conversions.
 copied as `init_from.init_weights` copies them (the rest drawn from the run's seed, so
 the scores repeat). The choice is written to `checkpoints/<name>/selection.json`, which a
 resume reads instead of scoring again (docs/training.md, "Starting from a trained model").
-
-Example:
-    >>> select_dropped(source, 2, data.valid, True, mechanism="norm").architecture
-    'A D norm D norm D'
 """
 
 from __future__ import annotations

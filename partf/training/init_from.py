@@ -7,10 +7,6 @@ of another mechanism takes the source attention's weights of the same name and s
 Blocks align by index, or, when the target has fewer (a derived architecture), with the
 source's blocks that did not choose the identity. Architecture logits, temperature, step,
 XL memory and optimizer start fresh (docs/training.md, "Starting from a trained model").
-
-Example:
-    >>> report = init_weights(model, "runs/txl-s0/checkpoints/txl-s0")
-    >>> print(report.describe())
 """
 
 from __future__ import annotations

@@ -3,10 +3,6 @@ the running mean of accepted losses once `warmup` steps have been accepted, is n
 applied (docs/robustness.md). The guard judges and keeps the state; the guarded step is
 the model's (partf.models.train_step). "skip" drops the step and goes on; "stop" drops it
 and every later one, and the host stops the run (`callbacks.SpikeMonitor`).
-
-Example:
-    >>> guard = SpikeGuard("skip", factor=2.0, warmup=100)
-    >>> model.compile(optimizer="adam", jit_compile=True, spike_guard=guard)
 """
 
 from __future__ import annotations

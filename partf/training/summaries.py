@@ -5,10 +5,6 @@ TensorFlow) `EventFileWriter` writes the same files in Python: TFRecord-framed `
 protos in the form TensorFlow 2's `tf.summary.scalar` and `tf.summary.image` write, so
 `tensorboard` reads them alike. Callbacks write through `write_scalars` and
 `write_image`, which take either writer.
-
-Example:
-    >>> writer = open_writer(Path("logs/base/train"))
-    >>> write_scalars(writer, 100, {"loss": 4.2, "lr": 1e-3})
 """
 
 from __future__ import annotations
