@@ -128,16 +128,11 @@ _ANOTHER_CONFIGURATION = (
 
 
 def variable_key(path: str, group: str, root: str | None) -> str:
-    """The key a variable is matched by on restore: its path, less what is not its own.
-
-    - The model's name (`root`, first part of a model variable's path) is dropped: the
-      same model may be named otherwise (partf-generate names it after the run folder;
-      Keras numbers unnamed models).
-    - An optimizer variable's path is `<optimizer name>/<model variable's path with "_"
-      for "/">_<slot>` ("adam/par_transformer_xl_block_0_norm_0_gamma_momentum"). The
-      optimizer's name is dropped (Keras numbers unnamed optimizers per process, and a
-      search's split optimizer holds two), and so is the model's name inside.
-    - Seed generators' numbers are dropped (`_NUMBERED`).
+    """The key a variable is matched by on restore: its path, less what is not its own: the
+    model's name (partf-generate names a model after its run folder; Keras numbers unnamed
+    ones), the optimizer's name inside an optimizer variable's path (Keras numbers unnamed
+    optimizers per process, and a search's split optimizer holds two), and seed
+    generators' numbers (`_NUMBERED`).
 
     Args:
         path: the variable's path (`variable.path`, or as the checkpoint's layout has it).
@@ -189,13 +184,9 @@ def matched_arrays(
     root: str | None = None,
     saved_model_root: str | None = None,
 ) -> list[tuple[Any, np.ndarray]]:
-    """Pairs each variable with its saved array (see `restore_variables`), checking shapes.
-
-    Each variable is matched to the saved array of the same key (`variable_key`), so the
-    order variables are made in does not matter. Variables whose keys collide (seed
-    generators made outside any layer's scope are all "seed_generator/seed_generator_state";
-    a search's two optimizers each count "iteration") are matched in order among
-    themselves: their paths cannot tell them apart.
+    """Pairs each variable with the saved array of the same key (`variable_key`), checking
+    shapes. Variables whose keys collide (seed generators made outside any layer, a
+    search's two optimizers' "iteration") are matched in order among themselves.
 
     Args:
         variables: the live variables.
