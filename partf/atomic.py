@@ -2,9 +2,7 @@
 
 A file is written under a temporary name in its folder (`.tmp-<pid>-<name>`), flushed to
 disk (`fsync`), then renamed over its final name (`os.replace`, atomic on POSIX), and the
-folder is synced. Every file partf writes to read back is written so: checkpoints,
-config.json, results.json, the .keras model, the cost table, the drop selection, the
-plots, a study's records, report and run notes, an MQAR split's record. A checkpoint
+folder is synced. Every file partf writes to read back is written so; a checkpoint
 folder cleans up the temporary files a killed writer left (partf.training.checkpoint).
 """
 

@@ -1,22 +1,14 @@
 """Progress on the console for work that takes a while: lines that start "partf: " on
-stderr, with a count, a rate and an ETA.
+stderr, with a count, a rate and an ETA, the same for every command (training's own in
+`partf.training.callbacks.console_progress`; evaluation passes, tokenizing and writing
+records through `Meter`):
 
-Every partf command shows progress the same way. Training
-(`partf.training.callbacks.console_progress`) writes the step; an evaluation pass,
-tokenizing a text and writing records use `Meter`:
-
-    partf: scoring valid (argmax weights): 304 batches
     partf: scoring valid (argmax weights): 128/304 (42.1%), 7.61 batches/s
            (7,793 tok/s), elapsed 0:00:19, ETA 0:00:23           [one line]
-    partf: scoring valid (argmax weights): done in 41.3 s, perplexity 39.28
 
-Into a file or a pipe, a progress line comes at most every `EVERY_SECONDS`; on a
-terminal the line is rewritten in place (carriage return) at every update instead. A
-pass shorter than that shows only its first and last lines. The lines go to stderr, not
-through `logging`, so training.log and the other logs keep what they had.
-
-Rates start after the first update: the first piece of work of a pass often carries a
-compilation (XLA, `jax.jit`), and counting it would make the ETA of the rest too long.
+Into a file or a pipe a line comes at most every `EVERY_SECONDS`; on a terminal it is
+rewritten in place. The lines bypass `logging`, so the logs keep what they had. Rates
+start after the first update, which often carries a compilation.
 """
 
 from __future__ import annotations

@@ -1,33 +1,15 @@
 """What partf's modules declare about their classes, read from the source without
 importing it.
 
-A class declares itself with its decorator, and nothing else lists it:
-
-* `@register` (`partf.serialization`): the class can be saved in a `.keras` file, under
-  the name "partf>ClassName";
-* `@register_attention("name", position="rotary")` (`partf.attention.registry`): the
-  class is also an attention mechanism, named "name" in configs and on the command
-  line, and `position="auto"` gives it that position encoding (default none).
-
-The decorators do the work when a module is imported. Some of it is needed before: the
-registry finds the module of a mechanism named in a config without importing every
-mechanism, and Keras must know every partf class by name before a file is loaded,
-without `import partf` importing Keras (`partf.keras_objects`). So this module reads
-the decorators from the source with `ast` (stdlib only, no import of the modules; only
-files that contain "@register" are parsed, a few milliseconds); a mechanism's name must
-be a literal, which this reading enforces. The position is read from the class once
-imported (`recommended_position`, set by the decorator). partf-train's `--help` reads
-the mechanisms from these declarations too, and their options from the same source
-(`partf.cli.settings_source`).
-
-Adding a mechanism is writing its module in partf/attention/ (or anywhere under
-`PACKAGES`) with the decorator on its class, and its tests.
-
-Example:
-    >>> declared().mechanisms["eva"]
-    'partf.attention.eva'
-    >>> declared().saved["Projection"]
-    'partf.attention.base'
+A class declares itself with its decorator, and nothing else lists it: `@register`
+(`partf.serialization`: saved in a `.keras` file as "partf>ClassName") or
+`@register_attention("name", position="rotary")` (`partf.attention.registry`: also a
+mechanism, named "name" in configs and flags). The registry must find a mechanism's
+module without importing every mechanism, and Keras must know every partf class before
+a file is loaded without `import partf` importing Keras (`partf.keras_objects`), so this
+module reads the decorators with `ast` (stdlib only, a few milliseconds); a mechanism's
+name must be a literal. Adding a mechanism is writing its module under `PACKAGES` with
+the decorator, and its tests (docs/development.md).
 """
 
 from __future__ import annotations

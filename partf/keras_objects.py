@@ -1,22 +1,13 @@
 """Every class a partf `.keras` file can name, made known to Keras by `import partf`.
 
-Keras loads a saved object by looking its registered name ("partf>PARTransformerXL")
-up among the classes registered so far; it never imports a module to find one. A
-class registers when its module is imported, so loading a file after `import partf`
-alone would fail. Importing those modules from `import partf` would make every partf
-import pay for Keras and TensorFlow (seconds, and their start-up messages before the
-one-line errors of partf-build-data and the scripts). Instead, `import partf` calls
-`register_on_keras_import`:
-
-* once Keras is imported (now, if it already is; otherwise right after the program
-  imports it), each saved class not registered yet gets a stand-in: the classes
-  decorated with `partf.serialization.register` or `register_attention`, found by
-  reading the source (`partf.declarations`), so no list repeats them;
-* a stand-in's `from_config` imports the class's module (which registers the class
-  itself, replacing the stand-in) and builds the object with the real class.
-
-So `import partf` costs nothing, and `keras.saving.load_model` reads any partf file,
-compiled or not, whichever of partf and Keras was imported first.
+Keras finds a saved object's class among those registered so far; it never imports a
+module to find one, and importing every partf module from `import partf` would make
+every partf import pay for Keras and TensorFlow. So `import partf` calls
+`register_on_keras_import`: once Keras is imported (now, or right after the program
+imports it), each saved class not registered yet, as `partf.declarations` reads them
+from the source, gets a stand-in whose `from_config` imports the class's module and
+builds the object with the real class. `keras.saving.load_model` then reads any partf
+file, whichever of partf and Keras was imported first.
 
 Example:
     >>> import keras, partf

@@ -1,29 +1,16 @@
 """Random draws that stay cheap under XLA: uniform noise, dropout, a Dropout layer.
 
-`keras.random` on the TensorFlow backend draws with TensorFlow's default
-("auto_select") stateless algorithm. Under XLA on a CPU that draw is about
-100 times slower than the same Philox generator asked for by name: XLA fuses
-the seed-to-key/counter scrambling into the per-element loop, and further
-into whatever consumes the draw (measured on a 2-core x86 machine: about
-200 ms instead of 2 ms for a [32, 32, 128] dropout mask, of which the base
-model draws 13 per step; the three Gumbel weights of a PAR block were even
-recomputed for every element they scale). These functions draw from
-`random_bits` below instead; the numbers are just as random, and `Dropout` is a
-drop-in `keras.layers.Dropout` (same arguments, same seed-generator state).
-
-Dropout masks are many (the base model draws 13 per step, about 1.7 million
-numbers), and even named Philox cost about 7 ms per [32, 32, 128] mask under XLA
-on that machine: a quarter of a base training step (profiled). `random_bits`
-instead hashes each element's index with a per-draw key (a keyed integer hash,
-three rounds of the lowbias32 mixer: multiplies, shifts and xors on uint32). It is
-plain `keras.ops` arithmetic that XLA fuses into the op consuming the mask, so a
-mask costs about as much as reading the tensor it masks, on every backend.
-
-Being integer arithmetic, the draws are also the same numbers eager, in a graph and
-compiled by XLA (and on every backend). TensorFlow's stateless generators are not:
-under XLA the same seed gives other numbers, even with Philox named, so a model
-trained with `jit_compile` would sample other Gumbel weights than the same run
-without it (tests/models/test_par_transformer_xl.py checks that they agree).
+`keras.random` on TensorFlow draws with the "auto_select" stateless algorithm, which
+under XLA on a CPU is about 100 times slower than named Philox (about 200 ms instead of
+2 ms for a [32, 32, 128] dropout mask on a 2-core x86 machine), and even named Philox
+cost a quarter of a base training step in dropout masks. `random_bits` instead hashes
+each element's index with a per-draw key (three rounds of the lowbias32 mixer on uint32):
+plain `keras.ops` arithmetic that XLA fuses into the op consuming the mask, so a mask
+costs about as much as reading the tensor it masks. Being integer arithmetic, the draws
+are also the same eager, in a graph, under XLA and on every backend, which TensorFlow's
+stateless generators are not (tests/models/test_par_transformer_xl.py checks that a run
+with `jit_compile` samples the same Gumbel weights). `Dropout` is a drop-in
+`keras.layers.Dropout`.
 """
 
 from __future__ import annotations
@@ -49,11 +36,6 @@ def uniform(
     """[*shape] uniform draws in [minval, maxval), from `random_bits` with `seed`, the
     caller's own `keras.random.SeedGenerator` (advanced by one draw); an int or None
     goes to `keras.random.uniform` unchanged.
-
-    Example:
-        >>> u = uniform((2, 3), keras.random.SeedGenerator(0))
-        >>> tuple(u.shape)
-        (2, 3)
     """
     if not isinstance(seed, keras.random.SeedGenerator):
         return keras.random.uniform(shape, minval, maxval, dtype=dtype, seed=seed)
@@ -156,11 +138,6 @@ def random_bits(shape: tuple[int, ...], seed: keras.random.SeedGenerator) -> Any
     Returns:
         uint32 tensor of `shape`: every bit 0 or 1 with probability 1/2, independent
         across elements, draws and seeds as far as statistical tests see.
-
-    Example:
-        >>> bits = random_bits((2, 3), keras.random.SeedGenerator(0))
-        >>> str(bits.dtype).endswith("uint32")
-        True
     """
     state = _draw_state(seed)
     key_1 = _mix(ops.add(_mix(state[0]), ops.multiply(state[1], _GOLDEN)))
@@ -200,12 +177,6 @@ class Dropout(keras.layers.Dropout):
 
     Same arguments and behaviour as `keras.layers.Dropout`: `rate`,
     `noise_shape`, `seed`; active only when called with `training=True`.
-
-    Example:
-        >>> layer = Dropout(0.5, seed=1)
-        >>> y = layer(keras.ops.ones((4, 8)), training=True)
-        >>> set(keras.ops.convert_to_numpy(y).ravel().tolist()) <= {0.0, 2.0}
-        True
     """
 
     def call(self, inputs: Any, training: bool = False) -> Any:

@@ -2,20 +2,14 @@
 one place that knows what a run keeps there.
 
     config.json         the run's resolved configuration, written as it starts
-    ckpt-<step>.npz     its checkpoints (written by partf.training.checkpoint), newest last
+    ckpt-<step>.npz     its checkpoints, newest last
     selection.json      the blocks --drop_attention replaced
     cost_table.json     a search's measured costs (--search_cost=time)
     <model_name>.keras  the trained model, written as the run finishes
-    results.json        written last: scores, pi, the configuration; the run is finished
+    results.json        written last: the run is finished
 
-It is the folder that `--model` (partf-generate, partf-evaluate), `--init_from` and
-`--from_search` name, that a resumed run reads, and whose results a study reads. A file
-that cannot be used is refused in one line naming it. Nothing here imports Keras or
-TensorFlow (numpy only to read a checkpoint).
-
-Example:
-    >>> RunFolder.of("runs", "base").results_path
-    PosixPath('runs/checkpoints/base/results.json')
+A file that cannot be used is refused in one line naming it. Nothing here imports Keras
+or TensorFlow.
 """
 
 from __future__ import annotations

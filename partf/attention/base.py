@@ -1,27 +1,18 @@
 """The one interface every partf attention implements.
 
-An attention layer maps a segment `x` [B, T, D] and a carried `state` to an
-output [B, T, D] and the state for the next segment:
-
     y, new_state = layer(x, state=state, mask=mask, training=training)
 
-The state is a flat dict of tensors whose shapes and dtypes are fixed for a
-given batch size (`state_spec`), so a model can keep it in non-trainable
-variables between batches, a generator can carry it between tokens, and XLA
-sees static shapes. What it holds depends on the mechanism: cached hidden
-states for softmax attention with XL memory, running sums for linear
-attentions, the last window of keys and values for local attention.
-`get_initial_state` gives the empty state (all zeros), which must mean "no
-context yet" for every mechanism.
+maps a segment `x` [B, T, D] and a carried `state` to an output [B, T, D] and the next
+state. The state is a flat dict of tensors of fixed shapes and dtypes for a given batch
+size (`state_spec`), so a model keeps it in variables between batches, a generator
+carries it between tokens and XLA sees static shapes; `get_initial_state` (all zeros)
+means "no context yet" for every mechanism. `mask` (bool [B, T], True for real tokens)
+keeps padding keys out.
 
-`mask` is an optional boolean [B, T], True for real tokens; keys where it is
-False (padding) contribute nothing.
-
-The base class owns what all mechanisms share: the query, key, value and
-output projections, splitting into heads, and the state protocol. A variant
-overrides `attend`, which sees per-head tensors [B, T, H, Dh]. A variant
-whose state is not made of projected keys and values (relative attention,
-which caches the layer input as Transformer-XL does) overrides `call`.
+The base class owns the query, key, value and output projections, the heads and the
+state protocol. A variant overrides `attend` (per-head tensors [B, T, H, Dh]), or `call`
+when its state is not made of projected keys and values (relative attention caches the
+layer input, as Transformer-XL does).
 """
 
 from __future__ import annotations
@@ -78,11 +69,6 @@ class Projection(keras.layers.EinsumDense):
     kernel gradient is a product per example summed afterwards: in the base PAR model's
     training step (TensorFlow, no XLA) the projections took about 2.5 times longer per
     FLOP than the feed-forward network's plain matmuls.
-
-    Example:
-        >>> layer = Projection("btd,dhk->bthk", output_shape=(None, 2, 8))
-        >>> tuple(layer(keras.ops.ones((3, 5, 16))).shape)
-        (3, 5, 2, 8)
     """
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:

@@ -1,32 +1,21 @@
 """Chunk-wise causal linear attention: the one kernel every linear mechanism shares.
 
-A causal linear attention reads, at position i,
+At position i, for query features f, key features g [B, T, H, F] and values v,
 
     num_i = sum_{j<=i} (f_i . g_j) v_j        den_i = sum_{j<=i} f_i . g_j
     out_i = num_i / den_i                      (or num_i alone, unnormalised)
 
-for query features f [B, T, H, F], key features g [B, T, H, F] and values
-v [B, T, H, Dv]. Everything before the segment is summarised by the state
-S = sum_j g_j v_j^T [B, H, F, Dv] and z = sum_j g_j [B, H, F], so a segment
-continues where the previous one stopped at constant cost per token.
+Everything before the segment is the state S = sum_j g_j v_j^T [B, H, F, Dv] and
+z = sum_j g_j [B, H, F]. Inside a chunk of `chunk_size` tokens the masked quadratic form
+is computed directly; between chunks the state is carried, so the cost is linear.
 
-The segment is cut into chunks of `chunk_size` tokens. Inside a chunk the
-masked quadratic form is computed directly; between chunks the state is
-carried (a prefix sum over chunks), so the cost is linear in the length.
-
-Key features may carry a log-scale `a_j`: the true key feature is
-g_j * exp(a_j). Softmax-like kernels (Performer's positive random features,
-Fastformer's additive weights) need this, because exp(a_j) overflows for
-large a_j. The kernel keeps every sum relative to the running maximum m of
-the log-scales seen so far (the state stores S, z relative to exp(m), and m),
-and at position i it only ever uses a_j - m_i <= 0 with m_i the maximum over
-j <= i. Nothing can overflow, and no future token can change an earlier
-output, even through rounding. Rescaling between chunks is a linear
-recurrence P_{c+1} = d_c P_c + U_c with d_c = exp(M_{c-1} - M_c) <= 1, solved
-by a loop over the chunks.
-
-Everything runs in float32 whatever the input dtype, so the carried sums stay
-exact enough under mixed precision.
+Key features may carry a log-scale `a_j` (true feature g_j * exp(a_j)), which
+softmax-like kernels (Performer, Fastformer) need because exp(a_j) overflows. Every sum
+is kept relative to the running maximum m of the log-scales seen so far, and position i
+only uses a_j - m_i <= 0, so nothing overflows and no future token can change an earlier
+output, even through rounding. Between chunks this is the linear recurrence
+P_{c+1} = d_c P_c + U_c with d_c = exp(M_{c-1} - M_c) <= 1, a loop over the chunks.
+Everything runs in float32, so the carried sums stay exact enough under mixed precision.
 """
 
 from __future__ import annotations

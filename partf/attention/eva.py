@@ -1,31 +1,21 @@
 """EVA: efficient attention via control variates, causal form (Zheng et al., ICLR 2023).
 
-Softmax attention splits into the keys near the query and the rest. EVA computes
-the near part exactly and estimates the rest chunk by chunk:
+Softmax attention splits into the keys near the query and the rest. EVA computes the
+query's own window exactly (W tokens at fixed stream positions 0, W, 2W, ..., counted in
+real tokens) and summarises every earlier chunk c of C tokens by one key
+k_c = f_k(mean k) and one value beta_c, a self-normalised importance sampling estimate:
 
-* Exact part: the query's own window, W tokens at fixed stream positions 0, W, 2W,
-  ..., keys up to the query. Positions count real tokens only: a pad takes no place
-  in a window or chunk (and gets output zero).
-* Estimated part: every earlier chunk c of C tokens is summarised by one key
-  k_c = f_k(mean k) and one value beta_c, a self-normalised importance sampling
-  estimate of the chunk's values,
+    beta_c = sum_{j in c} softmax_j((w_c . k_j - |k_j|^2 / 2) / sqrt(Dh)) v_j,
+    w_c = mu_c + noise (training) or mu_c (evaluation),  mu_c = f_q(mean q) + f_k(mean k),
 
-      beta_c = sum_{j in c} softmax_j((w_c . k_j - |k_j|^2 / 2) / sqrt(Dh)) v_j,
-      w_c = mu_c + noise (training) or mu_c (evaluation),  mu_c = f_q(mean q) + f_k(mean k),
-
-  with f_q, f_k a linear map and a layer norm over the head width. The chunk enters
-  the softmax with the logit q . k_c / sqrt(Dh), normalised jointly with the exact
-  keys.
-
-Departure from the authors' code: each query sees only the `mem_chunks` most recent
-chunk summaries before its window (the authors' see all), for a bounded state.
-
-`chunk_mask="authors"` gives a query the summary of every chunk before its own,
-those of its exact window among them, as the authors' causal EVA; "partf" leaves
-the exact part's chunks to the exact part, so no token counts twice (at window 16,
-chunk 4 the two differ by about 0.2 relative on random inputs; with chunks as large
-as the window they agree). The non-causal form has one mask, the authors' encoder's.
-In evaluation mode EVA is deterministic and segments equal one call."""
+f_q, f_k a linear map and a layer norm. A chunk enters the softmax with the logit
+q . k_c / sqrt(Dh), normalised jointly with the exact keys. Unlike the authors' code, a
+query sees only the `mem_chunks` most recent summaries, for a bounded state.
+`chunk_mask="authors"` gives a query the summary of every chunk before its own, those of
+its exact window among them; "partf" leaves those to the exact part, so no token counts
+twice (they agree when chunks are as large as the window). In evaluation EVA is
+deterministic and segments equal one call.
+"""
 
 from __future__ import annotations
 

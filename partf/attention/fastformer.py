@@ -1,25 +1,19 @@
 """Fastformer additive attention in causal form (Wu et al., 2021; causal form after mtanghu).
 
 Fastformer pools the queries into one global query with softmax weights
-alpha_i ~ exp(w_q . q_i / sqrt(Dh)), mixes it into every key (p_i = g_q * k_i),
-pools those into a global key the same way, and mixes that into every value:
-u_i = g_k * v_i. The output is a linear transform of u plus the query.
-
-Causally every position pools its past only. Factoring out the softmax denominator
-(equations 5 to 8 of the seed) gives running sums
-
-    s_i = s_{i-1} + exp(a_i) x_i,    z_i = z_{i-1} + exp(a_i),    g_i = s_i / z_i,
-
-causal linear attention with one constant feature and key log-scales a_i, which the
-shared chunk-wise kernel computes relative to the running maximum of a so that exp
-never overflows. Two such states (query and key pooling) carry the context exactly.
+alpha_i ~ exp(w_q . q_i / sqrt(Dh)), mixes it into every key (p_i = g_q * k_i), pools
+those into a global key the same way, and mixes that into every value (u_i = g_k * v_i);
+the output is a linear transform of u plus the query. Causally every position pools its
+past only, which is causal linear attention with one constant feature and key log-scales
+a_i: two running-sum states (query and key pooling), computed by the shared chunk-wise
+kernel without overflow, carry the context exactly.
 
 Additive attention sees only global summaries, so the seed adds a causal grouped
-convolution before it for local context (`convolve`), added to the input as a
-residual branch. `conv_form` "seed" (the default) is the seed's `CausalConvolution`
-(mtanghu/Additive-Attention-Is-All-You-Need, eeadc53): a layer norm, then the
-convolution without bias; "partf" is a convolution with bias, then GELU. There are no
-query-key products to rotate: rotary positions are not defined here."""
+convolution for local context (`convolve`) as a residual branch: `conv_form="seed"` is
+the seed's `CausalConvolution` (mtanghu/Additive-Attention-Is-All-You-Need, eeadc53: a
+layer norm, then the convolution without bias), "partf" a convolution with bias, then
+GELU. With no query-key products, rotary positions are not defined here.
+"""
 
 from __future__ import annotations
 

@@ -1,23 +1,18 @@
 """LARA: linear randomized attention (Zheng et al., 2022). Non-causal only.
 
-Random feature attention uses one proposal distribution for every query;
-LARA uses C of them, one per landmark (a contiguous segment of the
-sequence), and combines them with multiple importance sampling. For landmark
-c, with q_bar_c and k_bar_c the segment means of f_q(q) and f_k(k) (a linear
-map and a layer norm over the head width), mu_c = q_bar_c + k_bar_c and a
-sample w_c = mu_c + noise (training) or mu_c (evaluation):
+Random feature attention uses one proposal distribution for every query; LARA uses C,
+one per landmark (a contiguous segment), combined by multiple importance sampling. With
+q_bar_c, k_bar_c the segment means of f_q(q), f_k(k) (a linear map and a layer norm),
+mu_c = q_bar_c + k_bar_c and w_c = mu_c + noise (training) or mu_c (evaluation):
 
     log p_c(x)  = (w_c . x - |x|^2 / 2) / sqrt(Dh)             (positive random feature)
     kv_c        = sum_m softmax_m(log p_c(k_m)) v_m             (self-normalised estimate)
     log r_cn    = log alpha_cn + log p_c(q_n) + logsumexp_m log p_c(k_m) - log p_c(mu_c)
     out_n       = sum_c softmax_c(log r_cn) kv_c
 
-with the "mis-opt" weights alpha_cn = balance heuristic of the proposals +
-alpha_coeff * (t_cn - mean_c t_cn), t_cn = softmax over the queries n of
-q_bar_c . q_n / sqrt(Dh), as in the authors' released code. Every query
-reads every landmark, which summarises the whole sequence including later
-tokens, so LARA cannot be causal; like its authors, partf refuses it in a
-causal model with a clear error (`supports_causal = False`).
+with the authors' "mis-opt" weights alpha_cn = balance heuristic + alpha_coeff *
+(t_cn - mean_c t_cn), t_cn = softmax over n of q_bar_c . q_n / sqrt(Dh). Every landmark
+summarises later tokens too, so LARA cannot be causal (`supports_causal = False`).
 """
 
 from __future__ import annotations

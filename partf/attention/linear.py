@@ -1,21 +1,17 @@
 """Linear attention with the elu + 1 feature map (Katharopoulos et al., 2020).
 
-softmax(q . k) is replaced by phi(q) . phi(k) with phi(x) = elu(x) + 1 > 0, so
+softmax(q . k) is replaced by phi(q) . phi(k), phi(x) = elu(x) + 1 > 0, so
+out_i = phi(q_i) S_i / (phi(q_i) . z_i) with S_i = sum_{j<=i} phi(k_j) v_j^T and
+z_i = sum_{j<=i} phi(k_j) as the state: unbounded context at constant cost per token.
+`FeatureMapAttention` is the base of every mechanism of this form (Performer,
+NormAttention): a subclass says how features are made, and `partf.attention.chunked`
+does the rest.
 
-    out_i = phi(q_i) S_i / (phi(q_i) . z_i),
-    S_i = sum_{j<=i} phi(k_j) v_j^T,  z_i = sum_{j<=i} phi(k_j),
-
-and (S, z) is the state: unbounded context at constant cost per token.
-`FeatureMapAttention` is the shared base of every mechanism of this form
-(Performer, TransNormer's NormAttention): a subclass only says how features
-are made; the chunk-wise kernel in `partf.attention.chunked` does the rest.
-
-Rotary positions (RoFormer, section 3.4.3) rotate the features, not the
-projections: rotating q and k before an element-wise feature map would not give
-scores that depend on relative positions. The numerator then sums
-(R_i phi(q_i)) . (R_j phi(k_j)) v_j, a function of i - j, and a normalised
-mechanism keeps the unrotated phi(q_i) . phi(k_j) as its denominator, which stays
-positive. Performer's features estimate exp(q . k) itself, so it rotates q and k.
+Rotary positions rotate the features, not the projections (RoFormer, section 3.4.3):
+rotating q and k before an element-wise feature map would not make scores depend on
+relative positions. A normalised mechanism keeps the unrotated phi(q_i) . phi(k_j) as
+its denominator, which stays positive. Performer's features estimate exp(q . k) itself,
+so it rotates q and k.
 """
 
 from __future__ import annotations

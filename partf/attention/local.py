@@ -25,27 +25,20 @@ from partf.attention.windowed import (
 
 @register_attention("local", position="rotary")
 class LocalAttention(Attention):
-    """Causal sliding-window softmax attention with the last window as state.
-
-    With `causal=False`, query i sees the real tokens within W of it on both
-    sides, and there is no state (but the rotary position).
+    """Causal sliding-window softmax attention with the last window as state; with
+    `causal=False`, query i sees the real tokens within W of it on both sides, and there is
+    no state (but the rotary position).
 
     Args:
         d_model, num_heads, head_dim, dropout_rate, causal, use_bias: see `Attention`.
-        window_size: W, the number of previous tokens each query sees besides
-            itself.
+        window_size: W, the number of previous tokens each query sees besides itself.
 
-    State: `win_k`, `win_v` [B, W, H, Dh] and `win_valid` [B, W] (1 for a
-    real token), the last W tokens, float32 (keys rotated, and `position` [B] int32,
-    with `rotary`). The state is exact: a stream cut
-    into segments gives the same outputs as one call.
+    State: `win_k`, `win_v` [B, W, H, Dh] and `win_valid` [B, W], the last W tokens,
+    float32 (keys rotated, and `position` [B] int32, with `rotary`); exact: segments equal
+    one call.
 
-    Example:
-        >>> layer = LocalAttention(d_model=32, num_heads=4, window_size=8)
-        >>> y, state = layer(x)
-
-    Reference: Beltagy et al., "Longformer", 2020 (sliding-window attention);
-    the causal local baseline of Zheng et al., EVA, ICLR 2023.
+    Reference: Beltagy et al., "Longformer", 2020; the causal local baseline of Zheng et
+    al., EVA, ICLR 2023.
     """
 
     supports_rotary = True

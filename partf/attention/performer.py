@@ -4,17 +4,11 @@ With x' = x / Dh^(1/4) and random rows w_r ~ N(0, I),
 
     phi(x)_r = exp(w_r . x' - |x'|^2 / 2) / sqrt(F),    E[phi(q) . phi(k)] = exp(q . k / sqrt(Dh)),
 
-so causal linear attention with phi is an unbiased estimate of the softmax
-kernel (the same estimator as RFA, Peng et al., 2021). The rows come in
-blocks of orthogonal directions with chi-distributed lengths, which lowers
-the variance.
-
-Numerically safe: the query features are divided by their per-token largest
-value (a factor common to numerator and denominator), and the key features
-are passed to the kernel as (exp(raw - a), a) with a their per-token largest
-log-value, so every running sum stays relative to the largest key seen so
-far (see `partf.attention.chunked`). Nothing overflows in float32 or
-bfloat16, and no later token can change an earlier output.
+so causal linear attention with phi estimates the softmax kernel without bias (as RFA,
+Peng et al., 2021); orthogonal blocks of rows lower the variance. The query features are
+divided by their per-token largest value, and the key features are passed to the kernel
+as (exp(raw - a), a) with a their largest log-value, so nothing overflows in float32 or
+bfloat16 and no later token can change an earlier output.
 """
 
 from __future__ import annotations

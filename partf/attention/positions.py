@@ -1,29 +1,16 @@
-"""Token positions: where each token sits in its stream, sinusoids, rotary embeddings.
+"""Token positions: where each token sits in its stream, sinusoids, rotary embeddings
+(docs/positions.md).
 
-A stream is read segment by segment, so a token's absolute position is the number of
-real tokens before it in the stream: the positions of the previous segments plus its
-place in this one. Whoever adds positions carries that count (`offset`, int32 [B])
-from one segment to the next, so cutting a stream into segments never changes a
-position. Padding (mask False) takes no position: a left-padded prompt gets the same
-positions as the unpadded one.
-
-Two encodings of a position live here:
-
-* `sinusoid`: the fixed sinusoids of Vaswani et al. (2017), added to the token
-  embeddings by the model (absolute positions).
-* `apply_rotary`: rotary position embedding (RoPE, Su et al. 2021). Feature pairs
-  (x_k, x_{k + D/2}) of a query or key at position p are rotated by the angle
-  p * theta_k with theta_k = 10000^(-2k/D). A rotated query and key then meet with
-  a dot product that depends on their positions only through p_q - p_k, so attention
-  sees relative positions while each token is rotated once, by its absolute position.
+A token's absolute position is the number of real tokens before it in its stream, so
+whoever adds positions carries that count (`offset`, int32 [B]) from one segment to the
+next, and padding takes no position. `sinusoid` gives Vaswani et al.'s fixed sinusoids
+(added to the embeddings); `apply_rotary` rotates feature pairs (x_k, x_{k + D/2}) of a
+query or key at position p by p * theta_k, theta_k = 10000^(-2k/D) (RoPE, Su et al.
+2021), so a query meets a key through p_q - p_k only.
 
 Angles are computed from positions split as p = 1024 a + b, with (1024 theta_k) mod 2 pi
-taken in float64 once: p * theta_k in float32 loses about 0.008 radians at p = 10^5
-(the last bit of a float32 that large), the split form about 10^-4.
-
-References:
-    Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (sinusoids).
-    Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
+taken in float64 once: p * theta_k in float32 loses about 0.008 radians at p = 10^5,
+the split form about 10^-4.
 """
 
 from __future__ import annotations

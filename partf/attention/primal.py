@@ -1,23 +1,18 @@
 """Primal-Attention: attention as kernel SVD in its primal, low-rank form (Chen et al., 2023).
 
-Self-attention is read as an asymmetric kernel SVD. In the primal form each
-token gets two score vectors of rank s (per head),
+Each token gets two score vectors of rank s per head,
 
     e_i = phi(q_i) W_e [s],    r_i = phi(k_i) W_r [s],    out_i = [e_i, r_i] W_c [Dh],
 
-with phi(x) = x / |x| and W_e, W_r [Dh, s] learned; no values and no T x T
-matrix. The causal form used by the authors for language modelling first
-replaces q_i and k_i by their running means over positions <= i; since phi
-ignores the length of its input, the running sums suffice, and they are the
-state (exact across segments).
-
-Training adds the KSVD regulariser, eta * J with
+with phi(x) = x / |x| and W_e, W_r [Dh, s] learned: no values and no T x T matrix. The
+authors' causal form replaces q_i and k_i by their running means over positions <= i;
+since phi ignores length, the running sums suffice, and they are the state. Training
+adds the KSVD regulariser eta * J, as in the authors' criterion,
 
     J = ( mean |e Lambda|^2 / 2 + mean |r Lambda|^2 / 2 - Tr(mean_h W_e^T W_r) )^2,
 
-(means over heads and tokens, then J averaged over the batch), as in the
-authors' criterion; Lambda [H, s] is learned. The layer adds it itself with
-`add_loss`, so any Keras model using it trains with it.
+(means over heads and tokens, then over the batch; Lambda [H, s] learned), with
+`add_loss`, so any Keras model using the layer trains with it.
 """
 
 from __future__ import annotations

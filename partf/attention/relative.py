@@ -1,26 +1,18 @@
-"""Transformer-XL relative multi-head attention with segment memory.
+"""Transformer-XL relative multi-head attention with segment memory (Dai et al. 2019,
+section 3.3, https://arxiv.org/abs/1901.02860).
 
-Each query at absolute position i scores each key at position j with four
-terms (Dai et al. 2019, section 3.3), where R is a fixed sinusoid of the
-distance i - j projected by a per-layer matrix W_r:
+A query at position i scores a key at j with four terms, R a fixed sinusoid of the
+distance i - j projected by a per-layer W_r:
 
     (a) q_i . k_j            content
     (b) q_i . W_r R_{i-j}    content-dependent position
     (c) u . k_j              global content bias
     (d) v . W_r R_{i-j}      global position bias
 
-(a)+(c) is one product with (q + u); (b)+(d) is one product with (q + v)
-against the projected encodings of every distance, brought into (query, key)
-alignment by `relative_shift` instead of a gather.
-
-The keys and values are the layer input of the current segment preceded by a
-memory of the last `mem_len` layer inputs (no gradient flows into it). The
-memory is right-aligned, so slot m of a memory of length M sits M - m
-positions before the first query; slots that hold nothing yet (start of an
-epoch, or a padded final segment) are marked invalid and never attended.
-
-Reference: Dai et al., "Transformer-XL: Attentive Language Models Beyond a
-Fixed-Length Context", ACL 2019. https://arxiv.org/abs/1901.02860
+(a)+(c) is one product with (q + u); (b)+(d) one with (q + v) against every distance,
+aligned by `relative_shift` instead of a gather. Keys and values are the segment's layer
+input after a memory of the last `mem_len` inputs (no gradient), right-aligned; slots
+that hold nothing yet are marked invalid and never attended.
 """
 
 from __future__ import annotations

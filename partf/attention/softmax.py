@@ -31,11 +31,6 @@ class SoftmaxAttention(Attention):
     (1 where a slot holds a real token), float32; with `rotary`, the keys are kept
     rotated and `position` [B] int32 counts the tokens read.
 
-    Example:
-        >>> layer = SoftmaxAttention(d_model=32, num_heads=4, mem_len=16)
-        >>> y, state = layer(x)                 # x: [B, T, 32]
-        >>> y2, state = layer(x2, state=state)  # sees the last 16 tokens of x
-
     Reference: Vaswani et al., "Attention Is All You Need", NeurIPS 2017;
     Dai et al., "Transformer-XL", ACL 2019 (the memory).
     """

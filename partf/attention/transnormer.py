@@ -1,25 +1,19 @@
 """TransNormer's two attentions: NormAttention and DiagAttention (Qin et al., 2022).
 
-The paper finds two faults in kernel linear attention: its denominator makes
-gradients unbounded, and over long sequences it spreads attention too thinly
-("dilution"). TransNormer answers with
+The paper finds that kernel linear attention's denominator makes gradients unbounded,
+and that over long sequences it spreads attention too thinly. Its answer:
 
-* NormAttention: linear attention *without* the denominator, phi(Q)(phi(K)^T V),
-  followed by a normalisation of the output; the running sum S = sum phi(k) v^T is
-  the state.
-* DiagAttention: attention within non-overlapping blocks of `window_size` tokens at
-  fixed stream positions (counted in real tokens), so early layers look at
-  neighbours only, its output normalised as well; the open block's keys and values
-  are the state.
+* NormAttention: linear attention without the denominator, phi(Q)(phi(K)^T V), then a
+  normalisation of the output; the running sum S = sum phi(k) v^T is the state.
+* DiagAttention: attention within blocks of `window_size` tokens at fixed stream
+  positions (counted in real tokens), normalised as well; the open block is the state.
 
-The paper places DiagAttention in the early layers and NormAttention in the later ones.
-The defaults are the authors' released `transnormer_t1` (OpenNLPLab's fairseq-evo):
-elu features, relu block scores, both followed by the simple RMS norm
-x / (rms(x) + 1e-8) over all heads of a token. Their `transnormer_t2` is
-`feature_map="elu+1"` and `diag_activation="softmax", norm_type="none"`. Neither
-applies the released models' URPE (unitary relative position encoding): partf has
-none. `rms_form="partf"` (x / sqrt(mean(x^2) + 1e-6)) and softmax followed by a norm
-are partf's own pairings."""
+The paper puts DiagAttention in the early layers. The defaults are the authors' released
+`transnormer_t1` (elu features, relu block scores, the simple RMS norm x / (rms(x) +
+1e-8) over all heads); `transnormer_t2` is `feature_map="elu+1"`,
+`diag_activation="softmax"`, `norm_type="none"`. Neither applies the released models'
+URPE. `rms_form="partf"` (x / sqrt(mean(x^2) + 1e-6)) is partf's own.
+"""
 
 from __future__ import annotations
 

@@ -1,23 +1,14 @@
 """Shared pieces of the softmax-based mechanisms: masked softmax, sliding windows, window grids.
 
-Two ways of cutting a stream into local pieces live here:
-
-* A sliding window (local attention): each query sees the `W` tokens before
-  it and itself. The state is simply the last `W` keys and values; a segment
-  is processed in blocks of `W` queries, each looking at its own block and
-  the one before it, so the cost is O(T W).
-* A window grid (TransNormer's DiagAttention, EVA): windows of `W` tokens at
-  fixed absolute positions 0, W, 2W, ... of the stream. A segment that starts
-  in the middle of a window carries that window's first tokens in its state
-  (a left-aligned buffer of W slots) with their count, `offset`. Queries and
-  keys are gathered onto a grid that starts at the current window's first
-  token, so windows are plain reshapes, and gathered back afterwards.
-
-  Where padding sits is a choice of the gather (`real_token_layout`): the layers
-  give a pad no place, so a window holds W real tokens and a stream's windows
-  are cut by its real tokens only, as rotary positions count them
-  (`partf.attention.positions`); a left-padded prompt is then cut as the
-  unpadded one. Without a layout every token, pad or not, takes its place.
+* A sliding window (local attention): each query sees the `W` tokens before it and
+  itself; the state is the last `W` keys and values, and a segment runs in blocks of `W`
+  queries, each against its own block and the one before, O(T W).
+* A window grid (DiagAttention, EVA): windows of `W` tokens at fixed stream positions 0,
+  W, 2W, ... A segment that starts mid-window carries that window's first tokens in its
+  state (a left-aligned buffer of W slots, their count `offset`). Queries and keys are
+  gathered onto a grid that starts at the current window's first token, so windows are
+  plain reshapes, and gathered back afterwards. With `real_token_layout` a pad takes no
+  place, so windows are cut by real tokens only, as rotary positions count them.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""What partf-evaluate and partf-generate share as commands over a trained model.
-
-Both parse their flags with a parser that reports a mistake in one line (`UsageExit`),
-take `--model` first and partf-train's true/false flags (`partf.cli.flags.add_bool_flag`:
-`--name`, `--name=false`, `--noname`), and run the same way (`run_command`): parse and
-check the flags, then do the work with partf's log records on stderr, then print the
-result; every failure is one line on stderr and an exit status: 2 bad usage
-(`UsageExit`), 1 a failure while running (`RuntimeExit`, or any error no command
-foresaw), 130 Ctrl-C.
-
-Example:
-    >>> def run(argv=None):
-    ...     return run_command("partf-evaluate", argv, parse, lambda args: "done")
+"""What partf-evaluate and partf-generate share as commands over a trained model: a parser
+that reports a mistake in one line (`UsageExit`), `--model` first, partf-train's
+true/false flags, and `run_command`, which parses, does the work with partf's log records
+on stderr and prints the result. A failure is one line on stderr and an exit status: 2
+bad usage (`UsageExit`), 1 a failure while running (`RuntimeExit` or any error no
+command foresaw), 130 Ctrl-C.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Command-line flags generated from configuration dataclasses.
 
-Every field declared with `partf.settings.setting` (field metadata with a help text)
-becomes a flag of the same name. Its spelling follows the field's type, in the absl style
-of the original project:
-
-- `bool`: `--x`, `--x=VALUE` (true/false, 1/0, yes/no, on/off, any case) and `--nox`.
-- `tuple[int, ...]`, `tuple[str, ...]`: repeatable, each occurrence one or several
-  comma-separated values (`--cutoffs=250 --cutoffs=2500`, `--candidates a,b,c`); an
-  empty value clears the list (`--cutoffs=`).
-- `int`, `float`, `str`, or any of them `| None`: one value.
-
-`add_flags` adds a dataclass's flags to a parser and `flag_values` reads them back. Both
-also take the settings as plain `Setting` records (`settings_of` makes them from a
-dataclass, `partf.cli.settings_source` reads them from its source), which is how
-partf-train builds its parser without importing the configurations (and with them Keras
-and TensorFlow).
+Every field declared with `partf.settings.setting` becomes a flag of the same name,
+spelled after its type in the absl style of the original project: a `bool` takes `--x`,
+`--x=VALUE` and `--nox`; a `tuple[...]` is repeatable, each occurrence one or several
+comma-separated values, an empty value clearing it (`--cutoffs=`); anything else takes
+one value. `add_flags` adds them to a parser and `flag_values` reads them back; both also
+take plain `Setting` records (`partf.cli.settings_source`), so partf-train builds its
+parser without importing Keras.
 """
 
 from __future__ import annotations

@@ -172,9 +172,7 @@ def _main(args: argparse.Namespace) -> str:
     model, run_dir = load_model(args.model)
     try:
         sp = load_sentencepiece(find_sp_model(args.sp_model, run_dir))
-    except UsageError as e:
-        raise UsageExit(str(e)) from e
-    except DataError as e:
+    except (UsageError, DataError) as e:
         raise UsageExit(str(e)) from e
     if sp.get_piece_size() != model.config.vocab_size:
         raise UsageExit(

@@ -1,15 +1,9 @@
-"""Finding a trained model and its tokenizer for partf-generate.
+"""Finding a trained model and its tokenizer for the commands over a trained model.
 
-`--model` names a `.keras` file or a run's checkpoint folder
-(checkpoints/<model_name>): its <model_name>.keras, or else its newest
-checkpoint rebuilt from the run's config.json. The tokenizer is `--sp_model`
-or the one that config.json names, looked for from the current folder and
-then from each folder above the run's.
-
-Failures raise `UsageExit` (a path or file the user must change, exit
-status 2) or `RuntimeExit` (a file that cannot be read, exit status 1).
-Keras and the model are imported only when a model is loaded, so `--help`
-stays fast.
+`--model` names a `.keras` file or a run's checkpoint folder (its .keras file, else its
+newest checkpoint rebuilt from config.json); the tokenizer is `--sp_model` or the one
+config.json names. Failures raise `UsageExit` (exit status 2) or `RuntimeExit` (1).
+Keras is imported only when a model is loaded, so `--help` stays fast.
 """
 
 from __future__ import annotations

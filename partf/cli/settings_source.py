@@ -1,29 +1,17 @@
 """partf-train's settings and the attention mechanisms' options, read from the source.
 
-partf-train makes a flag of each setting of `TrainConfig` and `ModelConfig` (a field
-declared with `partf.settings.setting`) and an `--attn_*` flag of each option of every
-mechanism the source declares (`partf.declarations`): the option's help in its class's
-`option_help`, its default in a constructor, as `Attention.options` holds them once the
-class is imported. Importing the classes would import Keras and TensorFlow, and `--help`
-or a mistyped flag would wait seconds for them; so this module reads the same values
-from the source with `ast` (stdlib only, once per process, tens of milliseconds), as
-`partf.declarations` reads the decorators. A new setting or mechanism needs nothing
-regenerated: tests/cli/test_quiet.py checks that what is read here is what the imported
-classes say.
+partf-train makes a flag of each `TrainConfig` and `ModelConfig` setting and an
+`--attn_*` flag of each option of every declared mechanism (`partf.declarations`).
+Importing the classes would import Keras and TensorFlow, and `--help` or a mistyped flag
+would wait seconds for them, so this module reads the same values from the source with
+`ast` (stdlib only, tens of milliseconds); tests/cli/test_quiet.py checks that they
+equal what the imported classes say.
 
-What is read must be made of literals: a string, number, bool or None; a tuple, list or
-dict of them (`*` and `**` unpacking too); an f-string of them; `tuple(...)` of one; or
-the name of a module-level constant holding one, in the same module or imported with
-`from ... import` from a module under `declarations.PACKAGES`. A class attribute
-(`SoftmaxAttention.option_help`) and a constructor default are looked up along the
-class's bases in Python's order (bases from elsewhere, such as Keras's, hold none).
-Anything else is an error naming its file and line; make such a value a literal there.
-
-Example:
-    >>> mechanism_options()["local"]["window_size"][0]
-    128
-    >>> model_settings()[0].name, model_settings()[0].default
-    ('d_model', 128)
+What is read must be made of literals (strings, numbers, bools, None; tuples, lists and
+dicts of them, with unpacking; f-strings; `tuple(...)` of one) or name a module-level
+constant holding one, here or imported from a module under `declarations.PACKAGES`.
+Class attributes and constructor defaults are looked up along the bases in Python's
+order. Anything else is an error naming its file and line.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
-"""partf-study: the PAR workflow as one resumable command.
+"""partf-study: the PAR workflow as one resumable command (docs/study.md).
 
-Search, derive (argmax of pi, identity blocks dropped), train the derived architecture
-from scratch (stage 2), and compare with Transformer-XL over seeds: a PLAN (TOML, see
-`partf.study.plan` and studies/) names the data, the shared flags, the arms and the
-seeds; every run is an ordinary partf-train run under OUT/runs/<name>/.
+A PLAN (TOML, `partf.study.plan`, studies/) names the data, the shared flags, the arms
+and the seeds; every run is an ordinary partf-train run under OUT/runs/<name>/.
 
     partf-study studies/tiny.toml --out /tmp/tiny --workers 2   # run (again: resume)
     partf-study PLAN --out DIR --list      # the ready runs' partf-train commands
     partf-study PLAN --out DIR --report    # rewrite DIR/report.md and DIR/pareto.png
-    partf-study PLAN --out DIR --report --seeds 2   # ... of seed 2's runs only
 
-Running the same command again skips finished runs and resumes the others from their
-newest checkpoint. Ctrl-C or SIGTERM stops every run after a checkpoint. Several
-machines sharing DIR can each take runs from `--list` (a SLURM array, GNU parallel):
-a run's folder lock keeps any run from being trained twice at once.
+Several machines sharing DIR can each take runs from `--list`: a run's folder lock keeps
+any run from being trained twice at once.
 
 Exit status: 0 every selected run finished, 1 a run failed, 2 bad usage (a bad plan),
 128 + N stopped by signal N (the same command resumes).

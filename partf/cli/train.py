@@ -1,28 +1,16 @@
 """partf-train: train a PAR Transformer-XL (also `python -m partf.train`).
 
 Every flag of the original project's train.py works with the same meaning, in its absl
-spellings too (`--cutoffs=250 --cutoffs=2500`, `--straight_through=False`,
-`--notau_is_trainable`). Model defaults are the base configuration of base_model.sh
-(d_model 128, 4 heads, d_ffn 512, 6 blocks, mem_len 16, cutoffs 250 and 2500, tau 1.0 to
-0.1), not the larger defaults of the original train.py. `--cutoffs=` (empty) selects a
-plain softmax. Mechanism options appear as `--attn_<option>`, read by every chosen
-mechanism that takes the option, and as `--attn_<mechanism>_<option>`, read by that
-mechanism alone (it wins over the shared flag); an option that no chosen mechanism takes
-is an error (see --help).
-
-The flags are generated (partf/cli/flags.py): one per setting of `TrainConfig` and
-`ModelConfig`, whose fields hold the help text and the default; a new setting is a new
-field there. Model flags stay unset unless given, so that ModelConfig's default applies.
-The parser reads those settings, and the mechanisms' options, from the source
-(partf/cli/settings_source.py), so that `--help` and a mistyped flag answer at once,
-without Keras and TensorFlow.
+spellings too (`--cutoffs=250 --cutoffs=2500`, `--notau_is_trainable`); the model
+defaults are base_model.sh's, not the original train.py's. Mechanism options are
+`--attn_<option>` (every chosen mechanism that takes it) and `--attn_<mechanism>_<option>`
+(that one alone, winning over the shared flag). The flags are generated from the
+settings' fields (partf/cli/flags.py), read from the source (partf/cli/settings_source.py)
+so that `--help` and a mistyped flag answer without Keras; model flags stay unset unless
+given, so that ModelConfig's default applies.
 
 Exit status: 0 done, 1 failure while running, 2 bad usage, 128 + N stopped by signal N
 (after a checkpoint; the same command resumes).
-
-Example:
-    partf-train --train_directory data/train --valid_directory data/valid \\
-        --test_directory data/test --model_name base --epochs 20
 """
 
 from __future__ import annotations

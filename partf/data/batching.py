@@ -1,23 +1,13 @@
-"""Context batching: cutting one token stream into batches a recurrent-memory
-model (Transformer-XL) can read in order.
+"""Context batching: cutting one token stream into batches a recurrent-memory model
+(Transformer-XL) can read in order (docs/data.md, "How the records are built").
 
-The stream t[0], ..., t[N-1] is cut into `batch_size` contiguous streams of
-n*L + 1 tokens each (L = seq_len, n = number of batches), one per batch row:
-row r covers t[r*n*L] ... t[(r+1)*n*L]. Batch i holds, in row r, the L + 1
-tokens starting at t[r*n*L + i*L]; the model reads the first L as inputs and
-the last L as targets.
-
-So row r of batch i+1 starts with the token row r of batch i ends with: a
-one-token overlap. Every token t[0..B*n*L-1] is an input exactly once, and
-every neighbouring pair (t[k], t[k+1]) is one input/target pair, also across
-rows. (The original project cut non-overlapping windows of L + 1 tokens, so
-the last token of each window was never an input.)
-
-With n = (N - 1) // (B*L), only the tail past t[B*n*L] is dropped: fewer than
-B*L tokens, i.e. less than one batch.
-
-All of it is index arithmetic on a strided view of the stream: no copy, and a
-memory-mapped stream stays on disk until each batch is read.
+The stream is cut into `batch_size` contiguous rows of n*L + 1 tokens (L = seq_len, n
+batches); batch i holds, in row r, the L + 1 tokens starting at t[r*n*L + i*L], inputs
+the first L and targets the last L. Row r of batch i+1 starts with the token row r of
+batch i ends with, so every token but the dropped tail (less than one batch) is an input
+exactly once, and every neighbouring pair is an input/target pair (the original project
+cut non-overlapping windows, so the last token of each was never an input). All of it is
+index arithmetic on a strided view: no copy, and a memory-mapped stream stays on disk.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Fetching WikiText-2 (word level, v1) and checking every file against its checksum.
 
-A source is one of:
-- a zip archive, by URL (`https://`, `http://`, `file://`) or local path: the
-  splits are read from the members named `wiki.{train,valid,test}.tokens` (the
-  official archive) or `{train,valid,test}.txt`, in whatever folder;
-- a folder holding `train.txt`, `valid.txt` and `test.txt`, by URL ending in
-  `/` or local path.
-
-`fetch_wikitext2` tries the sources in order and keeps the first whose three files
-all match their sha256. Files are written under temporary names and renamed at the
-end, so an interrupted download leaves nothing that looks finished. Downloaded bytes
-are only hashed and copied: nothing is executed or unpickled, and archive member
-names are never used as paths. `file_checksum` also computes git blob ids, to compare
-a file with a listing that gives only those."""
+A source is a zip archive (URL or local path; the members `wiki.{train,valid,test}.tokens`
+or `{train,valid,test}.txt`, in any folder) or a folder holding `train.txt`, `valid.txt`
+and `test.txt` (URL ending in `/` or local path). `fetch_wikitext2` keeps the first
+source whose three files all match their sha256, written under temporary names and
+renamed at the end. Downloaded bytes are only hashed and copied: nothing is executed or
+unpickled, and member names are never used as paths.
+"""
 
 from __future__ import annotations
 

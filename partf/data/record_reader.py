@@ -1,19 +1,9 @@
-"""Reading context-batch records into numpy, without TensorFlow.
-
-`partf.data.tfrecords` reads records with `tf.data`; this module reads the same files
-with Python and numpy (`partf.data.tfrecord_format`), for the JAX backend on machines
-where TensorFlow is not installed. It reads both partf's folders (listed by their
-metadata.json) and the original project's (`file1.tfrecords`, ... in numeric order;
-shape from the first record), checks every CRC, and returns the same batches, in the
-same order, as `load_batches`.
-
-The folder helpers (which files, in which order; whether the records fit a tokenizer
-and a batch shape) live here and serve both readers.
-
-Example:
-    >>> batches = read_record_batches("data/wikitext2_bsz32_seqlen32_tfrecords_valid")
-    >>> batches.shape  # [n, B, L + 1]
-    (229, 32, 33)
+"""Reading context-batch records into numpy, without TensorFlow (the JAX backend on a
+machine without it): the same batches, in the same order, as `tfrecords.load_batches`,
+from partf's folders (listed by metadata.json) or the original project's
+(`file1.tfrecords`, ... in numeric order), every CRC checked. The folder helpers (which
+files, in which order; whether records fit a tokenizer and batch shape) serve both
+readers.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """The copy of WikiText-2 partf ships, and `get_wikitext2`, what `--source=wikitext-2` runs.
 
-`partf/data/wikitext2/wikitext-2.tar.xz` holds WikiText-2's three published splits (word
-level, v1; Merity et al. 2016, CC BY-SA 3.0: the folder's README.md), byte for byte,
-named train.txt, valid.txt and test.txt (scripts/pack_wikitext2.py writes it). It is
-package data: a checkout and an installed partf (wheel or sdist) both have it, so
-WikiText-2 needs no network. `get_wikitext2` keeps splits already in place that match
-their sha256, else unpacks this copy, else (a checkout or an install without the file)
-downloads them (`partf.data.download`).
-
-Unpacking reads the archive member by member into a temporary folder beside the target
-(member names never become paths; links and anything else but regular files are
-skipped), checks each of the three files against its sha256, and renames them into place
-only when all three match. A copy that cannot be read (truncated, corrupt) or whose files
-do not match is refused with a one-line DataError naming the file and how to restore it,
-and leaves nothing behind. It is not replaced by a download: a damaged file of partf's own
-is to be restored, not routed around.
+`partf/data/wikitext2/wikitext-2.tar.xz` holds WikiText-2's three published splits byte
+for byte (CC BY-SA 3.0: the folder's README.md; scripts/pack_wikitext2.py writes it), as
+package data, so WikiText-2 needs no network. `get_wikitext2` keeps splits already in
+place that match their sha256, else unpacks this copy, else (no file) downloads them.
+Unpacking goes member by member into a temporary folder (member names never become
+paths; only regular files), and renames the three files into place only when all match.
+A damaged copy is refused in one line naming the file and how to restore it, and is not
+replaced by a download: a damaged file of partf's own is to be restored, not routed
+around.
 """
 
 from __future__ import annotations

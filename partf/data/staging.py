@@ -25,13 +25,6 @@ class StagedOutputs:
     Args:
         overwrite: allow replacing targets that exist. Without it, `check`
             and `dir_for`/`file_for` raise `UsageError` for a target in the way.
-
-    Example:
-        >>> with StagedOutputs(overwrite=False) as staged:
-        ...     tmp = staged.dir_for(Path("data/records"))
-        ...     (tmp / "a.tfrecords").write_bytes(b"...")
-        >>> Path("data/records/a.tfrecords").exists()
-        True
     """
 
     def __init__(self, overwrite: bool = False):

@@ -1,23 +1,10 @@
-"""The TFRecord file framing and the protobuf wire format, in Python and numpy.
+"""The TFRecord file framing and the protobuf wire format, in Python and numpy: enough to
+read partf's records and write TensorBoard event files without protobuf or TensorFlow
+(a JAX-only machine).
 
-Enough of both to read partf's records and write TensorBoard event files where
-TensorFlow is not installed (a JAX-only machine): no protobuf or TensorFlow import.
-
-A TFRecord file is a sequence of records, each framed as
-
-    uint64 length | uint32 masked CRC-32C of the length bytes | data | uint32 masked CRC-32C of data
-
-(little-endian). The CRC is CRC-32C (Castagnoli), "masked" by a rotation and an offset.
-
-Protobuf messages are sequences of (field number, wire type, value): varints (type 0),
-8-byte fixed values (1), length-delimited bytes (2, strings, sub-messages and packed
-repeated numbers) and 4-byte fixed values (5). `fields` walks one message; the `encode_*`
-helpers write one field.
-
-Example:
-    >>> payloads = read_frames(Path("records/shard-00001-of-00001.tfrecords").read_bytes())
-    >>> frame(b"hello")[:8]
-    b'\\x05\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+A TFRecord is `uint64 length | uint32 masked CRC-32C of length | data | uint32 masked
+CRC-32C of data` (little-endian). A protobuf message is a sequence of (field number,
+wire type, value); `fields` walks one message and the `encode_*` helpers write one field.
 """
 
 from __future__ import annotations

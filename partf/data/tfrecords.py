@@ -1,16 +1,10 @@
 """Writing and reading context batches as TFRecords.
 
-Record format (shared with the original project, so either can read the
-other's records): each record is a `tf.train.Example` with one bytes feature
-`batch` holding `tf.io.serialize_tensor` of one int32 batch [B, L + 1].
-
-partf folders also hold `metadata.json` (see `partf.data.metadata`), which
-lists the shards in stream order: shard k holds a consecutive range of
-batches, and the reader reads shards one after the other, never interleaved,
-so row r of every batch continues row r of the batch before it across shard
-boundaries too. Folders without it are read as the original project's
-(`file1.tfrecords`, `file2.tfrecords`, ... in numeric order; shape taken from
-the first record).
+Each record is a `tf.train.Example` with one bytes feature `batch` holding
+`tf.io.serialize_tensor` of one int32 batch [B, L + 1], as the original project's, so
+either reads the other's records. partf's `metadata.json` lists the shards in stream
+order and the reader reads them one after the other, never interleaved, so row r of
+every batch continues row r of the batch before it across shards too.
 """
 
 from __future__ import annotations

@@ -1,28 +1,20 @@
 """The Generator: carried-state decoding, the recompute baseline, one compiled loop.
 
-* "carried" (the default): the prompt goes through `model.forward` once, then each
-  new token is fed alone with the state the previous call returned (XL memory, or a
-  linear attention's running sums), so a token costs the same however long the text.
-* "recompute": each step feeds the last `context_len` tokens, left-padded with 0,
-  from an empty state: the slow, obviously-correct reference of the tests and the
-  baseline of `benchmarks/generate.py`.
+* "carried" (the default): the prompt goes through `model.forward` once, then each new
+  token is fed alone with the state the previous call returned, so a token costs the
+  same however long the text.
+* "recompute": each step feeds the last `context_len` tokens, left-padded, from an empty
+  state: the slow, obviously-correct reference of the tests and benchmarks. With
+  `mem_len` >= the text's length (or an exact linear attention) the two agree up to
+  rounding.
 
-With `mem_len` >= the text's length (or an exact linear attention) the two agree up to
-rounding; a shorter memory is Transformer-XL's evaluation scheme.
-
-Draws come from a `keras.random.SeedGenerator` reset to the seed at each `generate`, so
-a seed always gives the same text; the padding id 0 is never drawn (fed back, it would
-be read as padding). Decoding runs as one compiled loop over all new tokens (a
-`tf.function`, XLA with `jit_compile=True`; on JAX `jax.jit` with the weights passed
-in and one key per token drawn before the loop, since a traced loop cannot advance a
-generator). In carried mode a step skips work that cannot change its result: with
+Draws come from a `keras.random.SeedGenerator` reset to the seed at each `generate`, so a
+seed always gives the same text; the padding id 0 is never drawn (fed back, it would be
+read as padding). Decoding runs as one compiled loop over all new tokens (on JAX with one
+key per token drawn before the loop, since a traced loop cannot advance a generator).
+In carried mode a step skips work that cannot change its result: with
 `eval_mode="argmax"` only each block's chosen candidate runs, and relative attention
-keeps its memory's projected keys and values (`RelativeAttention.inference_state`).
-
-Example:
-    >>> result = generate(model, [[2, 17, 42]], max_tokens=10, top_k=20, seed=0)
-    >>> result.tokens.shape
-    (1, 10)
+keeps its memory's projected keys and values.
 """
 
 from __future__ import annotations

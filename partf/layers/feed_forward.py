@@ -12,27 +12,15 @@ from partf.serialization import register
 
 @register
 class FeedForward(keras.layers.Layer):
-    """Two dense layers applied at every position, then dropout.
-
-    y = dropout(W2 act(W1 x + b1) + b2), as the original PAR project (which,
-    unlike Transformer-XL, has no dropout between the two layers).
+    """Two dense layers applied at every position, then dropout: y = dropout(W2 act(W1 x +
+    b1) + b2), as the original PAR project (which, unlike Transformer-XL, has no dropout
+    between the two layers). A call maps x [B, T, D] to [B, T, D].
 
     Args:
         d_model: input and output width D.
         d_ffn: inner width.
         dropout_rate: dropout on the output.
         activation: activation of the inner layer (a Keras name).
-
-    Call args:
-        x: [B, T, D].
-        training: enables dropout.
-
-    Returns:
-        [B, T, D].
-
-    Example:
-        >>> tuple(FeedForward(16, 64)(keras.ops.ones((2, 5, 16))).shape)
-        (2, 5, 16)
 
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.3.
     """

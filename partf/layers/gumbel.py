@@ -49,12 +49,6 @@ def gumbel_softmax(
 
     Returns:
         float32 [*sample_shape, ..., C] weights summing to one on the last axis.
-
-    Example:
-        >>> seed = keras.random.SeedGenerator(0)
-        >>> w = gumbel_softmax(keras.ops.zeros((3,)), 0.5, seed, sample_shape=(4,))
-        >>> tuple(w.shape)
-        (4, 3)
     """
     logits = ops.cast(logits, "float32")
     shape = tuple(sample_shape) + tuple(logits.shape)

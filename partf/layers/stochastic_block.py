@@ -1,26 +1,19 @@
-"""PAR stochastic block: a learned, Gumbel-softmax-weighted choice of sublayer.
+"""PAR stochastic block: a learned, Gumbel-softmax-weighted choice of sublayer
+(docs/model.md).
 
-Each block holds candidate sublayers, by default attention, a position-wise
-feed-forward network ("dense") and the identity, each with its own residual
-connection and LayerNorm, as the original project:
-
-    attention: LayerNorm(x + Attention(x, memory))
-    dense:     LayerNorm(x + FeedForward(x))
-    identity:  x
-
-The block output is the weighted sum of the candidates' outputs, weighted by a
-Gumbel-softmax sample of pi = softmax(logits) at temperature tau in training, and at
-evaluation by the argmax of pi (default), pi itself ("expected") or a sample
-("sample", the original's). Every candidate runs at every step, so each stateful
-candidate's memory is updated whatever its weight. With `causal=False` the attentions
-are built non-causal (an encoder's block) and there is no memory.
-
-A search can also train on sampled paths (`run_sampled`): one candidate per block,
-drawn from pi, computes the output, the others only their carried state; the logits
-then learn from a score-function estimate (`PARTransformerXL.compute_loss`).
+Each block holds candidate sublayers (by default attention, a feed-forward network
+"dense" and the identity), each with its own residual connection and LayerNorm, as the
+original project. The output is the candidates' outputs weighted by a Gumbel-softmax
+sample of pi = softmax(logits) at temperature tau in training, and at evaluation by the
+argmax of pi (default), pi itself ("expected") or a sample ("sample", the original's).
+Every candidate runs at every step, so each stateful candidate's memory is updated
+whatever its weight. A search can instead train on sampled paths (`run_sampled`): one
+candidate per block, drawn from pi, computes the output, the others only their carried
+state, and the logits learn from a score-function estimate.
 
 Reference: Mandava et al., "Pay Attention when Required", 2020,
-https://arxiv.org/abs/2009.04534"""
+https://arxiv.org/abs/2009.04534
+"""
 
 from __future__ import annotations
 

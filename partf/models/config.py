@@ -1,19 +1,11 @@
-"""ModelConfig: every setting of a PAR Transformer-XL, as plain values.
+"""ModelConfig: every setting of a PAR Transformer-XL, as plain values, named after the
+original project's flags. A run's draft config (`TrainConfig.model`) leaves the fields
+only the data knows (`DATA_FIELDS`) None; `partf.training.resolve.resolve_model` fills
+them.
 
-Field names follow the original project's command-line flags. The full
-config goes into each checkpoint, so a run can be rebuilt from it.
-
-A run's configuration (`partf.training.config.TrainConfig.model`) is a ModelConfig
-made before its data is read: the fields only the data and the run's length know
-(`DATA_FIELDS`) are None there, and `partf.training.resolve.resolve_model` fills them.
-
-One flat dataclass, by design. ModelConfig extends `BlockSettings` (the layer's module
-declares what every stochastic block shares, once, and a model hands its own on), so
-each setting is declared exactly once. It is not split further into architecture, search
-and schedule parts: nothing but the model takes such a part whole, the checks cross
-them (the encoder's refusals read the search settings and the attentions, the rotary
-check the widths), and flags, plans and config.json name the settings flat, so nested
-parts would only add `config.search.` to every reader.
+One flat dataclass, by design (it extends `BlockSettings`, so each setting is declared
+once): nothing but the model takes an architecture, search or schedule part whole, the
+checks cross such parts, and flags, plans and config.json name the settings flat.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """What a PAR architecture costs: forward FLOPs per token from the configuration, or
 measured time.
 
-A candidate's FLOPs are its layer's own analytic count (`flops_per_token` of the attention
-or feed-forward layer: matrix products, 2 FLOPs per multiply-add, for segments of
-`seq_len` tokens with the model's memory and batch), the identity costs nothing. The
-cost-aware search (`ModelConfig.search_cost_weight`) adds lambda times the expected cost
-of the architecture drawn from pi to the loss: in forward MFLOPs per token, or with
-`search_cost="time"` in each candidate's forward-and-backward time per token measured on
-the run's machine, in units of the dense block's time measured beside it
-(`ModelConfig.candidate_costs`, filled from the run's `cost_table.json` by
-`partf.training.cost_table`). Benchmarks report the cost of a derived
-architecture with `architecture_flops` and of the whole model with `model_flops`.
-
-Example:
-    >>> costs = candidate_flops(model, seq_len=32)   # per block, per candidate
-    >>> float(expected_flops(model, 32))             # sum over blocks of pi . cost
+A candidate's FLOPs are its layer's analytic count (`flops_per_token`: matrix products, 2
+FLOPs per multiply-add, at the model's segment, memory and batch); the identity costs
+nothing. The cost-aware search adds lambda times the expected cost under pi to the loss,
+in forward MFLOPs per token or, with `search_cost="time"`, in the dense blocks of the
+run's measured table (`ModelConfig.candidate_costs`, partf.training.cost_table).
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Encoder: a bidirectional Transformer over whole sequences, for classification and MLM.
 
-A `Backbone` (partf.models.backbone) run with `causal=False` gives hidden states
-[B, T, D]; optional heads on them: sequence classification (mean over the real
-tokens or the first token, then a two-layer MLP, as the Long Range Arena
-classifiers) and masked-language-model logits (BERT's transform, layer norm and
-output tied to the embedding). Blocks are given by `architecture` as in the causal
-model, every attention non-causal (a mechanism without that form is refused); with
-`architecture` unset, every block is a PAR search's Gumbel-softmax mix, tau annealed
-from the model's own step counter (`Temperature`, so a compiled `fit` needs no
-callback), and `architecture_string()` gives the fixed encoder it found.
-
-Token id 0 is padding unless a mask is given; positions count the real tokens before
-each token, as in the causal model.
+A non-causal `Backbone` gives hidden states [B, T, D], with optional heads: sequence
+classification (mean over the real tokens or the first token, then a two-layer MLP, as
+the Long Range Arena classifiers) and masked-language-model logits (BERT's transform,
+layer norm and output tied to the embedding). With `architecture` unset every block is a
+PAR search's mix, tau annealed from the model's own step counter. Token id 0 is padding
+unless a mask is given.
 
 References:
     Devlin et al., "BERT", NAACL 2019 (the MLM head).
-    Tay et al., "Long Range Arena", ICLR 2021 (the classification setting)."""
+    Tay et al., "Long Range Arena", ICLR 2021 (the classification setting).
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
 """The training loss of partf's language models, from per-token NLL.
 
-Both the causal model and the masked language model score target tokens: a target 0
-is not scored (padding, or a position the masking did not choose), and the loss is the
-mean NLL over the scored targets, weighted by any `sample_weight`, plus the losses the
-layers add. Under a `tf.distribute` strategy each replica holds some rows of the global
-batch: the NLL sum is divided by the token count of all replicas (and the layers' losses
-by the replica count), so the replicas' losses and gradients sum to those of the global
-batch. The sampled-path search adds a score-function term (`score_function_term`), from
-the drawn path's log pi that the model's call returns beside the hidden states in training
-(`split_outputs`). The losses attentions add are also reported on their own in the logs
-(`attention_loss_logs`, e.g. `ksvd_loss`).
-
-Example:
-    >>> data_loss, replicas = mean_token_loss(model.token_nll(y_pred, y), y, sample_weight)
-    >>> loss = add_layer_losses(data_loss, model.losses, replicas)
+A target 0 is not scored (padding, or a position the masking did not choose); the loss
+is the mean NLL over the scored targets, weighted by any `sample_weight`, plus the
+layers' losses. Under a `tf.distribute` strategy the NLL sum is divided by the token
+count of all replicas (the layers' losses by the replica count), so the replicas'
+gradients sum to the global batch's. The sampled-path search adds a score-function term
+from the drawn path's log pi (`score_function_term`); losses attentions add are also
+logged on their own (`attention_loss_logs`, e.g. `ksvd_loss`).
 """
 
 from __future__ import annotations

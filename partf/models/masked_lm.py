@@ -1,22 +1,11 @@
 """MaskedLanguageModel: the Encoder with its MLM head, shaped for partf's trainer.
 
-The trainer pipeline (partf.training) and its `Evaluator` drive a model through a small
-contract: `model(inputs, training)`, `compute_loss`, `token_nll(outputs, targets)`,
-`reset_state(which)` and, for the logs and results, `pi()`, `candidate_names`,
-`architecture_string()` (the Encoder's own) and `tau()`. `PARTransformerXL` is one such
-model; this is the other: an `Encoder` (mlm_head=True) scored on the masked positions
-only.
-
-The batches come masked (partf.data.masking): inputs [B, T] with the chosen tokens
-replaced, targets [B, T] holding the original token at each chosen position and 0
-everywhere else. So the loss and the evaluator's exact perplexity, which skip targets
-equal to 0, are the masked-token cross-entropy and perplexity. There is no memory: each
-row is a sequence of its own.
-
-Example:
-    >>> model = MaskedLanguageModel(vocab_size=100, d_model=16, num_heads=2, d_ffn=32,
-    ...                             architecture="A D", attention="linear")
-    >>> logits = model(keras.ops.ones((2, 8), "int32"))   # [2, 8, 100]
+It answers the same contract as `PARTransformerXL` (`compute_loss`, `token_nll`,
+`reset_state`, `pi()`, `candidate_names`, `architecture_string()`, `tau()`), scored on
+the masked positions only: the batches come masked (partf.data.masking), targets holding
+the original token at each chosen position and 0 elsewhere, so the loss and perplexity,
+which skip targets 0, are the masked-token ones. There is no memory: each row is a
+sequence of its own.
 """
 
 from __future__ import annotations

@@ -1,25 +1,20 @@
-"""PARTransformerXL: the Pay-Attention-when-Required Transformer-XL language model.
+"""PARTransformerXL: the Pay-Attention-when-Required Transformer-XL language model
+(docs/model.md).
 
-A `Backbone` (partf.models.backbone, causal) gives hidden states; an adaptive softmax
-on them gives the token distribution (`log_probs`) and the loss (`token_nll`,
-`compute_loss`). The model keeps on top the temperature, step counter, XL memory
-variables and the sampled-path search's loss baseline.
-
-The XL memory of every block lives in non-trainable variables sized for the fixed
-context batch, like a stateful RNN: each `model(x, training=...)` call reads it and
-writes the new memory back, so `fit` and `evaluate` (XLA-compiled, several steps per
-execution) carry context across batches without help. Training and evaluation have
-separate memory variables, so evaluating never disturbs the training context.
-
-Positions (`config.position`): relative attention encodes distances itself;
-"sinusoidal" and "learned" add each token's absolute stream position to the
-embeddings (the count carried at the end of block 0's states), "rotary" rotates
-queries and keys inside every attention, each carrying its own count.
+A causal `Backbone` gives hidden states and an adaptive softmax on them the token
+distribution (`log_probs`) and the loss (`token_nll`, `compute_loss`). The XL memory of
+every block lives in non-trainable variables sized for the fixed context batch, like a
+stateful RNN, so compiled `fit` and `evaluate` carry context across batches without
+help; training and evaluation have separate memories, so evaluating never disturbs the
+training context. Absolute positions ("sinusoidal", "learned") are added to the
+embeddings from the count carried in block 0's states; "rotary" attentions carry their
+own.
 
 References:
     Mandava et al., "Pay Attention when Required", 2020. https://arxiv.org/abs/2009.04534
     Dai et al., "Transformer-XL", ACL 2019. https://arxiv.org/abs/1901.02860
-    Grave et al., "Efficient softmax approximation for GPUs", ICML 2017."""
+    Grave et al., "Efficient softmax approximation for GPUs", ICML 2017.
+"""
 
 from __future__ import annotations
 
@@ -207,18 +202,13 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
         return states
 
     def _write_states(self, which: str, states: States) -> None:
-        states, position = self._split_position_state(states)
+        states, position = self.backbone.split_position_state(states)
         if position is not None:
             self._position_vars[which].assign(ops.cast(position, "int32"))
         for block_vars, block_states in zip(self._states[which], states, strict=True):
             for cand_vars, cand_states in zip(block_vars, block_states, strict=True):
                 for name, var in cand_vars.items():
                     var.assign(ops.cast(cand_states[name], var.dtype))
-
-    def _split_position_state(self, states: States) -> tuple[States, Any | None]:
-        """(the blocks' states, the stream position int32 [B] or None): with absolute
-        positions, block 0's list carries the position after its candidates."""
-        return self.backbone.split_position_state(states)
 
     # ---------------------------------------------------------------- forward
     def forward(

@@ -1,19 +1,8 @@
-"""What a PAR search shows of itself, shared by the causal model and the Encoder.
-
-Both models are a stack of `StochasticBlock`s (`blocks`) during a search, each with its
-architecture logits, and a fixed architecture otherwise. `SearchInterface` reads them
-the same way for both: `arch_variables` (what the architecture optimizer trains),
-`candidate_names` (the columns of `pi()`), `pi()`, `architecture_string()` and `tau()`,
-the Gumbel temperature at the model's `step` counter.
-
-A model that mixes it in provides `blocks`, `temperature`, `step` (made with
-`_add_step_counter`) and two answers: `_fixed_architecture()`, its architecture string
-or None during a search, and `_search_candidates()`, the names a search chooses among.
-
-Example:
-    >>> class Model(SearchInterface, keras.Model): ...
-    >>> model.pi()                    # [blocks, candidates], rows sum to 1
-    >>> model.architecture_string()   # e.g. "A A D D D I"
+"""What a PAR search shows of itself, shared by the causal model and the Encoder:
+`arch_variables`, `candidate_names` (the columns of `pi()`), `pi()`,
+`architecture_string()` and `tau()`. A model that mixes it in provides `blocks`,
+`temperature`, `step` (`_add_step_counter`), `_fixed_architecture()` (its architecture
+string, or None during a search) and `_search_candidates()`.
 """
 
 from __future__ import annotations

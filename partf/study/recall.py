@@ -1,19 +1,9 @@
-"""The recall part of a study's report: for arms trained on the plan's MQAR task, answer
-accuracy beside measured training time, the prices each search paid, and a plot.
-
-`recall_table`: one row per arm, test and validation accuracy (answers exactly right,
-in %) as mean and min-max over the finished seeds, the arm's measured training time
-per token (microseconds: benchmarks/study_speed.py's side-by-side figures when every
-recall run has one, else the median of each run's logged tokens/s, its own machine and
-load), the attention blocks of each run's final architecture and their kinds.
-`placement_table`: for each set of fixed placements of the same number of softmax places
-(from scratch or converted), the set's mean accuracy per seed, which is a random
-placement's expected accuracy when the set holds every placement. `cost_lines`: each
-search's measured cost table (`cost_table.json`, the forward-and-backward time per token
-of every candidate at the run's batch shape: in dense blocks with the microseconds beside
-them, or, a table of format 1 written by an earlier partf, in microseconds alone).
-`recall_plot`: test accuracy against training microseconds per token, a dot per run and
-each arm's mean, marked by the kind of placement.
+"""The recall part of a study's report (docs/recall.md): for arms trained on the plan's MQAR
+task, answer accuracy beside measured training time (`recall_table`), the mean accuracy
+of each set of fixed placements (`placement_table`, a random placement's expected
+accuracy when the set holds every placement), the prices each search paid
+(`cost_lines`, from `cost_table.json`; a format-1 table is in microseconds alone), and
+accuracy against training microseconds per token (`recall_plot`).
 """
 
 from __future__ import annotations

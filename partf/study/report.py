@@ -1,29 +1,17 @@
-"""A study's report: `report.md` and `pareto.png`, from what its runs wrote.
+"""A study's report: `report.md` and `pareto.png`, from what its runs wrote
+(docs/study.md, "The report").
 
-One table per backend and machine (rows measured on different ones never share a
-table; a run resumed on another one is "mixed" and gets a table of its own). One row
-per arm: the seeds finished of those planned, validation and test perplexity (exact,
-token-weighted) as mean and min-max over the finished seeds, each against the
-reference arm's mean, and for runs that also answered MQAR (`--recall_directory`, a
-plan's `task = "text+mqar"`) their recall accuracy beside them, in %; the architectures
-the runs ended with and the step from which each search had decided, forward FLOPs per
-token (blocks, and all with the output
-layer), its position against the hand-made front (the best of the control arms,
-`control = true`, and the reference at or below its FLOPs; for a conversion, which
-trained longer, its ratio to its matched arm against the front's to the reference) and
-against its training-matched arm (`matched`: for a conversion, the same fine-tune with
-nothing removed), its training compute (3 x forward FLOPs as trained x tokens, the runs it
-started from included), training steps per second (median of the logged intervals;
-compilation excluded) and the test pass's milliseconds per batch; and, where
-benchmarks/study_speed.py has measured the final models side by side (`speed.json`),
-their training tokens/s, evaluation ms per batch and generation ms per token.
+One table per backend and machine (a run resumed on another is "mixed", in a table of
+its own), one row per arm: the seeds finished, validation and test perplexity as mean
+and min-max over the seeds against the reference arm's, recall accuracy where the runs
+answered MQAR, the architectures, forward FLOPs per token and the arm's place against the
+hand-made front (the control arms and the reference) and its training-matched arm,
+training compute with the runs it started from, and the measured speeds.
 
-`pareto.png`: validation perplexity against FLOPs per token, a dot per run, each arm's
-mean with its min-max, the reference arm's mean as a line and 2% above it dotted, the
-hand-made front as a grey step; conversions (arms started from a trained run) as
-triangles, each with an arrow from its training-matched arm, since they trained longer
-than the models drawn from scratch, and the front scaled by each matched arm's
-perplexity over the reference's as a dashed grey step: the line a conversion must lie
+`pareto.png`: validation perplexity against FLOPs per token, each arm's mean with its
+min-max, the reference and 2% above it, the hand-made front as a grey step, and the
+conversions (which trained longer) as triangles with an arrow from their matched arm and
+the front scaled by that arm's ratio to the reference: the line a conversion must lie
 below.
 """
 

@@ -1,12 +1,7 @@
-"""Building a run's model: `build_model(config, model_config, data, strategy) -> Built`,
-the compiled model of the resolved `model_config` (`partf.training.resolve`), its
-schedule and loss-spike guard, and the full configuration that checkpoints and results
-carry: {"model": the resolved model config, "training": the training settings alone}.
-
-A checkpoint holds the groups of `Built.state_groups()`: "model" (every model variable,
-per-replica memory as all local replicas' rows), "optimizer", "metrics" (the running
-loss's sums) and, with --spike_guard, "guard"; each variable is restored from the array
-saved under its path (`checkpoint.restore_variables`), whatever order it was made in.
+"""Building a run's model: `build_model` compiles the resolved model config
+(`partf.training.resolve`) with its schedule and loss-spike guard, and `Built` carries
+the full configuration that checkpoints and results hold ({"model": ..., "training":
+...}) and the variable groups a checkpoint saves (`state_groups`).
 """
 
 from __future__ import annotations

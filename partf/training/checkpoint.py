@@ -1,29 +1,15 @@
-"""Checkpoints for exact resume: writing them, reading them, and resuming a run.
+"""Checkpoints for exact resume: `CheckpointManager` (the `ckpt-<step>.npz` files of one
+folder), `CheckpointWriter` (what the `Checkpointer` callback saves) and `restore`
+(loads the newest checkpoint into a built run and says where it picks up).
 
-- `CheckpointManager`: saves, lists, prunes and loads the `ckpt-<step>.npz` of one folder.
-- `CheckpointWriter`: the `save` the `Checkpointer` callback calls during a run
-  (`Built.state_groups()` with the run's configuration); `SavedCheckpoint` is what it saved.
-- `restore(folder, built, batches_per_epoch) -> Resumed`: loads the newest
-  checkpoint into the built model and says where the run picks up; `config_differences`
-  names what a resume would change in the saved settings.
-
-A checkpoint holds every variable a run needs to continue bit for bit: the model's
-(weights, XL memory and other state, the step counter, the random generators' states),
-the optimizer's, and the running loss metric's; plus a JSON `meta` record (step,
-configuration, variable paths, format). It is written atomically (partf.atomic):
-a kill leaves the old set of checkpoints or the new one, never a half-written file, and
-leftover temporary files are cleaned up. The run's folder (partf.run_folder) names and
-reads checkpoints: the newest that reads back completely (zip CRCs checked) is used, so a
-file damaged later falls back to the one before.
-
-Restore by path: each variable is saved with its path (`layout` in the meta record) and
-restored from the array of the same key (`variable_key`), so models may make their
-variables in any order; every live variable must find one saved array and every array a
-variable, else `CheckpointError` says which, in one line (`matched_arrays`).
-
-Format: the meta record holds the format it was written in
-(`partf.serialization.FORMAT_VERSION`); a checkpoint of another format is refused
-(`CheckpointFormatError`), not skipped.
+A checkpoint holds every variable a run needs to continue bit for bit (the model's, the
+optimizer's, the running loss's) and a JSON `meta` record (step, configuration, variable
+paths, format). It is written atomically (partf.atomic), and the run folder
+(partf.run_folder) uses the newest that reads back completely, so a damaged file falls
+back to the one before. Each variable is restored from the array saved under the same
+key (`variable_key`), so models may make their variables in any order; a variable
+without an array or an array without a variable is a one-line `CheckpointError`. A
+checkpoint of another format is refused (`CheckpointFormatError`), not skipped.
 """
 
 from __future__ import annotations
@@ -142,16 +128,11 @@ _ANOTHER_CONFIGURATION = (
 
 
 def variable_key(path: str, group: str, root: str | None) -> str:
-    """The key a variable is matched by on restore: its path, less what is not its own.
-
-    - The model's name (`root`, first part of a model variable's path) is dropped: the
-      same model may be named otherwise (partf-generate names it after the run folder;
-      Keras numbers unnamed models).
-    - An optimizer variable's path is `<optimizer name>/<model variable's path with "_"
-      for "/">_<slot>` ("adam/par_transformer_xl_block_0_norm_0_gamma_momentum"). The
-      optimizer's name is dropped (Keras numbers unnamed optimizers per process, and a
-      search's split optimizer holds two), and so is the model's name inside.
-    - Seed generators' numbers are dropped (`_NUMBERED`).
+    """The key a variable is matched by on restore: its path, less what is not its own: the
+    model's name (partf-generate names a model after its run folder; Keras numbers unnamed
+    ones), the optimizer's name inside an optimizer variable's path (Keras numbers unnamed
+    optimizers per process, and a search's split optimizer holds two), and seed
+    generators' numbers (`_NUMBERED`).
 
     Args:
         path: the variable's path (`variable.path`, or as the checkpoint's layout has it).
@@ -203,13 +184,9 @@ def matched_arrays(
     root: str | None = None,
     saved_model_root: str | None = None,
 ) -> list[tuple[Any, np.ndarray]]:
-    """Pairs each variable with its saved array (see `restore_variables`), checking shapes.
-
-    Each variable is matched to the saved array of the same key (`variable_key`), so the
-    order variables are made in does not matter. Variables whose keys collide (seed
-    generators made outside any layer's scope are all "seed_generator/seed_generator_state";
-    a search's two optimizers each count "iteration") are matched in order among
-    themselves: their paths cannot tell them apart.
+    """Pairs each variable with the saved array of the same key (`variable_key`), checking
+    shapes. Variables whose keys collide (seed generators made outside any layer, a
+    search's two optimizers' "iteration") are matched in order among themselves.
 
     Args:
         variables: the live variables.

@@ -2,30 +2,19 @@
 forward-and-backward time per token, on this machine, at the run's batch shape, in units
 of the dense block's time measured in the same passes.
 
-FLOPs are not time: on a CPU a softmax attention of 256 tokens costs more than its
-FLOPs say, and a linear one less. So a search that pays for time measures it. When a run
-begins, every candidate of its search (each attention mechanism, dense, identity; dense
-always, as it is the unit) is timed as the only block of a model otherwise like the run's
-(same width, memory, output layer), compiled as the run compiles, on random tokens of one
-training batch's shape; the identity's time (the embedding and output layer alone) is
-subtracted, so each figure is what one block of that kind adds.
-
-Microseconds scale with the machine's load (on a shared 2-core machine 2 to 7 times the
-quiet figures), and lambda (--search_cost_weight) with them. So the search pays in dense
-blocks: a candidate's cost is its time over the dense block's. Each pass times one
-training step of every block in turn, and each block's figure is the median over the
-passes of its time less the identity's in the same pass, so a change of load between
-passes slows all blocks alike. The table keeps the microseconds too (`microseconds`),
-for the record. It is written as `cost_table.json` beside the run's results, read again
-when the run resumes (so a resumed search pays the same prices), and kept in the model's
-configuration (`ModelConfig.candidate_costs`).
+FLOPs are not time (on a CPU a softmax attention of 256 tokens costs more than its FLOPs
+say, a linear one less), so a search that pays for time measures it when the run begins:
+every candidate is timed as the only block of a model otherwise like the run's, compiled
+as the run compiles, less the identity's time. Microseconds scale with the machine's
+load, so the search pays in dense blocks, each figure the median over passes that step
+every block once. The table is written as `cost_table.json` beside the run's results,
+read again on resume (the same prices) and kept in `ModelConfig.candidate_costs`
+(docs/search.md#cost-aware-search).
 
 Example:
     >>> table, measured = cost_table(config, data, paths.checkpoints)   # read, or measure
     >>> table.costs
     {'dense': 1.0, 'identity': 0.0, 'norm': 3.5, 'relative': 5.64}
-    >>> table.microseconds
-    {'dense': 0.92, 'identity': 0.0, 'norm': 3.22, 'relative': 5.19}
 """
 
 from __future__ import annotations

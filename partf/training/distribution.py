@@ -1,32 +1,13 @@
 """Training on several devices or machines with `tf.distribute`, memory kept per replica.
 
-Transformer-XL's context batching gives every row of a batch its own stream: row r of
-batch t+1 continues row r of batch t, and the XL memory of row r carries it across. A
-strategy must therefore never shuffle rows between replicas. Here the global batch
-[B, L] is cut along the row (stream) axis into `num_replicas` contiguous blocks of
-b = B / num_replicas rows; replica k always receives rows [k*b, (k+1)*b) of every batch,
-in order, and its memory (the model's `synchronization="on_read"` variables, one copy
-per replica, sized b) continues exactly those streams.
-
-Replicas are numbered worker by worker: with W workers of R local devices, worker w
-holds replicas [w*R, (w+1)*R) and reads only rows [w*R*b, (w+1)*R*b) of each batch.
-
-The loss is token-weighted over the whole global batch: each replica divides its NLL
-sum by the token count summed over all replicas (`PARTransformerXL.compute_loss`), so
-the summed gradients and the logged loss equal those of one device with batch B.
-`ReplicaEvaluator` (partf.training.evaluation.replica_evaluator) scores a split the same
-way (NLL and token sums over replicas).
-
-Strategies (`TrainConfig.distribution_strategy`, `partf-train --distribution_strategy`):
-
-- "default": no strategy (one device).
-- "mirrored": `tf.distribute.MirroredStrategy`, every local GPU (or CPU device).
-- "multi_worker": `tf.distribute.MultiWorkerMirroredStrategy`, cluster from TF_CONFIG.
-- "tpu": `tf.distribute.TPUStrategy` through `TPUClusterResolver` (TPU_NAME or the
-  Cloud TPU VM's local TPU). Written to TensorFlow's documented recipe; untested here.
-
-Only the TensorFlow backend has `tf.distribute`; other backends accept "default" only.
-Keras's limits under a strategy are worked around in partf.models.train_step.
+Transformer-XL's context batching gives every row of a batch its own stream, so a
+strategy must never move rows between replicas: replica k always receives rows
+[k*b, (k+1)*b) of every batch (b = B / replicas, numbered worker by worker), and its
+memory (`synchronization="on_read"` variables, one copy per replica) continues exactly
+those streams. The loss divides each replica's NLL sum by the tokens of the whole
+global batch, so gradients and logged loss equal one device's with batch B. Only the
+TensorFlow backend has `tf.distribute`; Keras's limits under a strategy are worked
+around in partf.models.train_step. The strategies and the layout: docs/scaling.md.
 
 Example:
     >>> strategy = build_strategy("mirrored")

@@ -1,30 +1,13 @@
 """The training-free conversion: replace the attention blocks a trained model misses least.
 
 `partf-train --init_from=RUN --drop_attention=N` scores the finished run on the
-validation split once as it is and once with each of its attention blocks replaced by
-the identity (no training; "What Matters in Transformers?", He et al. 2024, drop the
-layers whose removal changes the model least), keeps the N whose removal raised the
-validation loss least as identity blocks, and fine-tunes the rest from the run's weights.
-It is the no-search control of the conversions: the same fine-tune as a converted search,
-with the blocks chosen by a rule instead of by pi.
-
-`--drop_attention_to=MECHANISM` (a registered attention such as `norm`) replaces the
-blocks by that mechanism instead of the identity, so that the rule chooses where a
-linear attention goes as a search's pi would: each candidate is the source with one
-attention place run by the mechanism, its weights copied from the source as
-`init_from.init_weights` copies them (the source attention's projections and LayerNorm;
-the mechanism's other weights drawn from the run's seed, so that the scores are the
-same every time), scored as it is, without training.
-
-The choice is written to `checkpoints/<name>/selection.json`, which a resumed run reads
-instead of scoring again, so the run resumes into the architecture it started with; a
-resume that asks for another mechanism than the file's is refused.
-
-Example:
-    >>> selection = select_dropped(source, 2, data.valid, jit_compile=True)
-    >>> selection.architecture    # e.g. "A D I D I D"
-    >>> select_dropped(source, 2, data.valid, True, mechanism="norm").architecture
-    'A D norm D norm D'
+validation split as it is and with each attention block replaced by the identity ("What
+Matters in Transformers?", He et al. 2024), keeps the N replacements that raised the
+loss least and fine-tunes the rest: the no-search control of the conversions.
+`--drop_attention_to=MECHANISM` scores and places that mechanism instead, its weights
+copied as `init_from.init_weights` copies them (the rest drawn from the run's seed, so
+the scores repeat). The choice is written to `checkpoints/<name>/selection.json`, which a
+resume reads instead of scoring again (docs/training.md, "Starting from a trained model").
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""The training itself: `fit` over the rest of the run, with partf's callbacks
-(`partf.training.callbacks.run_callbacks.make_callbacks`).
+"""The training itself: `plan_segments` cuts the rest of a run into `fit` calls (whole
+epochs where possible; a resumed run first finishes its epoch) and `run_fit` runs them
+with partf's callbacks.
 
-- `plan_segments(start, B, total) -> [Segment]`: the `fit` calls, whole epochs where
-  possible; a resumed run first finishes its epoch, skipping the batches consumed.
-- `run_fit(...) -> history`: one `fit` per segment, until the end or a stop.
-
-With `--objective=mlm` (`data.masking` set) each segment is one epoch, so that each
-`fit` call's batches can be masked with seeds of their own global steps: fresh masks
-every step, the same ones after a resume (partf.data.masking).
-
-On the JAX backend the training split is numpy batches (`ArrayBatches`): each segment's
-batches go to `fit` as rows, `batch_size=B`, unshuffled, which `fit` cuts back into the
-same batches in the same order (no `tf.data`, no TensorFlow).
+With `--objective=mlm` each segment is one epoch, so that each `fit` call's batches are
+masked with seeds of their own global steps (fresh masks every step, the same after a
+resume). On JAX the split is numpy batches given to `fit` unshuffled with
+`batch_size=B`, which cuts them back into the same batches in the same order.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Starting a run from a finished run's weights: `partf-train --init_from=RUN`.
 
-A conversion starts from a trained model and removes or replaces its attention (a short
-search over {its own block, identity}, linear attention in place of softmax attention, or
-blocks dropped by a rule), then fine-tunes. `init_weights` copies the finished run's
-weights into a freshly built model wherever the block types match:
-
-- the token embedding, the output layer (adaptive softmax) and a learned position
-  table, when their shapes match;
-- block by block: each candidate of a target block takes the weights of the source
-  block's candidate of the same kind (dense from dense, relative attention from relative
-  attention) with its LayerNorm. An attention of another mechanism (TransNormer's
-  `norm` in place of `relative`) takes the source attention's weights of the same name
-  and shape (the query, key, value and output projections) and its LayerNorm; the rest
-  of it starts fresh. The identity has no weights.
-
-Blocks are aligned by index when both models have as many; a target with fewer blocks
-(a search's derived architecture, identity blocks dropped) is aligned with the source's
-blocks that did not choose the identity. Architecture logits, the temperature, the step
-counter, the XL memory and the optimizer start fresh: the run is a new run that happens
-to begin from trained weights. The log says, block by block, what was copied and what
-starts fresh.
-
-Example:
-    >>> report = init_weights(model, "runs/txl-s0/checkpoints/txl-s0")
-    >>> print(report.describe())
+`init_weights` copies the finished run's weights into a freshly built model wherever the
+block types match: the embedding, the output layer and a learned position table; in each
+block, every candidate of a kind the source block has (with its LayerNorm); an attention
+of another mechanism takes the source attention's weights of the same name and shape.
+Blocks align by index, or, when the target has fewer (a derived architecture), with the
+source's blocks that did not choose the identity. Architecture logits, temperature, step,
+XL memory and optimizer start fresh (docs/training.md, "Starting from a trained model").
 """
 
 from __future__ import annotations

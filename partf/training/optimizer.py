@@ -1,11 +1,10 @@
 """The optimizer: any Keras optimizer by name, and separate settings for architecture logits.
 
-By default every variable, the architecture logits included, shares one optimizer, as in
-the original project (so `base_model.sh` reproduces it). The PAR paper (Mandava et al.,
-2020, section 4) trains the architecture parameters differently: learning rate 1e-2,
-weight decay 5e-4, and frozen for the first 10k steps
-(`--arch_lr 1e-2 --arch_weight_decay 5e-4 --arch_freeze_steps 10000`). Any of those flags
-routes the logits to their own optimizer of the same kind through `ArchSplitOptimizer`.
+By default every variable shares one optimizer, as in the original project. The PAR
+paper (Mandava et al., 2020, section 4) trains the architecture parameters with learning
+rate 1e-2, weight decay 5e-4, frozen for the first 10k steps; any of `--arch_lr`,
+`--arch_weight_decay`, `--arch_freeze_steps` routes the logits to their own optimizer of
+the same kind (`ArchSplitOptimizer`).
 
 Example:
     >>> opt = build_optimizer("adam", learning_rate=1e-3,

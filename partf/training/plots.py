@@ -4,11 +4,6 @@ The heatmap has one column per stochastic block and one row per candidate layer 
 darker is more probable, and the probability of the most likely type is written in each
 column (as in the original project's `visualize_pi_weights`). Figures are drawn with
 matplotlib's non-interactive Agg backend, so plotting needs no display.
-
-Example:
-    >>> save_pi_heatmap(model.pi(), model.candidate_names, "plots/base/step1000.png",
-    ...                 title="step 1000")
-    >>> make_gif("plots/base", "plots/base/pi.gif")
 """
 
 from __future__ import annotations

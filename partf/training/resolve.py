@@ -1,24 +1,17 @@
 """The model config a run builds, resolved in one function: `resolve_model`.
 
-A run's model comes from these sources, and only here do they meet, in this order:
+Only here do a run's sources meet, in this order: (1) `--from_search`, the model a
+finished search saved, without the options of the mechanisms its architecture dropped;
+(2) the model flags given, which win over the search's; (3) the presets of the training
+settings (`--search=original`, `--objective=mlm`); (4) what the data and the run know:
+vocabulary size, per-replica batch rows, tau's steps, the architecture
+`--drop_attention` chose, the table `--search_cost=time` measured; (5) with the data,
+every option of each chosen mechanism written out (so a saved config builds the same
+attentions whatever a later partf's defaults) and `position="auto"` resolved.
 
-1. `--from_search`: the model a finished search saved, with the architecture its pi
-   chose and without the options of the mechanisms that architecture dropped;
-2. the model flags given (or a whole ModelConfig), which win over the search's;
-3. the presets of the training settings: `--search=original` takes the original's
-   clipped probabilities, `--objective=mlm` the bidirectional encoder;
-4. what is known once the data is read: the vocabulary size, the rows of one
-   (per-replica) batch, the steps tau anneals over, the architecture `--drop_attention`
-   chose by scoring the `--init_from` run, and the table `--search_cost=time` measured;
-5. with the data, every option of each chosen attention mechanism written out (a saved
-   config builds the same attentions whatever the defaults of a later partf), and
-   `position="auto"` the encoding the chosen mechanisms recommend.
-
-Without the data it answers the draft (steps 1 to 3), which `TrainConfig.model` holds:
-made and checked with the TrainConfig before any data is read, so that a bad flag is
-answered at once. The trainer computes the side-effecting inputs of step 4 first (the
-drop selection, the cost table) and resolves the draft with them; that config is the one
-the model is built from and `config.json`, checkpoints and `results.json` store.
+Without the data it answers the draft (1 to 3), which `TrainConfig.model` holds, so a
+bad flag is answered before any data is read. The resolved config is the one the model
+is built from and `config.json`, checkpoints and `results.json` store.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The state of a run, kept by the trainer and read by its callbacks.
-
-- `Segment`: one `fit` call (its epochs and the batches of each it covers).
-- `RunProgress`: the run's position (epoch, step in the epoch, the `fit` call under way),
-  counted on the host by the `ProgressTracker` callback from `fit`'s batch indices, so
-  nothing reads the device to know where the run is. It holds nothing else: what a
-  callback finds out stays in that callback.
-- `StopReason`: why the run ended early (a NaN loss, a loss spike, a signal).
-- `Clock`: the run's wall time, across resumes.
-- `attach_fit_state`, `read_loss`, `read_tau`: the model's current values, read on the
-  host (JAX's `fit` keeps them apart from the variables).
+"""The state of a run, kept by the trainer and read by its callbacks: its position
+(`RunProgress`, counted on the host by `ProgressTracker`, so nothing reads the device to
+know where the run is), its `fit` calls (`Segment`), why it ended early (`StopReason`),
+its wall time across resumes (`Clock`), and the model's loss and tau read on the host.
 """
 
 from __future__ import annotations

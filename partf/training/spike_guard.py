@@ -1,17 +1,8 @@
-"""A loss-spike guard: a training step whose loss jumps far above the recent average (or
-is NaN/Inf) is not applied. The guard judges and keeps the state; the guarded step is the
-model's, given the guard at `compile` (partf.models.train_step). A loss counts as a spike
-when it is not finite, or when it exceeds `factor` times the running mean of the
-accepted losses (an exponential moving average), once `warmup` steps have been accepted.
-In "skip" mode the step is dropped and training goes on; in "stop" mode this step and
-every later one are dropped and the host stops the run (`callbacks.SpikeMonitor`).
-Skipped steps are counted in `skipped`, which the trainer logs and checkpoints.
-
-Example:
-    >>> guard = SpikeGuard("skip", factor=2.0, warmup=100)
-    >>> model.compile(optimizer="adam", jit_compile=True, steps_per_execution=32,
-    ...               spike_guard=guard)
-    >>> model.fit(data); int(guard.skipped.numpy())
+"""A loss-spike guard: a training step whose loss is not finite, or above `factor` times
+the running mean of accepted losses once `warmup` steps have been accepted, is not
+applied (docs/robustness.md). The guard judges and keeps the state; the guarded step is
+the model's (partf.models.train_step). "skip" drops the step and goes on; "stop" drops it
+and every later one, and the host stops the run (`callbacks.SpikeMonitor`).
 """
 
 from __future__ import annotations

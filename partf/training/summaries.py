@@ -1,19 +1,10 @@
 """TensorBoard logs on every backend: scalars and images, with or without TensorFlow.
 
-On the TensorFlow backend a run writes with `tf.summary`, as it always has. On the
-other backends (JAX, possibly without TensorFlow installed) `EventFileWriter` writes the
-same files in Python: TFRecord-framed `Event` protos, the first one naming the file
-version, then one per step with the step's values, each value in the form TensorFlow 2's
-`tf.summary.scalar` and `tf.summary.image` write (a tensor with the plugin's metadata),
-so `tensorboard` and its `EventAccumulator` read them alike.
-
-The callbacks write through `write_scalars` and `write_image`, which take either kind of
-writer (and `tf.summary.create_noop_writer()`).
-
-Example:
-    >>> writer = open_writer(Path("logs/base/train"))
-    >>> write_scalars(writer, 100, {"loss": 4.2, "lr": 1e-3})
-    >>> writer.flush()
+On TensorFlow a run writes with `tf.summary`. Elsewhere (JAX, possibly without
+TensorFlow) `EventFileWriter` writes the same files in Python: TFRecord-framed `Event`
+protos in the form TensorFlow 2's `tf.summary.scalar` and `tf.summary.image` write, so
+`tensorboard` reads them alike. Callbacks write through `write_scalars` and
+`write_image`, which take either writer.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Progress on the console while `fit` runs: what is being compiled, then plain lines
 with the step and an ETA when the output is not a terminal.
 
-On a terminal Keras's progress bar (fit's verbose=1) updates in place with its own ETA;
-into a file or a pipe fit writes one line per epoch (verbose=2), which on WikiText-2 is
-one line every few minutes. And before either shows anything the train step is traced
-and compiled (XLA), tens of seconds on 2 CPU cores, with nothing on the screen. This
-callback says so when training starts and, when the output is not a terminal, writes a
-plain line every `every_seconds` at the end of an execution (each line starts "partf: "):
+Before fit shows anything the train step is traced and compiled (tens of seconds on 2
+CPU cores), and off a terminal fit writes one line per epoch (minutes apart on
+WikiText-2). This callback says what is compiling when training starts and, off a
+terminal, writes a line every `every_seconds` (stderr only, in the `partf.console`
+style of every progress line):
 
-    compiling the train step (XLA, 8 steps per execution) before step 0 of 600; ...
-    first execution done in 117.0 s; training
-    step 256/600 (42.7%), epoch 1, loss 7.9383, lr 6.38e-06, tau 0.374, 8.10 steps/s
+    partf: step 256/600 (42.7%), epoch 1, loss 7.9383, lr 6.38e-06, tau 0.374, 8.10 steps/s
     (8,290 tok/s), elapsed 0:02:28, ETA 0:00:42                                [one line]
-
-On a terminal fit's bar shows the steps, the loss and its ETA; this callback adds the
-learning rate, tau and tokens per second to what the bar shows.
-
-The lines go to stderr only: training.log and TensorBoard keep what MetricsLogger writes.
-They are written like every other partf progress line (`partf.console`: evaluation
-passes, record building), with the same rate and ETA text.
 """
 
 from __future__ import annotations

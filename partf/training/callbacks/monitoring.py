@@ -260,11 +260,10 @@ class PiPlotter(EveryNSteps):
 
 
 class ValidationCallback(EveryNSteps):
-    """Scores the validation split at each epoch end and every `eval_every` steps.
-
-    Evaluation uses the model's evaluation memory, starting empty, so the training memory
-    is untouched. Figures go to TensorBoard (logs/<model_name>/valid), `training.log` and
-    the epoch's logs (`val_loss`, `val_perplexity`, shown by the progress bar).
+    """Scores the validation split at each epoch end and every `eval_every` steps, with the
+    model's evaluation memory (starting empty, so the training memory is untouched), to
+    TensorBoard (logs/<model_name>/valid), `training.log` and the epoch's logs
+    (`val_loss`, `val_perplexity`).
 
     Args:
         progress: the run's position.
@@ -275,8 +274,8 @@ class ValidationCallback(EveryNSteps):
         text_counts: keyword arguments of `perplexity_report` (word and character counts).
         frozen_until: a search's last step with pi not yet moved (`--arch_freeze_steps`).
         while_frozen: scores validations up to `frozen_until` instead of `evaluator`
-            (`partf.training.evaluation.block_weights.expected_evaluator`: the argmax of an unmoved
-            pi is each block's first candidate, a stack the mixture never trains alone).
+            (`expected_evaluator`: the argmax of an unmoved pi is each block's first
+            candidate, a stack the mixture never trains alone).
         num_batches: batches in `dataset`, for the progress lines' share and ETA.
 
     Attributes:

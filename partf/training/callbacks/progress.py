@@ -1,15 +1,8 @@
-"""The pieces every partf callback is built from; the run's state they read and write
-(`RunProgress`, `Segment`, `StopReason`) is the trainer's, in partf.training.run_state.
-
-- `ProgressTracker`: the one callback that writes `RunProgress`, from `fit`'s batch
-  indices, so no callback reads the device to know where the run is.
-- `EveryNSteps`: the base of the callbacks that act every N steps. `fit` reports only
-  execution ends (`steps_per_execution` steps each), so "every N steps" means "at the
-  first execution end at or past each multiple of N"; the base does that bookkeeping and
-  calls `on_interval(step, logs)`.
-- `RunStopper` and `first_stop`: a callback that ends the run (a NaN loss, a loss spike)
-  keeps why, a `StopReason`, in its own `outcome`; once `fit` returns, the trainer asks
-  the callbacks (`first_stop`) instead of reading flags the callbacks wrote somewhere else.
+"""The pieces every partf callback is built from: `ProgressTracker` (the one writer of
+`RunProgress`, counted from `fit`'s batch indices), `EveryNSteps` (act at the first
+execution end at or past each multiple of N), and `RunStopper` / `first_stop` (a
+callback that ends the run keeps why in its own `outcome`, which the trainer asks
+once `fit` returns).
 """
 
 from __future__ import annotations
