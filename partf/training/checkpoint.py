@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from partf.atomic import TMP_PREFIX, atomic_write_bytes
-from partf.run_folder import Checkpoint, CheckpointError, RunFolder, read_checkpoint
+from partf.run_folder import CheckpointError, RunFolder
 from partf.serialization import FORMAT_KEY, FORMAT_VERSION
 from partf.training.config import (
     RESUMABLE_CHANGES,
@@ -52,7 +52,7 @@ class SavedCheckpoint:
 
 
 class CheckpointManager:
-    """Saves, lists, prunes and loads the checkpoints of one run folder.
+    """Saves and prunes the checkpoints of one run folder (read through `RunFolder`).
 
     Args:
         directory: the run's checkpoint folder (created if missing).
@@ -65,10 +65,6 @@ class CheckpointManager:
         self.directory = Path(directory)
         self.folder = RunFolder(self.directory)
         self.keep = keep
-
-    def checkpoints(self) -> list[tuple[int, Path]]:
-        """(step, path) of every checkpoint in the folder, oldest first."""
-        return self.folder.checkpoints()
 
     def save(
         self,
@@ -99,7 +95,7 @@ class CheckpointManager:
         return path
 
     def _prune(self) -> None:
-        for _, path in self.checkpoints()[: -self.keep]:
+        for _, path in self.folder.checkpoints()[: -self.keep]:
             with contextlib.suppress(OSError):
                 path.unlink()
         for path in self.directory.glob(f"{TMP_PREFIX}*"):
@@ -107,13 +103,6 @@ class CheckpointManager:
             if not path.name.startswith(f"{TMP_PREFIX}{os.getpid()}-"):
                 with contextlib.suppress(OSError):
                     path.unlink()
-
-    #: Reads one checkpoint fully (partf.run_folder.read_checkpoint).
-    load = staticmethod(read_checkpoint)
-
-    def load_latest(self) -> Checkpoint | None:
-        """The newest checkpoint that reads back (`RunFolder.newest_checkpoint`)."""
-        return self.folder.newest_checkpoint()
 
 
 #: A name Keras numbers per process ("seed_generator_12"): a seed generator made without

@@ -151,7 +151,6 @@ class Interrupted:
 def interrupted_and_whole(records, tmp_path_factory, **changes) -> Interrupted:
     """Trains `train_config(records, ..., **changes)` once through, and once stopped by
     SIGINT at the first execution past batch 1 and resumed from its checkpoint."""
-    from partf.training.checkpoint import CheckpointManager
     from partf.training.trainer import RunPaths, TrainingInterrupted, train
 
     whole = train_config(records, tmp_path_factory.mktemp("whole"), **changes)
@@ -163,7 +162,5 @@ def interrupted_and_whole(records, tmp_path_factory, **changes) -> Interrupted:
         stopped = error
     else:
         raise AssertionError("the run was not stopped by SIGINT")
-    checkpoints = CheckpointManager(
-        RunPaths(Path(split.output_dir), split.model_name).checkpoints
-    ).checkpoints()
+    checkpoints = RunPaths(Path(split.output_dir), split.model_name).folder.checkpoints()
     return Interrupted(whole, whole_results, split, train(split), stopped, checkpoints)

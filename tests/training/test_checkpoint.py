@@ -12,7 +12,7 @@ import pytest
 from partf import atomic
 from partf.errors import DataError
 from partf.models.config import ModelConfig
-from partf.run_folder import CheckpointFormatError
+from partf.run_folder import CheckpointFormatError, RunFolder, read_checkpoint
 from partf.serialization import FORMAT_VERSION, FormatError
 from partf.training.checkpoint import (
     CheckpointError,
@@ -39,7 +39,7 @@ def test_round_trip_restores_values_and_meta(tmp_path):
     path = manager.save(12, {"model": variables}, meta={"epoch": 1, "config": {"a": [1, 2]}})
     assert path.name == "ckpt-00000012.npz"
     fresh = [keras.Variable(np.zeros((2, 3), "float32")), keras.Variable(np.int64(0))]
-    groups, meta, latest = manager.load_latest()
+    groups, meta, latest = RunFolder(tmp_path).newest_checkpoint()
     assert latest == path
     assert meta["step"] == 12 and meta["epoch"] == 1 and meta["config"] == {"a": [1, 2]}
     restore_variables(fresh, groups["model"], "model")
@@ -51,7 +51,7 @@ def test_keeps_only_the_newest(tmp_path):
     manager = CheckpointManager(tmp_path, keep=2)
     for step in (1, 2, 3, 4):
         manager.save(step, {"model": _variables()}, meta={})
-    assert [step for step, _ in manager.checkpoints()] == [3, 4]
+    assert [step for step, _ in RunFolder(tmp_path).checkpoints()] == [3, 4]
 
 
 def test_crash_before_the_rename_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -67,7 +67,7 @@ def test_crash_before_the_rename_leaves_the_previous_checkpoint(tmp_path, monkey
     monkeypatch.undo()
     # A half-written temporary file, as a SIGKILL mid-write would leave one.
     (tmp_path / ".tmp-999999-ckpt-00000003.npz").write_bytes(b"PK\x03\x04 partial")
-    groups, meta, path = manager.load_latest()
+    groups, meta, path = RunFolder(tmp_path).newest_checkpoint()
     assert meta["n"] == 1 and path.name == "ckpt-00000001.npz"
     manager.save(4, {"model": _variables()}, meta={"n": 4})
     assert not list(tmp_path.glob(".tmp-*")), "stale temporary files are cleaned up"
@@ -80,8 +80,8 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path):
     data = newest.read_bytes()
     newest.write_bytes(data[: len(data) // 2])  # truncated on disk
     with pytest.raises(CheckpointError, match="unreadable"):
-        manager.load(newest)
-    _, meta, path = manager.load_latest()
+        read_checkpoint(newest)
+    _, meta, path = RunFolder(tmp_path).newest_checkpoint()
     assert meta["n"] == 1
 
 
@@ -116,10 +116,10 @@ def test_a_checkpoint_of_another_format_is_refused_in_one_line_not_skipped(tmp_p
     manager = CheckpointManager(tmp_path, keep=5)
     manager.save(1, {"model": _variables()}, meta={"n": 1})
     newest = manager.save(2, {"model": _variables()}, meta={"n": 2})
-    assert manager.load(newest)[1]["format"] == FORMAT_VERSION
+    assert read_checkpoint(newest)[1]["format"] == FORMAT_VERSION
     _rewrite_format(newest, found)
     with pytest.raises(CheckpointFormatError) as caught:
-        manager.load_latest()
+        RunFolder(tmp_path).newest_checkpoint()
     message = str(caught.value)
     assert isinstance(caught.value, DataError)  # the commands' one-line failure, status 1
     assert "\n" not in message
@@ -132,7 +132,7 @@ def test_a_checkpoint_of_another_format_is_refused_in_one_line_not_skipped(tmp_p
 def test_restore_refuses_another_configuration(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, {"model": _variables()}, meta={})
-    groups, _, _ = manager.load_latest()
+    groups, _, _ = RunFolder(tmp_path).newest_checkpoint()
     wider = [keras.Variable(np.zeros((2, 4), "float32"), name="w"), keras.Variable(np.int64(0))]
     with pytest.raises(CheckpointError, match=r"shape \(2, 4\) but the checkpoint holds \(2, 3\)"):
         restore_variables(wider, groups["model"], "model")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from partf.models import ModelConfig, PARTransformerXL
+from partf.run_folder import RunFolder
 from partf.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -20,7 +21,7 @@ from partf.training.checkpoint import (
 
 def _saved(tmp_path, groups, **meta):
     CheckpointManager(tmp_path).save(1, groups, meta=meta)
-    arrays, meta, _ = CheckpointManager(tmp_path).load_latest()
+    arrays, meta, _ = RunFolder(tmp_path).newest_checkpoint()
     return arrays, meta
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from partf.cli.train import main
-from partf.training.checkpoint import CheckpointManager
+from partf.run_folder import RunFolder, read_checkpoint
 
 STEPS = 12
 
@@ -74,7 +74,7 @@ def reference(records, tmp_path_factory):
 def _outcome(out: Path):
     folder = out / "checkpoints" / "run"
     results = json.loads((folder / "results.json").read_text())
-    groups, meta = CheckpointManager.load(folder / f"ckpt-{STEPS:08d}.npz")
+    groups, meta = read_checkpoint(folder / f"ckpt-{STEPS:08d}.npz")
     return results, groups
 
 
@@ -130,8 +130,8 @@ def test_sigkill_inside_a_checkpoint_write_then_resume(records, reference, tmp_p
     # The second checkpoint (step 6) is half written when the kill lands.
     _wait_for(process, lambda: any("00000006" in p.name for p in _temp_checkpoint(folder)))
     _kill(process)
-    assert [p.name for _, p in CheckpointManager(folder).checkpoints()] == ["ckpt-00000003.npz"]
-    assert CheckpointManager(folder).load_latest() is not None  # the latest one loads
+    assert [p.name for _, p in RunFolder(folder).checkpoints()] == ["ckpt-00000003.npz"]
+    assert RunFolder(folder).newest_checkpoint() is not None  # the latest one loads
     assert main(_argv(records, tmp_path)) == 0
     _assert_same_result(tmp_path, reference)
 
@@ -143,7 +143,7 @@ def test_kills_at_several_points_then_resume(records, reference, tmp_path):
     folder = tmp_path / "checkpoints" / "run"
 
     def newest() -> int:
-        found = CheckpointManager(folder).checkpoints()
+        found = RunFolder(folder).checkpoints()
         return found[-1][0] if found else 0
 
     # 1. Before any checkpoint: config.json is written at the start of training.
@@ -169,7 +169,7 @@ def test_kills_at_several_points_then_resume(records, reference, tmp_path):
     process = _start(records, tmp_path, pause=1.0)
     _wait_for(process, lambda: _temp_checkpoint(folder))
     _kill(process)
-    assert CheckpointManager(folder).load_latest() is not None
+    assert RunFolder(folder).newest_checkpoint() is not None
 
     # 4. Right after a checkpoint was renamed into place.
     before = newest()

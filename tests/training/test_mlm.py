@@ -17,7 +17,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from partf.data import Masking, load_tfrecords
 from partf.training.build import build_model
-from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.evaluation.perplexity import Evaluator
 from partf.training.optimizer import ArchSplitOptimizer, is_arch_variable
@@ -138,8 +137,8 @@ def test_resumed_run_ends_like_an_uninterrupted_one(runs):
         whole_results["train"]["loss"], rel=1e-6
     )
     assert resumed_results["test"]["loss"] == pytest.approx(whole_results["test"]["loss"], rel=1e-6)
-    a, _, _ = CheckpointManager(RunPaths(Path(whole.output_dir), "mlm").checkpoints).load_latest()
-    b, _, _ = CheckpointManager(RunPaths(Path(split.output_dir), "mlm").checkpoints).load_latest()
+    a, _, _ = RunPaths(Path(whole.output_dir), "mlm").folder.newest_checkpoint()
+    b, _, _ = RunPaths(Path(split.output_dir), "mlm").folder.newest_checkpoint()
     for group in ("model", "optimizer"):
         for x, y in zip(a[group], b[group], strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
@@ -249,7 +248,7 @@ def test_a_resumed_search_ends_like_an_uninterrupted_one(searched, records, tmp_
     np.testing.assert_allclose(resumed["pi"], whole_results["pi"], rtol=1e-6)
     assert resumed["tau"] == pytest.approx(whole_results["tau"], rel=1e-6)
     assert resumed["test"]["loss"] == pytest.approx(whole_results["test"]["loss"], rel=1e-6)
-    a, _, _ = CheckpointManager(RunPaths(Path(whole.output_dir), "mlm").checkpoints).load_latest()
-    b, _, _ = CheckpointManager(RunPaths(tmp_path, "mlm").checkpoints).load_latest()
+    a, _, _ = RunPaths(Path(whole.output_dir), "mlm").folder.newest_checkpoint()
+    b, _, _ = RunPaths(tmp_path, "mlm").folder.newest_checkpoint()
     for x, y in zip(a["model"], b["model"], strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from partf.serialization import FORMAT_VERSION
-from partf.training.checkpoint import CheckpointManager
 from partf.training.config import ConfigError, TrainConfig
 from partf.training.lr_schedules import WarmupCosine
 from partf.training.trainer import RunPaths, train
@@ -32,7 +31,7 @@ def test_every_artifact_is_written(trained_run):
     config, results, paths = trained_run
     written = json.loads((paths.checkpoints / "config.json").read_text())
     assert written["model"]["d_model"] == 16 and written["format"] == FORMAT_VERSION
-    steps = [step for step, _ in CheckpointManager(paths.checkpoints).checkpoints()]
+    steps = [step for step, _ in paths.folder.checkpoints()]
     assert steps[-1] == 24 and 1 < len(steps) <= 5
     assert json.loads(paths.results.read_text()) == json.loads(json.dumps(results))
     log = paths.training_log.read_text()
@@ -127,8 +126,8 @@ def test_resumed_run_ends_like_an_uninterrupted_one(resumed):
     )
     assert resumed_results["test"]["loss"] == pytest.approx(whole_results["test"]["loss"], rel=1e-6)
     np.testing.assert_allclose(resumed_results["pi"], whole_results["pi"], rtol=1e-6)
-    a, _, _ = CheckpointManager(RunPaths(Path(whole.output_dir), "tiny").checkpoints).load_latest()
-    b, _, _ = CheckpointManager(RunPaths(Path(split.output_dir), "tiny").checkpoints).load_latest()
+    a, _, _ = RunPaths(Path(whole.output_dir), "tiny").folder.newest_checkpoint()
+    b, _, _ = RunPaths(Path(split.output_dir), "tiny").folder.newest_checkpoint()
     for group in ("model", "optimizer"):
         for x, y in zip(a[group], b[group], strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
