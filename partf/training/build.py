@@ -32,10 +32,10 @@ class Built:
     """The compiled model of a run and what came with it.
 
     Attributes:
-        model: the `PARTransformerXL`, compiled, its optimizer built.
+        model: the `PARTransformerXL`, compiled, its optimizer built; its
+            `spike_guard` is the loss-spike guard, or None (--spike_guard=off).
         model_config: its `ModelConfig`, resolved (`partf.training.resolve`).
         schedule: the learning-rate schedule (`value_at(step)` for the logs).
-        guard: the installed loss-spike guard, or None (--spike_guard=off).
         full_config: {"model": the resolved model config, "training": the training
             settings without a model}, as config.json, checkpoints and results.json
             carry it.
@@ -44,7 +44,6 @@ class Built:
     model: Any
     model_config: Any
     schedule: Any
-    guard: SpikeGuard | None
     full_config: dict[str, Any]
 
     def state_groups(self) -> dict[str, list[Any]]:
@@ -55,8 +54,8 @@ class Built:
             "optimizer": list(self.model.optimizer.variables),
             "metrics": list(self.model.metrics_variables),
         }
-        if self.guard is not None:
-            groups["guard"] = self.guard.variables
+        if self.model.spike_guard is not None:
+            groups["guard"] = self.model.spike_guard.variables
         return groups
 
 
@@ -100,7 +99,7 @@ def build_model(
             "--jit_compile=False, or train on the JAX backend (KERAS_BACKEND=jax)."
         )
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model, schedule, guard = _compiled_model(config, model_config, data.total_steps)
+        model, schedule = _compiled_model(config, model_config, data.total_steps)
     # Learned positions cannot raise inside compiled code: refuse a split whose streams
     # (one epoch, or one evaluation pass, between memory resets) outrun the table now.
     # An encoder's sequences are the rows of one batch.
@@ -126,7 +125,7 @@ def build_model(
             arch.freeze_steps,
             data.total_steps,
         )
-    return Built(model, model_config, schedule, guard, full_config)
+    return Built(model, model_config, schedule, full_config)
 
 
 def _has_gpu() -> bool:
@@ -160,8 +159,9 @@ def _compiled_model(
     config: TrainConfig,
     model_config: ModelConfig,
     total_steps: int,
-) -> tuple[Any, Any, SpikeGuard | None]:
-    """The model, compiled with its optimizer, and the spike guard (inside the scope)."""
+) -> tuple[Any, Any]:
+    """The model, compiled with its optimizer and spike guard (inside the scope), and
+    its learning-rate schedule."""
     from partf.models.par_transformer_xl import PARTransformerXL
 
     try:
@@ -188,4 +188,4 @@ def _compiled_model(
     # Create the optimizer's and the loss tracker's variables now, so a checkpoint
     # can be restored into them before the first step.
     model.optimizer.build(model.trainable_variables)
-    return model, schedule, guard
+    return model, schedule

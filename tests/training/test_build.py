@@ -38,7 +38,7 @@ def test_the_model_is_built_compiled_and_ready_to_restore(valid_split):
     assert list(groups) == ["model", "optimizer", "metrics", "guard"]
     assert groups["model"] == list(model.variables)
     assert groups["optimizer"] == list(model.optimizer.variables)
-    assert groups["guard"] == built.guard.variables
+    assert groups["guard"] == built.model.spike_guard.variables
     assert built.full_config == {
         "model": model_config.to_dict(),
         "training": config.training_dict(),
@@ -48,7 +48,7 @@ def test_the_model_is_built_compiled_and_ready_to_restore(valid_split):
 
 def test_without_the_spike_guard_a_checkpoint_holds_no_guard(valid_split):
     _, _, built = build(valid_split, model={**MODEL, "architecture": "A D"})
-    assert built.guard is None and "guard" not in built.state_groups()
+    assert built.model.spike_guard is None and "guard" not in built.state_groups()
 
 
 def test_mixed_precision_computes_in_the_devices_half_type(valid_split):

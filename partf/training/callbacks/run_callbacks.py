@@ -138,8 +138,8 @@ def make_callbacks(
             num_batches=data.valid.num_batches,
         )
     spike = None
-    if built.guard is not None:
-        spike = SpikeMonitor(progress, writers.train, built.guard, config.log_every)
+    if built.model.spike_guard is not None:
+        spike = SpikeMonitor(progress, writers.train, built.model.spike_guard, config.log_every)
     return RunCallbacks(
         tracker=ProgressTracker(progress, resumed.metrics),
         spike=spike,

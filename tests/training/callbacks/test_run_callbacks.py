@@ -5,6 +5,7 @@ of them and then of the signal watch."""
 from __future__ import annotations
 
 import signal
+from types import SimpleNamespace
 
 from partf.training.build import Built
 from partf.training.callbacks.checkpointer import Checkpointer
@@ -30,7 +31,7 @@ from tests.training.helpers import VOCAB
 def callbacks_for(tmp_path, split, *, guard=None, valid=None, while_frozen=None):
     """make_callbacks for a run of 6 steps on `split` (the validation split: `valid`)."""
     config = TrainConfig(train_directory="records", arch_freeze_steps=3, eval_every=2)
-    built = Built(None, None, WarmupCosine(1e-3, 1, 6), guard, {})
+    built = Built(SimpleNamespace(spike_guard=guard), None, WarmupCosine(1e-3, 1, 6), {})
     data = RunData(split, valid, None, VOCAB, total_steps=6)
     progress = RunProgress(split.num_batches, 6, split.batch_size * split.seq_len)
     paths = RunPaths(tmp_path, "m")
