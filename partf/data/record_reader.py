@@ -2,8 +2,8 @@
 machine without it): the same batches, in the same order, as `tfrecords.load_batches`,
 from partf's folders (listed by metadata.json) or the original project's
 (`file1.tfrecords`, ... in numeric order), every CRC checked. The folder helpers (which
-files, in which order; whether records fit a tokenizer and batch shape) serve both
-readers.
+files, in which order; whether records fit a tokenizer and batch shape) and the
+metadata serve both readers.
 """
 
 from __future__ import annotations
@@ -115,11 +115,40 @@ def check_fit(
 
 
 # ------------------------------------------------------------------ records
-def _damaged(path: Path, detail: str, good: int) -> DataError:
+def _frames(path: Path) -> list[memoryview]:
+    """The records of one `.tfrecords` file, CRCs checked; a file whose first record
+    cannot be read is not taken for records at all."""
+    try:
+        return read_frames(path.read_bytes())
+    except FrameError as e:
+        if e.good == 0:
+            raise _not_records(path, e.detail) from None
+        raise DataError(
+            f"records in {path} are truncated or corrupt ({e.detail}) after {e.good} good "
+            "batches; rebuild them with partf-build-data --overwrite"
+        ) from None
+
+
+def _not_records(path: Path, detail: str) -> DataError:
     return DataError(
-        f"records in {path} are truncated or corrupt ({detail}) after {good} good batches; "
-        f"rebuild them with partf-build-data --overwrite"
+        f"{path} does not hold context-batch records ({detail}); build records with "
+        "partf-build-data"
     )
+
+
+def _batch(path: Path, payload: memoryview, index: int) -> np.ndarray:
+    """Record `index` of `path` as an int32 batch [B, L + 1]."""
+    try:
+        (serialized,) = example_bytes_feature(payload, FEATURE)
+        tensor = decode_tensor(serialized)
+    except (WireError, ValueError) as e:
+        raise _not_records(path, f"record {index}: {e}") from None
+    if tensor.dtype != DT_INT32 or tensor.array.ndim != 2 or tensor.array.shape[1] < 2:
+        raise DataError(
+            f"records in {path} have shape {list(tensor.array.shape)}, not int32 "
+            "[batch, seq_len + 1]; build records with partf-build-data"
+        )
+    return tensor.array
 
 
 def read_record_file(path: Path) -> list[np.ndarray]:
@@ -129,32 +158,13 @@ def read_record_file(path: Path) -> list[np.ndarray]:
         DataError: the file is truncated or corrupt, or its records are not int32
             context batches.
     """
-    try:
-        payloads = read_frames(path.read_bytes())
-    except FrameError as e:
-        raise _damaged(path, e.detail, e.good) from None
-    batches = []
-    for payload in payloads:
-        try:
-            (serialized,) = example_bytes_feature(payload, FEATURE)
-            tensor = decode_tensor(serialized)
-        except (WireError, ValueError) as e:
-            raise DataError(
-                f"{path} does not hold context-batch records (record {len(batches)}: {e}); "
-                f"build records with partf-build-data"
-            ) from None
-        if tensor.dtype != DT_INT32 or tensor.array.ndim != 2 or tensor.array.shape[1] < 2:
-            raise DataError(
-                f"records in {path} have shape {list(tensor.array.shape)}, not int32 "
-                "[batch, seq_len + 1]; build records with partf-build-data"
-            )
-        batches.append(tensor.array)
-    return batches
+    return [_batch(path, payload, i) for i, payload in enumerate(_frames(path))]
 
 
 def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
-    """`partf.data.read_metadata` without TensorFlow: metadata.json, or, for the original
-    project's folders, the shape of the first record and the count of all of them.
+    """The metadata of a record folder (`partf.data.read_metadata`, without TensorFlow):
+    metadata.json, or, for the original project's folders (or one .tfrecords file), the
+    shape of the first record and the count of all of them, every CRC checked.
 
     Raises:
         UsageError: the path does not exist or holds no records.
@@ -162,7 +172,14 @@ def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
     """
     path = Path(path)
     meta = partf_metadata(path)
-    return meta if meta is not None else _read_original(path)[0]
+    if meta is not None:
+        return meta
+    # Only the first record is decoded: the others are counted, their CRCs checked.
+    files = original_files(path)
+    counts = [len(_frames(file)) for file in files]
+    if not counts[0]:
+        raise DataError(f"{files[0]} holds no records; rebuild it")
+    return original_metadata(_batch(files[0], _frames(files[0])[0], 0).shape, files, counts)
 
 
 def partf_metadata(path: Path) -> RecordsMetadata | None:

@@ -22,10 +22,10 @@ from partf.console import Meter
 from partf.data.batching import stream_from_batches
 from partf.data.metadata import RecordsMetadata, write_metadata
 
-# The folder helpers are shared with the reader that needs no TensorFlow.
+# The folder helpers and the metadata are shared with the reader that needs no
+# TensorFlow; an original-format folder's metadata is inferred there from its records.
 from partf.data.record_reader import check_fit as _check
-from partf.data.record_reader import original_files as _original_files
-from partf.data.record_reader import original_metadata, partf_metadata
+from partf.data.record_reader import read_records_metadata as read_metadata
 from partf.data.record_reader import record_files as _record_files
 from partf.data.staging import StagedOutputs
 from partf.errors import DataError, UsageError
@@ -116,39 +116,6 @@ def write_tfrecords(
         31"""
     with StagedOutputs(overwrite) as staged:
         return write_shards(batches, staged.dir_for(directory), shards, **metadata)
-
-
-def _infer_metadata(files: list[Path]) -> RecordsMetadata:
-    """Metadata of the original project's records: shape of the first record, counts."""
-    where = files[0] if len(files) == 1 else files[0].parent
-    try:
-        first = next(iter(tf.data.TFRecordDataset([str(files[0])]).take(1)), None)
-        if first is None:
-            raise DataError(f"{files[0]} holds no records; rebuild it")
-        shape = parse_batch(first).shape
-        count = tf.autograph.experimental.do_not_convert(lambda n, _: n + 1)
-        counts = [int(tf.data.TFRecordDataset([str(f)]).reduce(0, count)) for f in files]
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
-        raise DataError(
-            f"{where} does not hold context-batch records ({e.message.splitlines()[0]}); "
-            f"build records with partf-build-data"
-        ) from None
-    if len(shape) != 2 or shape[1] < 2:
-        raise DataError(f"records in {where} have shape {shape}, not [batch, seq_len + 1]")
-    return original_metadata(shape, files, counts)
-
-
-def read_metadata(path: str | os.PathLike) -> RecordsMetadata:
-    """The metadata of a record folder: from metadata.json, or inferred for the
-    original project's folders (or a single .tfrecords file).
-
-    Raises:
-        UsageError: the path does not exist or holds no records.
-        DataError: the metadata or the records cannot be read.
-    """
-    path = Path(path)
-    meta = partf_metadata(path)
-    return meta if meta is not None else _infer_metadata(_original_files(path))
 
 
 def load_batches(
