@@ -168,7 +168,7 @@ def matched_arrays(
     variables: Sequence[Any],
     arrays: Sequence[np.ndarray],
     what: str,
-    saved_paths: Sequence[str] | None = None,
+    saved_paths: Sequence[str],
     *,
     root: str | None = None,
     saved_model_root: str | None = None,
@@ -181,8 +181,7 @@ def matched_arrays(
         variables: the live variables.
         arrays: the saved values, in saved order.
         what: the checkpoint group ("model", "optimizer", ...), for keys and messages.
-        saved_paths: the saved variables' paths, as the checkpoint's layout lists them;
-            None matches by position (arrays without paths).
+        saved_paths: the saved variables' paths, as the checkpoint's layout lists them.
         root: the live model's name (`model.name`), dropped from keys.
         saved_model_root: the saved model's name (`saved_root`); default `root`.
 
@@ -194,38 +193,28 @@ def matched_arrays(
             differs (another configuration); one line.
     """
     fix = _ANOTHER_CONFIGURATION
-    if saved_paths is None:
-        if len(variables) != len(arrays):
-            raise CheckpointError(
-                f"the checkpoint has {len(arrays)} {what} variables but this run has "
-                f"{len(variables)}; {fix}."
-            )
-        pairs = list(zip(variables, arrays, strict=True))
-    else:
-        if len(saved_paths) != len(arrays):
-            raise CheckpointError(f"the checkpoint's {what} layout does not match its arrays.")
-        saved_model_root = root if saved_model_root is None else saved_model_root
-        live = _by_key([variable_key(v.path, what, root) for v in variables])
-        saved = _by_key([variable_key(p, what, saved_model_root) for p in saved_paths])
-        missing = [k for k in live if len(saved.get(k, ())) < len(live[k])]
-        extra = [k for k in saved if len(live.get(k, ())) < len(saved[k])]
-        if missing or extra:
-            raise CheckpointError(
-                f"the checkpoint's {what} variables do not match this run's ("
-                + "; ".join(
-                    part
-                    for part in (
-                        f"not saved: {_listed(missing)}" if missing else "",
-                        f"not in this run: {_listed(extra)}" if extra else "",
-                    )
-                    if part
+    if len(saved_paths) != len(arrays):
+        raise CheckpointError(f"the checkpoint's {what} layout does not match its arrays.")
+    saved_model_root = root if saved_model_root is None else saved_model_root
+    live = _by_key([variable_key(v.path, what, root) for v in variables])
+    saved = _by_key([variable_key(p, what, saved_model_root) for p in saved_paths])
+    missing = [k for k in live if len(saved.get(k, ())) < len(live[k])]
+    extra = [k for k in saved if len(live.get(k, ())) < len(saved[k])]
+    if missing or extra:
+        raise CheckpointError(
+            f"the checkpoint's {what} variables do not match this run's ("
+            + "; ".join(
+                part
+                for part in (
+                    f"not saved: {_listed(missing)}" if missing else "",
+                    f"not in this run: {_listed(extra)}" if extra else "",
                 )
-                + f"); {fix}."
+                if part
             )
-        index = {
-            i: j for key, found in live.items() for i, j in zip(found, saved[key], strict=True)
-        }
-        pairs = [(variable, arrays[index[i]]) for i, variable in enumerate(variables)]
+            + f"); {fix}."
+        )
+    index = {i: j for key, found in live.items() for i, j in zip(found, saved[key], strict=True)}
+    pairs = [(variable, arrays[index[i]]) for i, variable in enumerate(variables)]
     for variable, value in pairs:
         if tuple(variable.shape) != tuple(value.shape):
             raise CheckpointError(
@@ -239,7 +228,7 @@ def restore_variables(
     variables: Sequence[Any],
     arrays: Sequence[np.ndarray],
     what: str,
-    saved_paths: Sequence[str] | None = None,
+    saved_paths: Sequence[str],
     **keys: Any,
 ) -> None:
     """Assigns saved arrays to the variables of the same path: arguments and errors as

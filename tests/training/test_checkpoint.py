@@ -20,6 +20,7 @@ from partf.training.checkpoint import (
     config_differences,
     restore,
     restore_variables,
+    saved_paths,
 )
 from partf.training.config import TrainConfig
 from tests.training.helpers import TINY
@@ -38,11 +39,14 @@ def test_round_trip_restores_values_and_meta(tmp_path):
     variables = _variables()
     path = manager.save(12, {"model": variables}, meta={"epoch": 1, "config": {"a": [1, 2]}})
     assert path.name == "ckpt-00000012.npz"
-    fresh = [keras.Variable(np.zeros((2, 3), "float32")), keras.Variable(np.int64(0))]
+    fresh = [
+        keras.Variable(np.zeros((2, 3), "float32"), name="w"),
+        keras.Variable(np.int64(0), name="step", trainable=False),
+    ]
     groups, meta, latest = RunFolder(tmp_path).newest_checkpoint()
     assert latest == path
     assert meta["step"] == 12 and meta["epoch"] == 1 and meta["config"] == {"a": [1, 2]}
-    restore_variables(fresh, groups["model"], "model")
+    restore_variables(fresh, groups["model"], "model", saved_paths(meta, "model"))
     np.testing.assert_array_equal(fresh[0].numpy(), variables[0].numpy())
     assert fresh[1].numpy() == 7
 
