@@ -136,12 +136,16 @@ def test_a_checkpoint_of_another_format_is_refused_in_one_line_not_skipped(tmp_p
 def test_restore_refuses_another_configuration(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, {"model": _variables()}, meta={})
-    groups, _, _ = RunFolder(tmp_path).newest_checkpoint()
-    wider = [keras.Variable(np.zeros((2, 4), "float32"), name="w"), keras.Variable(np.int64(0))]
+    groups, meta, _ = RunFolder(tmp_path).newest_checkpoint()
+    paths = saved_paths(meta, "model")
+    wider = [
+        keras.Variable(np.zeros((2, 4), "float32"), name="w"),
+        keras.Variable(np.int64(0), name="step"),
+    ]
     with pytest.raises(CheckpointError, match=r"shape \(2, 4\) but the checkpoint holds \(2, 3\)"):
-        restore_variables(wider, groups["model"], "model")
-    with pytest.raises(CheckpointError, match="has 2 model variables but this run has 1"):
-        restore_variables(wider[:1], groups["model"], "model")
+        restore_variables(wider, groups["model"], "model", paths)
+    with pytest.raises(CheckpointError, match="not in this run: step"):
+        restore_variables(wider[:1], groups["model"], "model", paths)
 
 
 @pytest.mark.parametrize(
