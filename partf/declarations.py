@@ -49,7 +49,7 @@ def mechanism_name(decorator: ast.expr, where: str) -> str | None:
     Raises:
         ValueError: a name that is not a string literal.
     """
-    if not (isinstance(decorator, ast.Call) and _called(decorator.func) == MECHANISM):
+    if not (isinstance(decorator, ast.Call) and called(decorator.func) == MECHANISM):
         return None
     first = decorator.args[0] if decorator.args else None
     if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
@@ -57,7 +57,7 @@ def mechanism_name(decorator: ast.expr, where: str) -> str | None:
     return first.value
 
 
-def _called(node: ast.expr) -> str | None:
+def called(node: ast.expr) -> str | None:
     """The name a decorator calls or is (`register`, `registry.register_attention`)."""
     if isinstance(node, ast.Call):
         node = node.func
@@ -102,7 +102,7 @@ def read(
                 where = f"{module}.{node.name}"
                 for decorator in node.decorator_list:
                     name = mechanism_name(decorator, where)
-                    if name is None and _called(decorator) != SAVE:
+                    if name is None and called(decorator) != SAVE:
                         continue
                     if saved.setdefault(node.name, module) != module:
                         raise ValueError(f"{where}: {node.name} is saved by two modules")

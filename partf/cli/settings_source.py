@@ -316,7 +316,7 @@ class _Source:
                     isinstance(statement, ast.AnnAssign)
                     and isinstance(statement.target, ast.Name)
                     and isinstance(statement.value, ast.Call)
-                    and _called(statement.value.func) == SETTING
+                    and declarations.called(statement.value.func) == SETTING
                 ):
                     fields[statement.target.id] = self.setting(owner, statement)
         return tuple(fields.values())
@@ -343,13 +343,6 @@ class _Source:
         )
 
 
-def _called(node: ast.expr) -> str | None:
-    """The name a call calls: `setting`, `settings.setting`."""
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else None
-
-
 def _kind(annotation: ast.expr, where: str) -> str:
     """The `Setting.kind` of a field's annotation (as `flags._kind` gives it of the type)."""
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
@@ -365,13 +358,13 @@ def _kind(annotation: ast.expr, where: str) -> str:
             annotation = inner[0]
     if (
         isinstance(annotation, ast.Subscript)
-        and _called(annotation.value) == "tuple"
+        and declarations.called(annotation.value) == "tuple"
         and isinstance(annotation.slice, ast.Tuple)
         and len(annotation.slice.elts) == 2
         and isinstance(annotation.slice.elts[1], ast.Constant)
         and annotation.slice.elts[1].value is Ellipsis
     ):
-        element = _called(annotation.slice.elts[0])
+        element = declarations.called(annotation.slice.elts[0])
         if element in _LIST_KINDS:
             return _LIST_KINDS[element]
     if isinstance(annotation, ast.Name) and annotation.id in _KINDS:
