@@ -20,7 +20,9 @@ of the context (mem_len = context), as the exports' state does.
   128, 6 layers, 4 heads, vocabulary 12,000: (time for context + 1 + N tokens minus
   time for context + 1) / N.
 
-Each figure is the best of --repeats runs of --tokens tokens after a warm-up run.
+Each figure is the best of --repeats runs of --tokens tokens after a warm-up run, every
+kind's every path timed in turn (round-robin), so that a change of the machine's load
+hits them alike.
 
 With --train, each kind's training speed too, side by side: tokens per second of `fit`
 (Adam, XLA, 10 steps per execution) on random batches of 16 x 256 tokens without XL
@@ -81,18 +83,32 @@ def best_of(repeats: int, run) -> float:
     return min(times)
 
 
-def partf_ms(model, prompt, tokens, repeats) -> float:
+def round_robin(runs: dict, repeats: int) -> dict:
+    """The best seconds of each of `runs` (key -> a call), after a warm-up call each,
+    timed in turn `repeats` times: a change of the machine's load hits every one alike."""
+    for run in runs.values():
+        run()  # warm-up: tracing, compiling, allocating
+    best: dict = {}
+    for _ in range(repeats):
+        for key, run in runs.items():
+            start = time.perf_counter()
+            run()
+            best[key] = min(best.get(key, float("inf")), time.perf_counter() - start)
+    return best
+
+
+def partf_run(model, prompt, tokens):
+    """partf-generate's compiled loop drawing `tokens` greedily after `prompt`."""
     from partf.generation import Generator, Sampling
 
     generator = Generator(model, compiled=True)
     log_probs, state = generator.start(prompt)
     greedy = Sampling(temperature=0.0)
-    return (
-        1000 * best_of(repeats, lambda: generator.decode(log_probs, state, tokens, greedy)) / tokens
-    )
+    return lambda: generator.decode(log_probs, state, tokens, greedy)
 
 
-def exported_ms(folder, prompt, tokens, repeats) -> float:
+def exported_run(folder, prompt, tokens):
+    """The export's `step` called once per token from Python, as decode.py does."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("decode", folder / "decode.py")
@@ -103,33 +119,57 @@ def exported_ms(folder, prompt, tokens, repeats) -> float:
     token = np.argmax(log_probs, axis=-1).astype(np.int32)
 
     def run():
-        nonlocal_state = state
+        carried = state
         out = token
         for _ in range(tokens):
-            lp, nonlocal_state = decoder.step(out, nonlocal_state)
+            lp, carried = decoder.step(out, carried)
             out = np.argmax(lp, axis=-1).astype(np.int32)
 
-    return 1000 * best_of(repeats, run) / tokens
+    return run
 
 
-def saved_model_loop_ms(folder, prompt, tokens, repeats) -> float:
-    """The SavedModel's own loop (`generate_ids`, greedy): (time for 1 + N tokens minus
-    time for 1) / N, so the prompt's pass cancels."""
+def saved_model_loop_runs(folder, prompt, count):
+    """The SavedModel's own loop (`generate_ids`, greedy) for 1 and for 1 + `count`
+    tokens: their difference over `count` is a token's time, the prompt's pass cancelling."""
     import tensorflow as tf
 
-    loaded = tf.saved_model.load(str(folder))
-    generate_ids = loaded.signatures["generate_ids"]
+    generate_ids = tf.saved_model.load(str(folder)).signatures["generate_ids"]
+    settings = dict(temperature=0.0, top_k=0, top_p=1.0, seed=0)
+    return (
+        lambda: generate_ids(tokens=prompt, max_tokens=1, **settings),
+        lambda: generate_ids(tokens=prompt, max_tokens=1 + count, **settings),
+    )
 
-    def run(count):
-        settings = dict(temperature=0.0, top_k=0, top_p=1.0, seed=0)
-        return lambda: generate_ids(tokens=prompt, max_tokens=count, **settings)
 
-    # Four times the tokens: the difference of two runs that each read the whole prompt
-    # is noise when the steps are few (at 4,096 tokens the prompt's pass takes seconds).
-    tokens *= 4
-    short = best_of(repeats, run(1))
-    long = best_of(repeats, run(1 + tokens))
-    return 1000 * max(long - short, 0.0) / tokens
+def step_ms(kinds, context, prompt, tokens, repeats, tmp) -> dict:
+    """(kind, path) -> ms per token at `context`, every kind's every path timed in turn."""
+    import keras
+
+    from partf.export import export
+    from partf.models import PARTransformerXL
+
+    # Four times the tokens in the loop: the difference of two runs that each read the
+    # whole prompt is noise when the steps are few (at 4,096 tokens the prompt takes seconds).
+    loop_tokens = 4 * tokens
+    runs, per = {}, {}
+    for kind in kinds:
+        keras.utils.set_random_seed(0)
+        model = PARTransformerXL(BASE, **KINDS[kind], mem_len=context)
+        runs[kind, "partf"] = partf_run(model, prompt, tokens)
+        for fmt in ("saved_model", "litert"):
+            out = Path(tmp) / f"{kind}_{context}_{fmt}"
+            export(model, out, context, fmt)
+            runs[kind, fmt] = exported_run(out, prompt, tokens)
+            if fmt == "saved_model":
+                runs[kind, "short"], runs[kind, "long"] = saved_model_loop_runs(
+                    out, prompt, loop_tokens
+                )
+    best = round_robin(runs, repeats)
+    for kind in kinds:
+        per[kind] = [1000 * best[kind, path] / tokens for path in ("partf", "saved_model")]
+        loop = max(best[kind, "long"] - best[kind, "short"], 0.0)
+        per[kind] += [1000 * loop / loop_tokens, 1000 * best[kind, "litert"] / tokens]
+    return per
 
 
 def keras_hub_ms(context, tokens, repeats) -> float:
@@ -200,11 +240,6 @@ def main() -> None:
     parser.add_argument("--train", action="store_true", help="also each kind's training speed")
     args = parser.parse_args()
 
-    import keras
-
-    from partf.export import export
-    from partf.models import PARTransformerXL
-
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.1f}; batch 1, {args.tokens} tokens, best of {args.repeats}"
@@ -218,16 +253,8 @@ def main() -> None:
             prompt = np.concatenate([[2], rng.integers(4, 12000, context - 1)])[None].astype(
                 np.int32
             )
-            for kind in args.kinds:
-                keras.utils.set_random_seed(0)
-                model = PARTransformerXL(BASE, **KINDS[kind], mem_len=context)
-                row = [partf_ms(model, prompt, args.tokens, args.repeats)]
-                for fmt in ("saved_model", "litert"):
-                    out = Path(tmp) / f"{kind}_{context}_{fmt}"
-                    export(model, out, context, fmt)
-                    row.append(exported_ms(out, prompt, args.tokens, args.repeats))
-                    if fmt == "saved_model":
-                        row.append(saved_model_loop_ms(out, prompt, args.tokens, args.repeats))
+            per = step_ms(args.kinds, context, prompt, args.tokens, args.repeats, tmp)
+            for kind, row in per.items():
                 print(f"{kind:8} {context:7d} " + " ".join(f"{ms:16.2f}" for ms in row), flush=True)
                 steps[kind, context] = row
             if not args.no_keras_hub:
