@@ -108,23 +108,18 @@ def finish(
             report = score(expected, split.dataset, name, *_sizes(split))
             expected_scores[name] = report
             _log_scores(f"{name} (expected block weights)", report)
-    recall = None
+    recall, final = None, {}
     if data.recall is not None:
         recall, seconds["recall"] = timed_score(recall_evaluator, data.recall, "recall")
+        accuracy, answers = 100.0 * recall["accuracy"], recall["num_tokens"]
         logger.info(
-            "recall: loss %.4f, accuracy %.2f%% of %d answers",
-            recall["loss"],
-            100.0 * recall["accuracy"],
-            recall["num_tokens"],
+            "recall: loss %.4f, accuracy %.2f%% of %d answers", recall["loss"], accuracy, answers
         )
-        write_scalars(
-            valid_writer,
-            step,
-            {"recall_loss": recall["loss"], "recall_accuracy": recall["accuracy"]},
-        )
+        final = {"recall_loss": recall["loss"], "recall_accuracy": recall["accuracy"]}
     if "valid" in scores:
-        write_scalars(valid_writer, step, {"final_perplexity": scores["valid"]["perplexity"]})
-    if recall is not None or "valid" in scores:
+        final["final_perplexity"] = scores["valid"]["perplexity"]
+    if final:
+        write_scalars(valid_writer, step, final)
         valid_writer.flush()
     train_loss = trained.train_loss
     results = {

@@ -8,10 +8,6 @@ reject the inputs, and nothing here writes.
 On the TensorFlow backend a split is a `tf.data.Dataset`; on the others it is
 `ArrayBatches`, the records read into numpy without TensorFlow
 (`partf.data.record_reader`), which `fit` and `JaxEvaluator` take as they are.
-
-With `--objective=mlm` the validation and test splits come masked, each with its fixed
-seed (partf.data.masking), and `RunData.masking` says how `run_fit` masks the training
-batches, step by step.
 """
 
 from __future__ import annotations
@@ -238,11 +234,8 @@ class RunData:
 
 
 def load_data(config: TrainConfig) -> RunData:
-    """The `RunData` of the splits `config` names, checked to fit together.
-
-    With --mix_directory the training split is the mixed stream of
-    `partf.training.mixing`, and its `num_batches` (the batches per epoch) counts the
-    task's batches too.
+    """The `RunData` of the splits `config` names, checked to fit together (with
+    --mix_directory, the training split is the mixed stream of `partf.training.mixing`).
 
     Raises:
         ConfigError: a missing folder, splits of different batch shapes, no way to tell
