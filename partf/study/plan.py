@@ -60,25 +60,8 @@ class PlanError(UsageError):
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """One named flag set of a plan.
-
-    Attributes:
-        name: the arm's name in the plan.
-        flags: partf-train flags of this arm (after the shared ones).
-        stage2: whether each of its runs (a search) is followed by its derived
-            architecture trained from scratch.
-        stage2_flags: extra flags of those stage-2 runs.
-        init_from: an arm whose run of the same seed each run of this one starts from
-            (`--init_from`, a conversion of that trained model), or None (from scratch).
-        stage2_init: whether each stage 2 starts from its search's weights (a fine-tune
-            of the derived architecture) instead of from scratch.
-        control: a hand-made model (a smaller Transformer-XL, a fixed rule): the report
-            draws the front of these and compares the other arms with it.
-        matched: the arm trained exactly as long as this one but with nothing decided (a
-            conversion's fine-tune with no attention removed), or None. The report
-            compares this arm with it ("vs matched"): a conversion's extra training is
-            then not credited to what it removed.
-    """
+    """One named flag set of a plan: its keys as docs/study.md ("The plan") gives them,
+    `flags` after the plan's shared ones."""
 
     name: str
     flags: tuple[str, ...]

@@ -75,13 +75,10 @@ def finish(
         trained: where training ended.
         valid_writer: the TensorBoard writer of logs/<model_name>/valid.
         clock: the run's wall time.
-        expected: a search's evaluator with expected block weights
-            (`partf.training.evaluation.block_weights.expected_evaluator`): the splits are scored
-            with it too, as results.json's "expected_weights"; None: not.
-        recall_evaluator: scores `data.recall` (--recall_directory) by its answers, after
-            the test split, its memory carried from batch to batch as for text: the
-            report (loss, accuracy, num_tokens the answers scored) is results.json's
-            "recall", and the validation writer's recall_loss and recall_accuracy.
+        expected: a search's evaluator with expected block weights, for results.json's
+            "expected_weights"; None: not.
+        recall_evaluator: scores `data.recall` (--recall_directory) by its answers, for
+            results.json's "recall" and the validation writer's recall_* scalars.
 
     Returns:
         The results, as written to results.json.

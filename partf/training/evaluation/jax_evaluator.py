@@ -25,14 +25,7 @@ from partf.training.evaluation.perplexity import BaseEvaluator, chunk_size, stac
 
 class JaxEvaluator(BaseEvaluator):
     """Scores splits with a model's evaluation memory, starting empty each time (JAX).
-
-    Args:
-        model: a partf model on the JAX backend.
-        jit_compile: compile the per-batch function with `jax.jit`.
-        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
-            model's own `eval_mode` (as `Evaluator`).
-        accuracy: also count the targets predicted exactly (as `Evaluator`).
-    """
+    Arguments as `Evaluator`'s; `jit_compile` compiles with `jax.jit`."""
 
     def __init__(
         self,

@@ -19,14 +19,9 @@ if TYPE_CHECKING:
 class ReplicaEvaluator(BaseEvaluator):
     """`Evaluator` for a model built under a strategy: each replica scores its rows.
 
-    Args:
+    Arguments as `Evaluator`'s, and:
         model: a partf model built under `strategy.scope()`.
-        strategy: the strategy.
         global_batch: B, rows per batch of the datasets to score.
-        jit_compile: compile the per-replica function with XLA.
-        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
-            model's own `eval_mode` (as `Evaluator`).
-        accuracy: also count the targets predicted exactly (as `Evaluator`).
     """
 
     def __init__(
