@@ -263,9 +263,8 @@ def note_status(paths: StudyPaths, name: str, status: str) -> None:
 
 def to_train(runs: list[Run], paths: StudyPaths, recorded: Collection[str] = ()) -> list[Run]:
     """The runs of `runs` still to train, in their order: those with neither a finished
-    run folder nor a record (`recorded`: the names with a committed record), and a
-    recorded run whose folder is gone when a run still to train starts from it or derives
-    from it (its weights live only in its folder), so a new machine retrains only that."""
+    run folder nor a record in `recorded`, and a recorded run whose folder is gone when a
+    run still to train starts or derives from it (its weights live only in its folder)."""
     names = {r.name for r in runs if not paths.finished(r.name) and r.name not in recorded}
     grew = True
     while grew:  # a source trained again may need its own source in turn

@@ -329,13 +329,8 @@ class TrainConfig:
         object.__setattr__(self, "model", model)
 
     def arch_settings(self, total_steps: int) -> Any:
-        """The architecture logits' optimizer settings for a run of `total_steps` updates:
-        the `search` preset's values, each replaced by the one given explicitly
-        (`arch_lr`, `arch_weight_decay`, `arch_freeze_fraction`, `arch_freeze_steps`).
-
-        Returns:
-            A `partf.training.optimizer.ArchSettings`.
-        """
+        """The architecture logits' `partf.training.optimizer.ArchSettings` for a run of
+        `total_steps` updates: the `search` preset's values, each replaced by one given."""
         from partf.training.optimizer import ArchSettings
 
         preset = SEARCH_PRESETS[self.search]
@@ -391,11 +386,9 @@ class TrainConfig:
 
 
 def check_saved_config(saved: Mapping[str, Any], what: str) -> None:
-    """Refuses the configuration a run's file stores ({"model": ..., "training": ...}: a
-    checkpoint's, results.json's) when it lacks a setting, rather than letting the setting
-    take today's default (FormatError, `partf.serialization.check_complete`). A setting
-    added since makes a new format (`partf.serialization.FORMAT_VERSION`), so a file of
-    this format lacks none."""
+    """Refuses the configuration a run's file stores ({"model": ..., "training": ...})
+    when it lacks a setting, rather than letting the setting take today's default
+    (FormatError, `partf.serialization.check_complete`)."""
     check_complete(saved["model"], ModelConfig, f"{what} (model settings)")
     # The model's are stored beside them.
     training = {"model": None, **saved["training"]}

@@ -164,12 +164,10 @@ def split_predictions(
         model: a model of partf's contract (`model(x, training=False)`, `log_probs`,
             `reset_state`).
         inputs, targets: int [batches, B, L] (the targets give the predictions' dtype).
-        mode: a search's block weights ("argmax", "expected", "sample"); None: its own.
-            With "sample" the blocks draw their own Gumbel samples in this pass, so its
-            answers are another draw than an evaluator's.
-        jit_compile: on TensorFlow, compile the per-batch function with XLA (as the
-            evaluator does by default); without, a `tf.function` as its uncompiled path.
-            On other backends the batches run eagerly.
+        mode: a search's block weights ("argmax", "expected", "sample"); None: its own
+            ("sample" draws other Gumbel samples than an evaluator's pass).
+        jit_compile: on TensorFlow, compile the per-batch function with XLA; other
+            backends run the batches eagerly.
     """
     dtype = str(np.asarray(targets).dtype)
 
