@@ -31,14 +31,9 @@ logger = logging.getLogger("partf.training")
 
 
 class ArrayBatches:
-    """A split's batches in memory, as (inputs, targets) pairs in stream order.
-
-    Args:
-        batches: int32 [n, B, L + 1], as `partf.data.record_reader.read_record_batches`
-            returns them (targets are the inputs shifted by one token); or, with
-            `targets`, the inputs [n, B, L] themselves.
-        targets: int32 [n, B, L], a task's own targets (MQAR's answers), or None.
-    """
+    """A split's batches in memory, as (inputs, targets) pairs in stream order: of
+    `batches` int32 [n, B, L + 1] (records: targets are the inputs shifted by one), or
+    of inputs `batches` and `targets` [n, B, L] (a task's own targets)."""
 
     def __init__(self, batches: np.ndarray, targets: np.ndarray | None = None) -> None:
         if targets is None:
@@ -64,12 +59,8 @@ class ArrayBatches:
 
 @dataclasses.dataclass
 class Split:
-    """One split's dataset and what is known about it.
-
-    Attributes:
-        dataset: (inputs, targets) int32 [B, L] batches: a `tf.data.Dataset` on the
-            TensorFlow backend, `ArrayBatches` on the others.
-    """
+    """One split's dataset ((inputs, targets) int32 [B, L] batches: a `tf.data.Dataset`
+    on TensorFlow, `ArrayBatches` elsewhere) and what is known about it."""
 
     dataset: Any
     num_batches: int

@@ -279,11 +279,9 @@ class Evaluator(BaseEvaluator):
 
     With `jit_compile`, the split's batches are stacked and scored in chunks of up to
     `chunk` (at most `CHUNK`) batches, each chunk one XLA program (a while loop over its
-    batches, the memory carried in the model's variables): one call per chunk instead of
-    one per batch (2.5x faster for a small model on a CPU). Without it, the loop over
-    the dataset runs in a `tf.function` around the per-batch function, a chunk of the
-    dataset per call. Only the evaluation state variables are touched
-    (`training=False`), so the training memory is left as it was.
+    batches): one call per chunk instead of one per batch (2.5x faster for a small model
+    on a CPU). Without it, a `tf.function` loops over a chunk of the dataset per call.
+    Only the evaluation memory is touched (`training=False`).
 
     Args:
         model: a model following partf's model contract (`model(x, training=False)`,
