@@ -20,18 +20,12 @@ training, and cut into context batches of the model's batch size and --seq_len t
 Records of partf carry the word and character counts of their text; records of the
 original project do not, so those two figures are then absent.
 
---records also takes the split of a synthetic task (a folder with <task>.json such as
-mqar.json, partf-build-data --task=<task>; partf.tasks), scored on its answers alone
-as partf-train's --recall_directory is: the figures then add the accuracy, the share of
-answers predicted exactly. With an MQAR split, --by_distance adds a table
-(`by_distance` in --json): the answers, those right and
-the accuracy per range of distance between a key's pair and its query (the query's
-position minus the key's in its pair; 0-16, 16-32, 32-64, ... tokens, the ranges
-holding answers), from a second pass that counts the same predictions per position
-(partf/training/evaluation/recall_distance.py), and a line on what the model answers
-(`predictions` in --json): how many distinct tokens it gives at the answers, and how
-often a value of the row's own pairs (a model that knows the row's values but not their
-keys gives those). --by_distance on text records or --text is refused (exit 2).
+--records also takes the split of a synthetic task (a folder with <task>.json, written
+by partf-build-data --task=<task>), scored on its answers alone: the figures then add
+the accuracy, the share of answers predicted exactly. With an MQAR split, --by_distance
+adds the answers, those right and the accuracy per range of distance between a key's
+pair and its query (0-16, 16-32, ... tokens), and what the model answers: how many
+distinct tokens, and how often a value of the row's own pairs (docs/generation.md).
 
 Exit status: 0 done, 1 a problem found while running (unreadable model, records or
 tokenizer that do not fit the model), 2 bad usage (bad values, missing files). Errors
@@ -263,21 +257,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         model, None, model.config.batch_size, args.jit_compile, mode, accuracy=scored
     )
     # Compiling and scoring a split takes from seconds to minutes: say what runs.
-    logger.info(
-        "scoring %s on %s (eval_mode %s)",
-        args.model,
-        args.records or args.text,
-        mode,
-    )
+    logger.info("scoring %s on %s (eval_mode %s)", args.model, args.records or args.text, mode)
     # What runs, then the batches done with an ETA, then the perplexity (on stderr).
     num_batches, tokens = _sizes(dataset)
-    report = score(evaluator, dataset, split_name(args), num_batches, tokens, counts)
-    result = {
-        "model": str(args.model),
-        "data": str(args.records or args.text),
-        "eval_mode": mode,
-        **report,
-    }
+    name = Path(args.records or args.text).name  # what the progress lines call it
+    report = score(evaluator, dataset, name, num_batches, tokens, counts)
+    result = {"model": str(args.model), "data": str(args.records or args.text), "eval_mode": mode}
+    result.update(report)
     if args.by_distance:  # _parse let it through for a task's split only
         result["by_distance"], result["predictions"] = _by_distance(args, model, mode, report)
     return result
@@ -286,9 +272,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 def _by_distance(
     args: argparse.Namespace, model: Any, mode: str, report: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The accuracy per distance bucket of the MQAR split's answers (`to_dict` of each
-    `DistanceBucket`) and what the model answers (`answer_summary`), from a second pass
-    in the same stream order as the first."""
+    """The accuracy per distance bucket of the MQAR split's answers and what the model
+    answers (`answer_summary`), from a second pass in the same stream order."""
     from partf.errors import DataError
     from partf.training.evaluation import recall_distance as rd
 
@@ -310,11 +295,6 @@ def _by_distance(
             counted,
         )
     return [bucket.to_dict() for bucket in buckets], rd.answer_summary(predictions, targets)
-
-
-def split_name(args: argparse.Namespace) -> str:
-    """What the progress lines call the scored data: the records' or the text's name."""
-    return Path(args.records or args.text).name
 
 
 def _sizes(dataset: Any) -> tuple[int, int]:

@@ -19,9 +19,6 @@ batch i+1 starts where row r of batch i ends, so a split's inputs hold each toke
 
 References:
     Devlin et al., "BERT", NAACL 2019, section 3.1 and appendix C.2.
-
-Example:
-    >>> inputs, targets = mask_tokens(tokens, seed=(0, 7), mask_id=5, vocab_size=6000)
 """
 
 from __future__ import annotations

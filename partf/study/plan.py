@@ -1,49 +1,11 @@
 """A study plan: the TOML file `partf-study` reads, and the runs it names.
 
-A plan names the data, the flags every run shares, the arms (named flag sets), the
-seeds, and which arms are searches whose derived architecture is trained again from
-scratch (stage 2). Every run is an ordinary `partf-train` run:
-
-    description = "Transformer-XL against the PAR search"
-    seeds = [0, 1, 2]
-    reference = "txl"                  # the arm others are compared with
-    flags = "--d_model=128 --cutoffs=250 --cutoffs=2500 --epochs=20"
-
-    [data]                             # records folders ...
-    train = "${PARTF_SHARED_DATA}/par-transformer-xl-original/tfrecords_train"
-    valid = "${PARTF_SHARED_DATA}/par-transformer-xl-original/tfrecords_valid"
-    test = "${PARTF_SHARED_DATA}/par-transformer-xl-original/tfrecords_test"
-
-    [arms]
-    txl = "--architecture='A D A D A D'"
-    par = { flags = "--search=par", stage2 = true }
-
-A plan may also name a synthetic task (partf.tasks: `mqar`, multi-query associative
-recall; `copy`; ...): a table of its settings named after it (`[mqar]`: `seq_len`,
-`batch_size`, `vocab_size`, `pairs`, and optionally `eval_pairs`, `train_examples`,
-`eval_examples`, `power_a`, `seed`; each a setting of the task's module), and arms with
-`task = "mqar"` train on it (the study writes its splits once under `<out>/data/mqar/`);
-the other arms train on `[data]`, which a plan of task arms alone may leave out.
-Arms with `task = "text+mqar"` ask both questions of one model: they train on `[data]`
-with the [mqar] training split's batches mixed into the stream (`--mix_directory`, one
-after every `--mix_every` text batches) and score its test split at the end
-(`--recall_directory`, results.json's "recall"); the [mqar] rows must then have the
-text's `batch_size` and `seq_len` (partf.training.mixing).
-
-Instead of records, `[data]` may name text (`text = "${DATA_DIR}"`: a folder with
-train.txt, valid.txt and test.txt, or one file, split by lines 90% / 5% / 5%) with
-`batch_size`, `seq_len` and either an existing tokenizer (`sp_model_prefix`) or the size
-of one to train (`vocab_size`); the study builds the records once under `<out>/data/`.
-
-Flags are strings in partf-train's own syntax (split as a shell would) or lists of
-such strings. `$VAR`, `${VAR}` and `${VAR:-default}` are expanded from the environment (an
-unset one without a default is an error), and relative paths are taken from the plan file's folder.
-
-`results = "results/NAME"`: the folder, relative to the plan, where the report is written
-and each finished run's record kept (under records/, partf.study.records), in the
-repository; a plan without it keeps both in the study's folder.
-
-Run names: `<arm>-s<seed>`; a search's stage 2 is `<arm>-stage2-s<seed>`.
+A plan names the data (`[data]`: records or text), the flags every run shares, the arms
+(named flag sets, each perhaps on a synthetic task of partf.tasks, or mixing one into
+the text), the seeds, and which arms are searches whose derived architecture is trained
+again from scratch (stage 2); docs/study.md ("The plan") gives every key. Every run is
+an ordinary `partf-train` run, named `<arm>-s<seed>`; a search's stage 2 is
+`<arm>-stage2-s<seed>`.
 """
 
 from __future__ import annotations
@@ -98,25 +60,8 @@ class PlanError(UsageError):
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """One named flag set of a plan.
-
-    Attributes:
-        name: the arm's name in the plan.
-        flags: partf-train flags of this arm (after the shared ones).
-        stage2: whether each of its runs (a search) is followed by its derived
-            architecture trained from scratch.
-        stage2_flags: extra flags of those stage-2 runs.
-        init_from: an arm whose run of the same seed each run of this one starts from
-            (`--init_from`, a conversion of that trained model), or None (from scratch).
-        stage2_init: whether each stage 2 starts from its search's weights (a fine-tune
-            of the derived architecture) instead of from scratch.
-        control: a hand-made model (a smaller Transformer-XL, a fixed rule): the report
-            draws the front of these and compares the other arms with it.
-        matched: the arm trained exactly as long as this one but with nothing decided (a
-            conversion's fine-tune with no attention removed), or None. The report
-            compares this arm with it ("vs matched"): a conversion's extra training is
-            then not credited to what it removed.
-    """
+    """One named flag set of a plan: its keys as docs/study.md ("The plan") gives them,
+    `flags` after the plan's shared ones."""
 
     name: str
     flags: tuple[str, ...]

@@ -1,22 +1,11 @@
 """Running a study: each run a `partf-train` process, several at once, resumable.
 
-Layout under the study folder `out`:
-
-    data/                      records built from the plan's text (when it names text)
-    runs/<name>/               one run's --output_dir: checkpoints/<name>/ (results.json,
-                               ckpt-*.npz, the .keras model), logs/<name>/ (TensorBoard,
-                               training.log), plots/<name>/ (pi.gif), and
-    runs/<name>/console.log    what the process printed
-    runs/<name>/study.json     its command and every launch: when, backend, machine, code
-    report.md, pareto.png      the comparison (partf.study.report)
-
-A run is finished when its results.json exists, or its record (`to_train`), so running
-the study again skips it and resumes the others from their newest checkpoint
-(partf-train resumes by itself).
-While a run trains, its folder's `.lock` is held (by the study and the process, which
-inherits it), so a second study over the same folder, or a worker started from
-`--list`, never trains the same run twice. A stage-2 run becomes ready when its
-search's results.json appears.
+Each run trains under `out/runs/<name>/` (docs/study.md gives the layout). A run is
+finished when its results.json exists, or its record (`to_train`), so running the study
+again skips it and resumes the others from their newest checkpoint. While a run trains,
+its folder's `.lock` is held (by the study and the process, which inherits it), so a
+second study over the same folder, or a worker started from `--list`, never trains the
+same run twice.
 """
 
 from __future__ import annotations
@@ -171,14 +160,12 @@ def keep_niceness(autogroup: str = "/proc/self/autogroup", tries: int = 20) -> N
     """In a child that has just started a session of its own: give the session's
     scheduling group the process's niceness.
 
-    With Linux's autogroup scheduling (the default on desktops and many servers) every
-    session is a scheduling group, and groups share the CPU by the group's own nice
-    value, 0 for a new one, not by their processes'. So `nice partf-study ...` alone
-    would leave its runs an equal share beside a test suite or an editor: measured on a
-    2-core EPYC, runs "at nice 19" took 58 to 73% of the CPU beside a suite at 27 to 33%.
-    Raising a group's nice needs no privilege; the kernel allows ten changes a second
-    in all and answers EAGAIN beyond that, so a few retries cover runs starting together.
-    Nothing happens where the file is absent (no autogroups, not Linux) or at nice 0.
+    With Linux's autogroup scheduling every session is a scheduling group, and groups
+    share the CPU by the group's own nice value, 0 for a new one, so `nice partf-study`
+    alone would not lower its runs' share (docs/study.md). Raising a group's nice needs no
+    privilege; the kernel allows ten changes a second and answers EAGAIN beyond that, so
+    a few retries cover runs starting together. Nothing happens where the file is absent
+    or at nice 0.
     """
     with contextlib.suppress(OSError):
         niceness = os.getpriority(os.PRIO_PROCESS, 0)
@@ -276,9 +263,8 @@ def note_status(paths: StudyPaths, name: str, status: str) -> None:
 
 def to_train(runs: list[Run], paths: StudyPaths, recorded: Collection[str] = ()) -> list[Run]:
     """The runs of `runs` still to train, in their order: those with neither a finished
-    run folder nor a record (`recorded`: the names with a committed record), and a
-    recorded run whose folder is gone when a run still to train starts from it or derives
-    from it (its weights live only in its folder), so a new machine retrains only that."""
+    run folder nor a record in `recorded`, and a recorded run whose folder is gone when a
+    run still to train starts or derives from it (its weights live only in its folder)."""
     names = {r.name for r in runs if not paths.finished(r.name) and r.name not in recorded}
     grew = True
     while grew:  # a source trained again may need its own source in turn
@@ -290,13 +276,9 @@ def to_train(runs: list[Run], paths: StudyPaths, recorded: Collection[str] = ())
 
 
 def resumed_first(runs: list[Run], paths: StudyPaths) -> list[Run]:
-    """`runs` with those that have a checkpoint first, each group in plan order.
-
-    The plan's order puts every arm's first seed before any second seed, so a study cut
-    short has all arms at seed 0. A study stopped and started again with more arms would
-    otherwise launch a new arm's run while one already half trained waits: its steps
-    are kept on disk but the slot goes to a run that starts from nothing.
-    """
+    """`runs` with those that have a checkpoint first, each group in plan order: a study
+    started again with more arms would otherwise give a slot to a new arm's run while one
+    already half trained waits."""
     return sorted(runs, key=lambda run: paths.run(run.name).newest_step() is None)
 
 

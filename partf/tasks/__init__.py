@@ -4,12 +4,6 @@ Each module `partf.tasks.<name>` (but `base`) holds a module-level `TASK`
 (`partf.tasks.base.Task` or `DrawnTask`); a new task is one new module and nothing
 else: partf-build-data gains its `--task` choice and flags, partf-train reads its split
 folders, scores its accuracy where it has one, and a study plan names it.
-
-Example:
-    >>> from partf import tasks
-    >>> sorted(tasks.all_tasks())[:2]
-    ['copy', 'mqar']
-    >>> tasks.of_folder("data/mqar_L256_p16_test")   # the task whose split it is, or None
 """
 
 from __future__ import annotations

@@ -17,11 +17,6 @@ drawn from and the sha256 of the arrays they give. The examples are drawn again 
 folder is read (numpy only, so the JAX path reads it without TensorFlow), and a different
 draw (another numpy, another partf) is refused rather than trained on. Train, valid and
 test are drawn from different streams of the same seed (`split_rng`).
-
-A plan names a drawn task by a table of its settings (`[<name>]`) and arms with
-`task = "<name>"`, or `task = "text+<name>"` for its training split mixed into the text
-and its test split scored at the end; partf-build-data writes its splits with
-`--task=<name>`, `--seq_len`, `--batch_size`, `--vocab_size` and `--<name>_<setting>`.
 """
 
 from __future__ import annotations
@@ -132,15 +127,13 @@ class DrawnTask(Task):
         import logging
 
         settings = self.settings_of(values)
+        shape = f"[{settings.batch_size}, {settings.seq_len}]"
         for split, folder in self.write(
             prefix or self.prefix(settings), settings, overwrite
         ).items():
+            batches = settings.num_batches(split)
             logging.getLogger("partf.cli.build_data").info(
-                "%s: %d batches of [%d, %d]",
-                folder,
-                settings.num_batches(split),
-                settings.batch_size,
-                settings.seq_len,
+                f"{folder}: {batches} batches of {shape}"
             )
 
     def build_argv(self, values: Mapping[str, Any]) -> list[str]:

@@ -7,13 +7,6 @@ The target of the separator is x1 and that of each copied x_i is x_(i+1) (its la
 has none); every other target is 0, which partf's loss and evaluation skip, so the loss
 and the accuracy are over the n tokens of the copy. A model must hold n tokens over n
 positions: a test of memory rather than of retrieval by key (partf.tasks.mqar).
-
-Example:
-    >>> settings = CopySettings(seq_len=16, length=4, vocab_size=16, batch_size=2,
-    ...                         train_examples=4, eval_examples=2)
-    >>> inputs, targets = draw_split(settings, "train")    # [batches, B, L]
-    >>> inputs.shape, int((targets[0, 0] > 0).sum())
-    ((2, 2, 16), 4)
 """
 
 from __future__ import annotations

@@ -17,12 +17,6 @@ queries sit close to the pairs and some far away.
 
 A split is a folder holding `mqar.json` (`partf.tasks.base.DrawnTask`), written by
 `partf-build-data --task=mqar`; `TASK.read` draws its examples again and checks them.
-
-Example:
-    >>> settings = MQARSettings(seq_len=64, pairs=(4,), vocab_size=128, batch_size=8)
-    >>> inputs, targets = draw_split(settings, "train")
-    >>> inputs.shape                        # [batches, B, L]
-    (2500, 8, 64)
 """
 
 from __future__ import annotations

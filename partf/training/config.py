@@ -37,12 +37,9 @@ SPIKE_GUARDS = ("off", "skip", "stop")
 #: each one stands for (see `TrainConfig.arch_settings`). "original" shares the model's
 #: optimizer, as the original project did, and (for the causal model) takes its clipped
 #: probabilities as the architecture parameters (`TrainConfig.__post_init__`).
-#: "par" is what made the search converge at the base configuration (docs/search.md:
-#: every block's pi above 0.9 in 6,080 steps, for 3 seeds): Adam at 3e-2 (the PAR
-#: paper's 1e-2 left two blocks of one seed undecided) with the paper's weight decay,
-#: frozen for the first half of the run so that attention has learned something before
-#: the logits judge it (a quarter was too short: every block collapsed to dense while the
-#: weights were still warming up).
+#: "par" is what made the search converge at the base configuration (docs/search.md):
+#: Adam at 3e-2 with the paper's weight decay, frozen for the first half of the run so
+#: that attention has learned something before the logits judge it.
 SEARCH_PRESETS: dict[str, dict[str, float]] = {
     "original": {},
     "par": {"arch_lr": 3e-2, "arch_weight_decay": 5e-4, "arch_freeze_fraction": 0.5},
@@ -262,29 +259,13 @@ class TrainConfig:
     model: ModelConfig = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        positive = {
-            "epochs": self.epochs,
-            "steps_per_execution": self.steps_per_execution,
-            "log_every": self.log_every,
-            "plot_every": self.plot_every,
-            "keep_checkpoints": self.keep_checkpoints,
-            "mix_every": self.mix_every,
-        }
-        for name, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"--{name} must be >= 1, got {value}.")
-        non_negative = {
-            "warmup_steps": self.warmup_steps,
-            "eval_every": self.eval_every,
-            "ckpt_every": self.ckpt_every,
-            "ckpt_min_seconds": self.ckpt_min_seconds,
-            "arch_freeze_steps": self.arch_freeze_steps,
-            "clipvalue": self.clipvalue,
-            "max_lr": self.max_lr,
-        }
-        for name, value in non_negative.items():
-            if value < 0:
-                raise ConfigError(f"--{name} must be >= 0, got {value}.")
+        positive = "epochs steps_per_execution log_every plot_every keep_checkpoints mix_every"
+        non_negative = "warmup_steps eval_every ckpt_every ckpt_min_seconds arch_freeze_steps"
+        least = {name: 1 for name in positive.split()}
+        least |= {name: 0 for name in (*non_negative.split(), "clipvalue", "max_lr")}
+        for name, bound in least.items():
+            if getattr(self, name) < bound:
+                raise ConfigError(f"--{name} must be >= {bound}, got {getattr(self, name)}.")
         if self.arch_freeze_fraction is not None and not 0.0 <= self.arch_freeze_fraction < 1.0:
             raise ConfigError(
                 f"--arch_freeze_fraction must be in [0, 1), got {self.arch_freeze_fraction}."
@@ -348,13 +329,8 @@ class TrainConfig:
         object.__setattr__(self, "model", model)
 
     def arch_settings(self, total_steps: int) -> Any:
-        """The architecture logits' optimizer settings for a run of `total_steps` updates:
-        the `search` preset's values, each replaced by the one given explicitly
-        (`arch_lr`, `arch_weight_decay`, `arch_freeze_fraction`, `arch_freeze_steps`).
-
-        Returns:
-            A `partf.training.optimizer.ArchSettings`.
-        """
+        """The architecture logits' `partf.training.optimizer.ArchSettings` for a run of
+        `total_steps` updates: the `search` preset's values, each replaced by one given."""
         from partf.training.optimizer import ArchSettings
 
         preset = SEARCH_PRESETS[self.search]
@@ -410,11 +386,9 @@ class TrainConfig:
 
 
 def check_saved_config(saved: Mapping[str, Any], what: str) -> None:
-    """Refuses the configuration a run's file stores ({"model": ..., "training": ...}: a
-    checkpoint's, results.json's) when it lacks a setting, rather than letting the setting
-    take today's default (FormatError, `partf.serialization.check_complete`). A setting
-    added since makes a new format (`partf.serialization.FORMAT_VERSION`), so a file of
-    this format lacks none."""
+    """Refuses the configuration a run's file stores ({"model": ..., "training": ...})
+    when it lacks a setting, rather than letting the setting take today's default
+    (FormatError, `partf.serialization.check_complete`)."""
     check_complete(saved["model"], ModelConfig, f"{what} (model settings)")
     # The model's are stored beside them.
     training = {"model": None, **saved["training"]}

@@ -1,40 +1,17 @@
 """Recall beside perplexity: MQAR batches mixed into a stream of text batches.
 
-A text run can be asked the question of associative recall on its own data: with
-`--mix_directory`, one batch of an MQAR split (partf.tasks.mqar) goes into the training
-stream after every `--mix_every` text batches, and with `--recall_directory` an MQAR
-split is scored at the end by its exact answers, beside the text's perplexity. This
-module makes the mixed stream from the two streams of batches;
-`partf.training.splits.load_data` reads the MQAR splits, checks that they fit the text
-(batch shape, vocabulary) and makes the mixed training split (`mixed_split`).
+With `--mix_directory`, one batch of an MQAR split goes into the training stream after
+every `--mix_every` text batches (docs/training.md, "Recall beside perplexity"); this
+module makes the mixed stream, and `partf.training.splits.load_data` reads the split and
+checks that it fits the text. The MQAR tokens are ids of the text's vocabulary as they
+are: with V at most the first cutoff every answer is a head token of the adaptive softmax.
 
-The MQAR tokens are used as they are, as ids of the text's vocabulary: keys 1 .. V/2 - 1
-and values V/2 .. V - 1 of an MQAR vocabulary of V are the tokenizer's pieces 1 .. V - 1,
-so V may not exceed the text's vocabulary. SentencePiece numbers its pieces roughly by
-frequency, and the adaptive softmax puts the ids below its first cutoff in its head:
-with V at most that cutoff, every answer is a head token (with V = 256 and cutoffs 250
-and 2500, values 250 .. 255 fall in the first tail cluster). The meaning the pieces have
-in text is noise the model must learn to ignore in an MQAR row.
-
-The mixed stream is the same every epoch: the text batches in order, and
-after every `every`-th of them the next MQAR batch, the split's batches taken in order
-from its start and cycled when it is shorter than the epoch needs. So an epoch has
-`text + text // every` batches, and a resumed run skips into it as into any other
-training split. Row r of every batch is still row r of the text stream, continued from
-one text batch to the next; the MQAR batch between them is, for the XL memory, like a
-document boundary: the next text batch sees the MQAR rows in its memory instead of the
-text before it (the memory is not reset), and the training loss averages over both
-kinds of batch.
-
-On TensorFlow the stream is a `tf.data.Dataset` of known length
-(`Dataset.choose_from_datasets` with a fixed choice per position); on the other backends
-the `ArrayBatches` in the same order, made with numpy alone.
-
-Example:
-    >>> mix_choices(3, 1).tolist()        # text, MQAR, text, MQAR, text, MQAR
-    [0, 1, 0, 1, 0, 1]
-    >>> mix_choices(5, 2).tolist()
-    [0, 0, 1, 0, 0, 1, 0]
+The mixed stream is the same every epoch: the text batches in order, and after every
+`every`-th of them the next MQAR batch, cycled when the split is shorter than the epoch
+needs, so a resumed run skips into it as into any other training split. Row r of every
+batch is still row r of the text stream; an MQAR batch between two text batches is, for
+the XL memory, like a document boundary (the memory is not reset). On TensorFlow the
+stream is a `tf.data.Dataset` of known length, elsewhere `ArrayBatches` in the same order.
 """
 
 from __future__ import annotations
@@ -60,22 +37,16 @@ def mix_choices(text_batches: int, every: int) -> np.ndarray:
     return np.asarray(choices, np.int64)
 
 
-def mqar_indices(choices: np.ndarray, mqar_batches: int) -> np.ndarray:
-    """The MQAR batch at each MQAR position of `choices`: 0, 1, ... cycled over the
-    split's `mqar_batches`."""
-    return np.arange(int(np.sum(choices == MQAR))) % mqar_batches
-
-
 def mixed_arrays(
     text: tuple[np.ndarray, np.ndarray], mqar: tuple[np.ndarray, np.ndarray], choices: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The mixed stream as numpy batches: of `text` and `mqar`, each (inputs, targets)
     [n, B, L], the (inputs, targets) [len(choices), B, L] holding text batch i at the i-th
-    `TEXT` position and MQAR batch `mqar_indices(...)[j]` at the j-th `MQAR` position."""
+    `TEXT` position and MQAR batch j (cycled over the split's) at the j-th `MQAR` one."""
     at_text, at_mqar = np.flatnonzero(choices == TEXT), np.flatnonzero(choices == MQAR)
     if len(at_text) != len(text[0]):
         raise ValueError(f"{len(at_text)} text positions for {len(text[0])} text batches")
-    picked = mqar_indices(choices, len(mqar[0]))
+    picked = np.arange(len(at_mqar)) % len(mqar[0])
     mixed = []
     for text_part, mqar_part in zip(text, mqar, strict=True):
         dtype = np.result_type(text_part.dtype, mqar_part.dtype)

@@ -75,13 +75,10 @@ def finish(
         trained: where training ended.
         valid_writer: the TensorBoard writer of logs/<model_name>/valid.
         clock: the run's wall time.
-        expected: a search's evaluator with expected block weights
-            (`partf.training.evaluation.block_weights.expected_evaluator`): the splits are scored
-            with it too, as results.json's "expected_weights"; None: not.
-        recall_evaluator: scores `data.recall` (--recall_directory) by its answers, after
-            the test split, its memory carried from batch to batch as for text: the
-            report (loss, accuracy, num_tokens the answers scored) is results.json's
-            "recall", and the validation writer's recall_loss and recall_accuracy.
+        expected: a search's evaluator with expected block weights, for results.json's
+            "expected_weights"; None: not.
+        recall_evaluator: scores `data.recall` (--recall_directory) by its answers, for
+            results.json's "recall" and the validation writer's recall_* scalars.
 
     Returns:
         The results, as written to results.json.
@@ -108,23 +105,18 @@ def finish(
             report = score(expected, split.dataset, name, *_sizes(split))
             expected_scores[name] = report
             _log_scores(f"{name} (expected block weights)", report)
-    recall = None
+    recall, final = None, {}
     if data.recall is not None:
         recall, seconds["recall"] = timed_score(recall_evaluator, data.recall, "recall")
+        accuracy, answers = 100.0 * recall["accuracy"], recall["num_tokens"]
         logger.info(
-            "recall: loss %.4f, accuracy %.2f%% of %d answers",
-            recall["loss"],
-            100.0 * recall["accuracy"],
-            recall["num_tokens"],
+            "recall: loss %.4f, accuracy %.2f%% of %d answers", recall["loss"], accuracy, answers
         )
-        write_scalars(
-            valid_writer,
-            step,
-            {"recall_loss": recall["loss"], "recall_accuracy": recall["accuracy"]},
-        )
+        final = {"recall_loss": recall["loss"], "recall_accuracy": recall["accuracy"]}
     if "valid" in scores:
-        write_scalars(valid_writer, step, {"final_perplexity": scores["valid"]["perplexity"]})
-    if recall is not None or "valid" in scores:
+        final["final_perplexity"] = scores["valid"]["perplexity"]
+    if final:
+        write_scalars(valid_writer, step, final)
         valid_writer.flush()
     train_loss = trained.train_loss
     results = {

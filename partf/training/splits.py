@@ -8,10 +8,6 @@ reject the inputs, and nothing here writes.
 On the TensorFlow backend a split is a `tf.data.Dataset`; on the others it is
 `ArrayBatches`, the records read into numpy without TensorFlow
 (`partf.data.record_reader`), which `fit` and `JaxEvaluator` take as they are.
-
-With `--objective=mlm` the validation and test splits come masked, each with its fixed
-seed (partf.data.masking), and `RunData.masking` says how `run_fit` masks the training
-batches, step by step.
 """
 
 from __future__ import annotations
@@ -35,14 +31,9 @@ logger = logging.getLogger("partf.training")
 
 
 class ArrayBatches:
-    """A split's batches in memory, as (inputs, targets) pairs in stream order.
-
-    Args:
-        batches: int32 [n, B, L + 1], as `partf.data.record_reader.read_record_batches`
-            returns them (targets are the inputs shifted by one token); or, with
-            `targets`, the inputs [n, B, L] themselves.
-        targets: int32 [n, B, L], a task's own targets (MQAR's answers), or None.
-    """
+    """A split's batches in memory, as (inputs, targets) pairs in stream order: of
+    `batches` int32 [n, B, L + 1] (records: targets are the inputs shifted by one), or
+    of inputs `batches` and `targets` [n, B, L] (a task's own targets)."""
 
     def __init__(self, batches: np.ndarray, targets: np.ndarray | None = None) -> None:
         if targets is None:
@@ -68,12 +59,8 @@ class ArrayBatches:
 
 @dataclasses.dataclass
 class Split:
-    """One split's dataset and what is known about it.
-
-    Attributes:
-        dataset: (inputs, targets) int32 [B, L] batches: a `tf.data.Dataset` on the
-            TensorFlow backend, `ArrayBatches` on the others.
-    """
+    """One split's dataset ((inputs, targets) int32 [B, L] batches: a `tf.data.Dataset`
+    on TensorFlow, `ArrayBatches` elsewhere) and what is known about it."""
 
     dataset: Any
     num_batches: int
@@ -238,11 +225,8 @@ class RunData:
 
 
 def load_data(config: TrainConfig) -> RunData:
-    """The `RunData` of the splits `config` names, checked to fit together.
-
-    With --mix_directory the training split is the mixed stream of
-    `partf.training.mixing`, and its `num_batches` (the batches per epoch) counts the
-    task's batches too.
+    """The `RunData` of the splits `config` names, checked to fit together (with
+    --mix_directory, the training split is the mixed stream of `partf.training.mixing`).
 
     Raises:
         ConfigError: a missing folder, splits of different batch shapes, no way to tell

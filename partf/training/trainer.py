@@ -12,14 +12,11 @@ reads top to bottom):
    (partf.training.build): that model, the learning-rate schedule and the optimizer;
    `compile(jit_compile=..., steps_per_execution=...)`.
 3. `restore(...) -> Resumed` (partf.training.checkpoint): the newest checkpoint of
-   `checkpoints/<model_name>/`, if there is one with the same configuration: weights,
-   memory, optimizer, random generators, the running loss, and the position in the data
-   stream (the consumed batches of the current epoch are skipped).
+   `checkpoints/<model_name>/`, if there is one with the same configuration, with the
+   position in the data stream.
 4. `run_fit(...) -> history`: `fit`, one call per `Segment`, with the callbacks of
-   `partf.training.callbacks`: memory reset at each epoch start, TensorBoard and
-   `training.log` every `log_every` steps, validation, checkpoints, pi heatmaps. A NaN
-   loss or a loss spike stops the run, SIGINT/SIGTERM checkpoint and stop; the trainer
-   then asks the callbacks why (`first_stop`) and raises.
+   `partf.training.callbacks`. A NaN loss or a loss spike stops the run, SIGINT/SIGTERM
+   checkpoint and stop; the trainer then asks the callbacks why (`first_stop`) and raises.
 5. `finish(...) -> results`: score the validation and test splits (each with its own
    memory, starting empty) and, with --recall_directory, the MQAR split by its answers;
    write `results.json`, the animated GIF of pi, and the model as `.keras`.
@@ -32,20 +29,7 @@ The same stages run on the JAX backend without TensorFlow: the splits are numpy 
 `--distribution_strategy default` exists, and the spike guard and `--objective=mlm`
 (TensorFlow's step and tf.data masks) are refused in one line.
 
-Output layout, under `output_dir`:
-
-    logs/<model_name>/train/        TensorBoard: loss, perplexity, lr, tau, tokens_per_second,
-                                    pi/block_<i>/<candidate>, pi heatmap images
-    logs/<model_name>/valid/        TensorBoard: loss, perplexity, perplexity_original, ...,
-                                    final_perplexity, recall_loss, recall_accuracy
-    logs/<model_name>/training.log  configuration, model summary, progress
-    checkpoints/<model_name>/       config.json, ckpt-<step>.npz (newest 5), results.json,
-                                    <model_name>.keras (the final model)
-    plots/<model_name>/             step<N>.png heatmaps, pi.gif
-
-Example:
-    >>> results = train(TrainConfig(train_directory="data/train", model_name="base"))
-    >>> results["test"]["perplexity"]
+The output layout under `output_dir` is in docs/training.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,5 @@
 - `evaluators`: `make_evaluator`, the evaluator for a model's backend and strategy.
 - `block_weights`: scoring a search with other block weights than its own `eval_mode`.
 - `recall_distance`: an MQAR split's accuracy by the distance from each key's pair to
-  its query, from the same per-position predictions as the evaluator's accuracy.
-
-The trainer scores its validation and test splits through this package, and so does
-`partf-evaluate` (partf/cli/evaluate.py).
+  its query.
 """

@@ -3,9 +3,6 @@
 Every evaluator has the same contract, `evaluate(dataset, progress) -> SplitStats` (one
 pass, the evaluation memory starting empty), so the trainer, `partf-evaluate` and the
 drop selection score through `make_evaluator` whatever runs underneath.
-
-Example:
-    >>> stats = make_evaluator(model, None, global_batch=32).evaluate(valid_dataset)
 """
 
 from __future__ import annotations

@@ -9,42 +9,23 @@ same length), carrying the states from call to call: on an accelerator nothing w
 Python between the batches of a chunk, like `Evaluator`'s compiled loop, and between
 chunks the pass reports its progress. Compiled once per chunk length. Same contract and
 figures as `Evaluator`.
-
-Example:
-    >>> stats = JaxEvaluator(model).evaluate(zip(inputs, targets))  # numpy [B, T] pairs
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import keras
 import numpy as np
 from keras import ops
 
-from partf.layers.candidates import check_eval_mode
-from partf.training.evaluation.perplexity import (
-    SUMS,
-    Progress,
-    SplitStats,
-    batch_nll_sums,
-    chunk_size,
-    stacked_chunks,
-    stats_of_batches,
-)
+from partf.training.evaluation.perplexity import BaseEvaluator, chunk_size, stacked_chunks
 
 
-class JaxEvaluator:
+class JaxEvaluator(BaseEvaluator):
     """Scores splits with a model's evaluation memory, starting empty each time (JAX).
-
-    Args:
-        model: a partf model on the JAX backend.
-        jit_compile: compile the per-batch function with `jax.jit`.
-        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
-            model's own `eval_mode` (as `Evaluator`).
-        accuracy: also count the targets predicted exactly (as `Evaluator`).
-    """
+    Arguments as `Evaluator`'s; `jit_compile` compiles with `jax.jit`."""
 
     def __init__(
         self,
@@ -55,17 +36,13 @@ class JaxEvaluator:
     ) -> None:
         import jax
 
-        if mode is not None:
-            check_eval_mode(mode)
-        self.model = model
-        self.mode = mode
-        self.accuracy = accuracy
+        super().__init__(model, mode, accuracy)
 
         def batch_sums(weights, states, inputs, targets):
             mapping = list(zip(model.trainable_variables, weights, strict=True))
             mapping += list(zip(model.non_trainable_variables, states, strict=True))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                sums = batch_nll_sums(model, inputs, targets, mode, accuracy)
+                sums = self.batch_sums(inputs, targets)
             new_states = []
             for variable, value in zip(model.non_trainable_variables, states, strict=True):
                 current = scope.get_current_value(variable)
@@ -86,24 +63,15 @@ class JaxEvaluator:
         self._run = jax.jit(run) if jit_compile else run
         self._device_get = jax.device_get
 
-    def evaluate(self, dataset: Any, progress: Progress | None = None) -> SplitStats:
-        """As `Evaluator.evaluate`; `dataset` is a `tf.data.Dataset` or any iterable of
-        numpy (inputs, targets) batches."""
+    def _chunks(self, dataset: Any) -> Iterator[Any]:
+        # `dataset`: a `tf.data.Dataset` or any iterable of numpy (inputs, targets) batches.
         batches: Iterable[Any] = (
             dataset.as_numpy_iterator() if hasattr(dataset, "as_numpy_iterator") else dataset
         )
         pairs = [(np.asarray(x), np.asarray(y)) for x, y in batches]
-        self.model.reset_state("eval")
         weights = [v.value for v in self.model.trainable_variables]
         states = [v.value for v in self.model.non_trainable_variables]
-        per_batch, done = [np.zeros((0, SUMS))], 0
         # A scan per chunk of equal length (one compiled program), the states carried.
         for inputs, targets, real in stacked_chunks(pairs, chunk_size(len(pairs))):
             sums, states = self._run(weights, states, inputs, targets)
-            per_batch.append(self._device_get(sums)[:real])  # [real, SUMS]
-            done += real
-            if progress:
-                progress(done)
-        per_batch = np.concatenate(per_batch)
-        self.model.reset_state("eval")
-        return stats_of_batches(per_batch, self.accuracy)
+            yield self._device_get(sums)[:real]  # [real, SUMS]

@@ -18,12 +18,6 @@ From those:
 When the records hold only part of the text (context batching drops the last partial
 batch), the word and character counts are scaled by the fraction of the text's tokens that
 were scored, `tokens / text_tokens`, if `text_tokens` is known.
-
-Example:
-    >>> stats = SplitStats(total_nll=69.3, num_tokens=30, num_batches=2,
-    ...                    sum_exp_batch_loss=20.1)
-    >>> round(perplexity_report(stats)["perplexity"], 2)
-    10.1
 """
 
 from __future__ import annotations
@@ -112,15 +106,8 @@ def _safe_exp(x: float) -> float:
 def batch_nll_sums(
     model: Any, inputs: Any, targets: Any, mode: str | None = None, accuracy: bool = False
 ) -> tuple[Any, Any, Any]:
-    """One batch through the model's evaluation memory: float32 (NLL sum, target tokens,
-    correct targets).
-
-    Calls `model(inputs, training=False)`, which advances the evaluation memory; with
-    `mode` ("argmax", "expected" or "sample"), `model(inputs, training=False, mode=mode)`:
-    a search's block weights, in place of its own `eval_mode`. With `accuracy`, the
-    targets that are the most likely token are counted (from every token's
-    log-probability, [B, T, V]: affordable for a task's small vocabulary); without, 0.
-    """
+    """One batch through the model's evaluation memory (`evaluation_call`): float32 (NLL
+    sum, target tokens, correct targets); the correct targets are 0 without `accuracy`."""
     hidden = evaluation_call(model, inputs, mode)
     nll = ops.cast(model.token_nll(hidden, targets), "float32")  # [B, T]
     scored = ops.not_equal(targets, 0)
@@ -141,19 +128,15 @@ def evaluation_call(model: Any, inputs: Any, mode: str | None = None) -> Any:
 
 
 def exact_targets(predicted: Any, targets: Any) -> Any:
-    """bool [..., T]: the scored targets (not 0) that equal the prediction
-    (`predicted_tokens`).
-
-    The one test of an exact answer that a recall task's accuracy counts: `batch_nll_sums`
-    sums it per batch, and `partf.training.evaluation.recall_distance` applies it to a
-    whole split's predictions, so the two cannot disagree about which answers are right."""
+    """bool [..., T]: the scored targets (not 0) that equal the prediction. The one test of
+    an exact answer, used per batch (`batch_nll_sums`) and per split (`recall_distance`),
+    so the two cannot disagree about which answers are right."""
     return ops.logical_and(ops.not_equal(targets, 0), ops.equal(predicted, targets))
 
 
 def predicted_tokens(model: Any, hidden: Any, dtype: Any = "int32") -> Any:
-    """[B, T] of `dtype`: the model's most likely token at every position, the prediction
-    `exact_targets` compares with the targets. Takes every token's log-probability,
-    [B, T, V]: affordable for a task's small vocabulary."""
+    """[B, T] of `dtype`: the model's most likely token at every position. Takes every
+    token's log-probability, [B, T, V]: affordable for a task's small vocabulary."""
     return ops.cast(ops.argmax(model.log_probs(hidden), axis=-1), dtype)
 
 
@@ -229,10 +212,8 @@ def score(
     tokens_per_batch: int = 0,
     text_counts: dict[str, int | None] | None = None,
 ) -> dict[str, float | None]:
-    """Scores `dataset` with `evaluator` and returns its `perplexity_report`, saying so on
-    the console: what is scored before it starts, the batches done with a rate and an ETA
-    while it runs (`partf.console.Meter`: in place on a terminal, plain lines at most
-    every 10 s otherwise), the perplexity and the time at the end.
+    """Scores `dataset` with `evaluator` and returns its `perplexity_report`, with a
+    `partf.console.Meter` on the console (batches done, rate, ETA; the perplexity at the end).
 
     Args:
         evaluator: any evaluator (`evaluate(dataset, progress)`).
@@ -251,17 +232,56 @@ def score(
     return report
 
 
-class Evaluator:
+class BaseEvaluator:
+    """What every evaluator shares: the model, the block weights `mode` (checked when
+    built, not when first used) and `accuracy`, one batch's sums, and `evaluate`.
+
+    A subclass yields the per-batch (NLL sum, target tokens, correct targets) sums of a
+    pass, a chunk at a time, from `_chunks(dataset)`; `evaluate` empties the evaluation
+    memory before and after, reports progress after each chunk and adds the sums in
+    float64 (`stats_of_batches`).
+    """
+
+    def __init__(self, model: Any, mode: str | None = None, accuracy: bool = False) -> None:
+        if mode is not None:
+            check_eval_mode(mode)
+        self.model = model
+        self.mode = mode
+        self.accuracy = accuracy
+
+    def batch_sums(self, inputs: Any, targets: Any) -> tuple[Any, Any, Any]:
+        # `mode` goes into every call the compiled functions trace, so each evaluator
+        # keeps its own block weights, whatever others use.
+        return batch_nll_sums(self.model, inputs, targets, self.mode, self.accuracy)
+
+    def _chunks(self, dataset: Any) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def evaluate(self, dataset: Any, progress: Progress | None = None) -> SplitStats:
+        """The `SplitStats` of one pass over `dataset` ((inputs, targets) int32 [B, T]
+        batches in stream order), memory starting empty; `progress` is called with the
+        batches done after each chunk of the pass."""
+        import numpy as np
+
+        self.model.reset_state("eval")
+        parts, done = [np.zeros((0, SUMS), np.float32)], 0
+        for part in self._chunks(dataset):
+            parts.append(part)
+            done += len(part)
+            if progress and len(part):
+                progress(done)
+        self.model.reset_state("eval")
+        return stats_of_batches(np.concatenate(parts), self.accuracy)
+
+
+class Evaluator(BaseEvaluator):
     """Scores splits with a model's evaluation memory, starting empty each time.
 
     With `jit_compile`, the split's batches are stacked and scored in chunks of up to
     `chunk` (at most `CHUNK`) batches, each chunk one XLA program (a while loop over its
-    batches, the memory carried in the model's variables): one call per chunk instead of
-    one per batch (2.5x faster for a small model on a CPU). Without it, the loop over
-    the dataset runs in a `tf.function` around the per-batch function, a chunk of the
-    dataset per call. Between chunks the pass reports its progress. Per-batch sums come
-    back to the host and are added in float64. Only the evaluation state variables are
-    touched (`training=False`), so the training memory is left as it was.
+    batches): one call per chunk instead of one per batch (2.5x faster for a small model
+    on a CPU). Without it, a `tf.function` loops over a chunk of the dataset per call.
+    Only the evaluation memory is touched (`training=False`).
 
     Args:
         model: a model following partf's model contract (`model(x, training=False)`,
@@ -269,13 +289,8 @@ class Evaluator:
         jit_compile: compile with XLA.
         chunk: most batches per compiled call (a last, shorter chunk compiles once more).
         mode: a search's block weights, "argmax", "expected" or "sample"; None: the
-            model's own `eval_mode`. Passed into every call the compiled functions
-            trace, so each evaluator keeps its own weights, whatever others use.
+            model's own `eval_mode`.
         accuracy: also count the targets predicted exactly (`SplitStats.num_correct`).
-
-    Example:
-        >>> stats = Evaluator(model).evaluate(valid_dataset)
-        >>> expected = Evaluator(model, mode="expected").evaluate(valid_dataset)
     """
 
     def __init__(
@@ -288,16 +303,9 @@ class Evaluator:
     ) -> None:
         import tensorflow as tf  # here, so SplitStats and the report load without it
 
-        if mode is not None:
-            check_eval_mode(mode)  # when built, not when first used
-        self.model = model
+        super().__init__(model, mode, accuracy)
         self.jit_compile = jit_compile
         self.chunk = chunk
-        self.mode = mode
-        self.accuracy = accuracy
-
-        def batch_sums(inputs, targets):
-            return batch_nll_sums(model, inputs, targets, mode, accuracy)
 
         def run_chunk(inputs, targets):
             # inputs, targets: [N, B, T]; returns float32 [N, 3] (NLL sum, tokens, correct).
@@ -305,13 +313,13 @@ class Evaluator:
             sums = tf.TensorArray(tf.float32, size=n)
 
             def body(i, sums):
-                return i + 1, sums.write(i, tf.stack(batch_sums(inputs[i], targets[i])))
+                return i + 1, sums.write(i, tf.stack(self.batch_sums(inputs[i], targets[i])))
 
             _, sums = tf.while_loop(lambda i, _: i < n, body, (0, sums))
             return sums.stack()
 
         self._run_chunk = tf.function(run_chunk, jit_compile=True, reduce_retracing=True)
-        step = tf.function(batch_sums, reduce_retracing=True)
+        step = tf.function(self.batch_sums, reduce_retracing=True)
 
         def run(dataset):
             sums = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[SUMS])
@@ -321,32 +329,20 @@ class Evaluator:
 
         self._run = tf.function(run, reduce_retracing=True)
 
-    def evaluate(self, dataset: tf.data.Dataset, progress: Progress | None = None) -> SplitStats:
-        """The `SplitStats` of one pass over `dataset` ((inputs, targets) int32 [B, T]
-        batches in stream order), memory starting empty; `progress` is called with the
-        batches done after each chunk of the pass."""
+    def _chunks(self, dataset: tf.data.Dataset) -> Iterator[Any]:
         import numpy as np
 
-        self.model.reset_state("eval")
-        parts, done = [np.zeros((0, SUMS), np.float32)], 0
         if self.jit_compile:
             batches = list(dataset.as_numpy_iterator())
             size = chunk_size(len(batches), min(self.chunk, CHUNK))
             for inputs, targets, real in stacked_chunks(batches, size):
-                parts.append(np.asarray(self._run_chunk(inputs, targets))[:real])
-                done += real
-                if progress:
-                    progress(done)
-        else:
-            # Chunks of the dataset through the same traced loop; the memory carries.
-            size = max(min(self.chunk, CHUNK), 1)
-            part = np.zeros((size, SUMS))
-            while len(part) == size:  # a shorter chunk was the split's last
-                part = np.asarray(self._run(dataset.skip(done).take(size))).reshape(-1, SUMS)
-                parts.append(part)
-                done += len(part)
-                if progress and len(part):
-                    progress(done)
-        per_batch = np.concatenate(parts)
-        self.model.reset_state("eval")
-        return stats_of_batches(per_batch, self.accuracy)
+                yield np.asarray(self._run_chunk(inputs, targets))[:real]
+            return
+        # Chunks of the dataset through the same traced loop; the memory carries.
+        size, done = max(min(self.chunk, CHUNK), 1), 0
+        while True:
+            part = np.asarray(self._run(dataset.skip(done).take(size))).reshape(-1, SUMS)
+            yield part
+            done += len(part)
+            if len(part) < size:  # a shorter chunk was the split's last
+                return

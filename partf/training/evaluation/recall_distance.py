@@ -7,21 +7,10 @@ its query), and each bucket counts its answers and those predicted exactly. Buck
 half-open token ranges, [0, 16), [16, 32), ... by default, and only those holding
 answers are returned.
 
-Which answers are right is the evaluator's own count, position by position: the
-prediction is `predicted_tokens` of partf.training.evaluation.perplexity, which
-`exact_targets` compares and `batch_nll_sums` sums for `SplitStats.num_correct`. The
-rows are scored as the evaluator scores them, in stream order with the evaluation memory
-starting empty (XL memory, or a linear attention's running sums, carries from batch to
-batch as it does there), so the buckets' counts add up to the evaluator's `num_correct`
-and `num_tokens` on the same split.
-
-`answer_summary` says what a model answers when it is wrong: how many distinct values,
-and how often a value of the row's own pairs (the row's values without their keys).
-
-Example:
-    >>> _, _, inputs, targets = read_mqar("data/mqar_test")   # [batches, B, L]
-    >>> for bucket in accuracy_by_distance(model, inputs, targets):
-    ...     print(bucket.label, bucket.answers, bucket.correct, bucket.accuracy)
+Which answers are right is the evaluator's own test (`predicted_tokens`, `exact_targets`),
+on rows scored as the evaluator scores them (stream order, evaluation memory starting
+empty), so the buckets add up to the evaluator's `num_correct` and `num_tokens`.
+`answer_summary` says what a model answers when it is wrong.
 """
 
 from __future__ import annotations
@@ -81,11 +70,8 @@ class DistanceBucket:
 
 
 def answer_distances(inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """The distance of every answer from its key's pair, from the arrays alone.
-
-    At an answer (target not 0) the input is the key asked; it occurs exactly once
-    earlier in the row, in its pair, and the distance is the answer's position minus
-    that one's.
+    """The distance of every answer (target not 0, input the key asked) from its key's
+    one earlier occurrence, in its pair.
 
     Args:
         inputs: int [..., L] token ids, e.g. [batches, B, L] as `read_mqar` returns them.
@@ -172,19 +158,16 @@ def split_predictions(
     jit_compile: bool = True,
 ) -> np.ndarray:
     """int [batches, B, L]: the model's most likely token at every position
-    (`predicted_tokens`, the prediction the evaluator's accuracy counts), batch by batch
-    in stream order with the evaluation memory starting empty and emptied after.
+    (`predicted_tokens`), in stream order with the evaluation memory starting empty.
 
     Args:
         model: a model of partf's contract (`model(x, training=False)`, `log_probs`,
             `reset_state`).
         inputs, targets: int [batches, B, L] (the targets give the predictions' dtype).
-        mode: a search's block weights ("argmax", "expected", "sample"); None: its own.
-            With "sample" the blocks draw their own Gumbel samples in this pass, so its
-            answers are another draw than an evaluator's.
-        jit_compile: on TensorFlow, compile the per-batch function with XLA (as the
-            evaluator does by default); without, a `tf.function` as its uncompiled path.
-            On other backends the batches run eagerly.
+        mode: a search's block weights ("argmax", "expected", "sample"); None: its own
+            ("sample" draws other Gumbel samples than an evaluator's pass).
+        jit_compile: on TensorFlow, compile the per-batch function with XLA; other
+            backends run the batches eagerly.
     """
     dtype = str(np.asarray(targets).dtype)
 
@@ -208,12 +191,10 @@ def exact_answers(predictions: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 
 def answer_summary(predictions: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
-    """What a model answers, right or wrong: how many distinct tokens it gives at the
-    answers, and the share of answers that give a value of the row's own pairs (every
-    pair of an MQAR row is asked once, so those are the row's answers). A model that
-    recalls gives the right value; one that has learned which values a row holds but not
-    which key each belongs to gives values of the row (by chance a row of n pairs from
-    V/2 values holds 2n/V of them); one that has learned neither, any value, or one.
+    """What a model answers, right or wrong: how many distinct tokens, and how often a
+    value of the row's own pairs (every pair is asked once, so those are the row's
+    answers): a model that knows a row's values but not their keys gives those (by chance
+    2n/V of them for n pairs from V/2 values); one that knows neither, any value, or one.
 
     Args:
         predictions: int [..., L], as `split_predictions` returns them.
@@ -264,8 +245,7 @@ def accuracy_by_distance(
         mode, jit_compile: as `split_predictions`.
 
     Returns:
-        The buckets that hold answers, nearest first; their `answers` add up to the
-        split's answers and their `correct` to the evaluator's `num_correct`.
+        The buckets that hold answers, nearest first.
 
     Raises:
         DataError: the arrays are not an MQAR split (`answer_distances`).
