@@ -187,7 +187,7 @@ def measure_costs(config: TrainConfig, data: RunData, passes: int = 24) -> CostT
     """Times one training step of a one-block model of each candidate, every block once a
     pass (`time_passes`), and prices them in dense blocks (`price_passes`)."""
     from partf.training.build import build_model
-    from partf.training.resolve import resolve_model
+    from partf.training.resolve import resolve_for_run
 
     batch, length = data.train.batch_size, data.train.seq_len
     rng = np.random.default_rng(0)
@@ -201,14 +201,7 @@ def measure_costs(config: TrainConfig, data: RunData, passes: int = 24) -> CostT
             search_cost="flops",
         )
         one = dataclasses.replace(config, model=model, spike_guard="off", compiled_loop=False)
-        resolved = resolve_model(
-            one.model,
-            objective=one.objective,
-            search=one.search,
-            vocab_size=data.vocab_size,
-            batch_size=batch,
-            tau_steps=data.total_steps,
-        )
+        resolved = resolve_for_run(one, data, batch)
         built = build_model(one, resolved, data, None)
         built.model.train_on_batch(x, x)  # compiles
         steppers[name] = functools.partial(built.model.train_on_batch, x, x)

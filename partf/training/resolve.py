@@ -110,6 +110,21 @@ def resolve_model(
         raise model_error(e) from None
 
 
+def resolve_for_run(config: Any, data: Any, rows: int, **inputs: Any) -> ModelConfig:
+    """A run's model as the trainer builds it: `config`'s (a TrainConfig) draft resolved
+    with its data (`vocab_size`, `total_steps`) and `rows` a batch (one replica's share);
+    `inputs` are resolve_model's others (`architecture`, `candidate_costs`)."""
+    return resolve_model(
+        config.model,
+        objective=config.objective,
+        search=config.search,
+        vocab_size=data.vocab_size,
+        batch_size=rows,
+        tau_steps=data.total_steps,
+        **inputs,
+    )
+
+
 def _searched_fields(found: FoundSearch) -> dict[str, Any]:
     """The search's model fields for its fixed run: its architecture the one pi chose,
     without the data fields (the run's own data gives them) and without the options

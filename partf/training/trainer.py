@@ -5,7 +5,7 @@ reads top to bottom):
 
 1. `load_data(config) -> RunData` (partf.training.splits): the training, validation and
    test records; the batch size, sequence length and vocabulary size come from them.
-2. `resolve_model(config.model, ..., vocab_size, ...) -> ModelConfig`
+2. `resolve_for_run(config, data, rows, ...) -> ModelConfig`
    (partf.training.resolve): the model's config, completed from the draft with the data,
    the blocks --drop_attention chose and the costs --search_cost=time measured (both
    computed just before). `build_model(config, model_config, data, strategy) -> Built`
@@ -61,7 +61,7 @@ from partf.training.evaluation.evaluators import make_evaluator
 from partf.training.fitting import plan_segments, run_fit
 from partf.training.init_from import init_weights
 from partf.training.paths import RunPaths, prepare_output, run_paths
-from partf.training.resolve import resolve_model
+from partf.training.resolve import resolve_for_run
 from partf.training.results import Trained, finish
 from partf.training.run_state import Clock, RunProgress, StopReason
 from partf.training.splits import RunData, Split, load_data, load_split, vocab_size_of
@@ -232,13 +232,10 @@ class Trainer:
         if needs_table(config):  # --search_cost=time: the prices, read or measured now
             table, measured = cost_table(config, data, paths.checkpoints)
         rows = data.train.batch_size  # under a strategy, one replica's share
-        model_config = resolve_model(
-            config.model,
-            objective=config.objective,
-            search=config.search,
-            vocab_size=data.vocab_size,
-            batch_size=rows if strategy is None else per_replica_batch(strategy, rows),
-            tau_steps=data.total_steps,
+        model_config = resolve_for_run(
+            config,
+            data,
+            rows if strategy is None else per_replica_batch(strategy, rows),
             architecture=selection.architecture if selection else None,
             candidate_costs=table.costs if table else None,
         )

@@ -21,7 +21,7 @@ from partf.models.config import ModelConfig
 from partf.models.par_transformer_xl import PARTransformerXL
 from partf.serialization import FORMAT_VERSION
 from partf.training.config import TrainConfig
-from partf.training.resolve import resolve_model
+from partf.training.resolve import resolve_for_run as resolved  # noqa: F401 (tests import it)
 
 VOCAB, BATCH, LENGTH = 64, 2, 6
 
@@ -37,20 +37,6 @@ TINY = {
     "cutoffs": (50, 120),
 }
 SIZES = dict(vocab_size=VOCAB, d_model=16, num_heads=2, d_ffn=24, mem_len=4, cutoffs=(20,))
-
-
-def resolved(config: TrainConfig, data: Any, rows: int, **inputs: Any) -> ModelConfig:
-    """`config`'s model resolved with the data (`vocab_size`, `total_steps`) and `rows` a
-    batch, as the trainer resolves it; `inputs` are resolve_model's others."""
-    return resolve_model(
-        config.model,
-        objective=config.objective,
-        search=config.search,
-        vocab_size=data.vocab_size,
-        batch_size=rows,
-        tau_steps=data.total_steps,
-        **inputs,
-    )
 
 
 def build(architecture: str, seed: int = 0, **changes) -> PARTransformerXL:
