@@ -90,13 +90,15 @@ class Projection(keras.layers.EinsumDense):
         return y
 
 
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raises ValueError naming the choices when `value` is not one of them."""
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}.")
+
+
 def constructor_default(cls: type, name: str) -> Any:
     """The default of constructor argument `name` of `cls`, from the first class in its
-    method resolution order whose own `__init__` declares it.
-
-    Raises:
-        TypeError: no `__init__` of `cls` declares `name` with a default.
-    """
+    method resolution order whose own `__init__` declares it (TypeError if none does)."""
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:

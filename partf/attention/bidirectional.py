@@ -29,19 +29,11 @@ def noncausal_linear_attention(
     mask: Any | None = None,
     normalize: bool = True,
 ) -> Any:
-    """Every query against every real key, in linear time.
-
-    Args:
-        q_feat: [B, T, H, F] query features f.
-        k_feat: [B, T, H, F] key features g (true feature g * exp(a)).
-        v: [B, T, H, Dv] values.
-        k_log_scale: optional [B, T, H] log-scales a of the key features.
-        mask: optional bool [B, T]; False keys contribute nothing, whatever they hold.
-        normalize: divide by f . z (a weighted average); False returns the raw sum.
-
-    Returns:
-        out [B, T, H, Dv], float32. A query with no real key gets zeros.
-    """
+    """Every query f [B, T, H, F] against every real key g [B, T, H, F] (true feature
+    g * exp(a), `k_log_scale` a [B, T, H] when given) and value v [B, T, H, Dv]: out
+    [B, T, H, Dv] float32, divided by f . z unless `normalize` is False. A False in `mask`
+    (bool [B, T]) makes a key count for nothing, whatever it holds; a query with no real
+    key gets zeros."""
     f = ops.cast(q_feat, "float32")
     g = ops.cast(k_feat, "float32")
     v = ops.cast(v, "float32")

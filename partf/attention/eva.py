@@ -26,7 +26,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from partf.attention.base import Attention, State
+from partf.attention.base import Attention, State, check_choice
 from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.eva_noncausal import noncausal_eva
 from partf.attention.masking import masked_softmax, valid_tokens
@@ -147,15 +147,8 @@ class EVAAttention(Attention):
                 "overlap_window and use_t5_rpe are options of EVA's causal form; leave them "
                 "off with causal=False."
             )
-        if chunk_mask not in CHUNK_MASKS:
-            raise ValueError(
-                f"unknown chunk_mask {chunk_mask!r}; choose one of {', '.join(CHUNK_MASKS)}."
-            )
-        if adaptive_proj not in ADAPTIVE_PROJ:
-            raise ValueError(
-                f"unknown adaptive_proj {adaptive_proj!r}; choose one of "
-                f"{', '.join(ADAPTIVE_PROJ)}."
-            )
+        check_choice("chunk_mask", chunk_mask, CHUNK_MASKS)
+        check_choice("adaptive_proj", adaptive_proj, ADAPTIVE_PROJ)
         self.window_size = window_size
         self.chunk_size = chunk_size
         self.mem_chunks = mem_chunks
@@ -223,17 +216,13 @@ class EVAAttention(Attention):
             spec.update(mem_k=memory, mem_v=memory, mem_valid=((batch_size, slots), "float32"))
         return {**spec, **self.position_state_spec(batch_size)}
 
-    def exact_distances(self) -> np.ndarray:
-        """int [W, (1 + overlap) W]: query minus key position within the exact part,
-        keys of the previous window (with overlap) first, then the query's own."""
-        window = self.window_size
-        keys = np.arange(-self.carried_windows * window, window)
-        return np.arange(window)[:, None] - keys[None, :]
-
     def position_bias(self) -> Any:
         """float32 [W, (1 + overlap) W]: the T5 bias of each exact logit, / sqrt(Dh)."""
-        span = (1 + self.carried_windows) * self.window_size
-        buckets = t5_buckets(self.exact_distances(), self.t5_num_buckets, span)
+        window = self.window_size
+        span = (1 + self.carried_windows) * window
+        # Query minus key position; keys of the previous window (with overlap) come first.
+        distances = np.arange(window)[:, None] - np.arange(window - span, window)[None, :]
+        buckets = t5_buckets(distances, self.t5_num_buckets, span)
         bias = ops.take(ops.cast(self.t5_bias, "float32"), ops.convert_to_tensor(buckets))
         return bias / math.sqrt(self.head_dim)
 
@@ -264,7 +253,7 @@ class EVAAttention(Attention):
         (the layout of the float64 reference, tests/attention/references.py).
         """
         if not self.causal:
-            return self.attend_noncausal(q, k, v, mask, training), {}
+            return noncausal_eva(self, q, k, v, mask, training), {}
         window, chunk, mem = self.window_size, self.chunk_size, self.mem_chunks
         heads, dim = self.num_heads, self.head_dim
         per_window = window // chunk
@@ -390,10 +379,6 @@ class EVAAttention(Attention):
             # A pad shares the place of the next real token, whose output it must not read.
             out = ops.where(valid[:, :, None, None], out, 0.0)
         return ops.cast(out, dtype), new_state
-
-    def attend_noncausal(self, q, k, v, mask=None, training=None) -> Any:
-        """Non-causal EVA, as the authors' encoder (`partf.attention.eva_noncausal`)."""
-        return noncausal_eva(self, q, k, v, mask, training)
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:
         # Exact softmax within the window (W keys, 2W with overlap) plus the

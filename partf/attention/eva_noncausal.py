@@ -19,15 +19,8 @@ from partf.attention.windowed import split_blocks
 def noncausal_eva(
     layer: Any, q: Any, k: Any, v: Any, mask: Any = None, training: bool | None = None
 ) -> Any:
-    """Non-causal EVA of `layer` (its window and chunk sizes, `summarize` and dropout).
-
-    Args:
-        layer: the `EVAAttention` whose settings and proposal maps are used.
-        q, k, v: per-head [B, T, H, Dh]; mask: optional bool [B, T], True for real tokens.
-
-    Returns:
-        [B, T, H, Dh] in q's dtype.
-    """
+    """Non-causal EVA of `layer`, an `EVAAttention` (its window and chunk sizes,
+    `summarize` and dropout): per-head q, k, v [B, T, H, Dh] -> [B, T, H, Dh] in q's dtype."""
     window, chunk = layer.window_size, layer.chunk_size
     heads, dim = layer.num_heads, layer.head_dim
     dtype = q.dtype

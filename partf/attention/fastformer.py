@@ -23,7 +23,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.base import Attention, Projection, State
+from partf.attention.base import Attention, Projection, State, check_choice
 from partf.attention.bidirectional import noncausal_linear_attention
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.masking import valid_tokens
@@ -52,23 +52,6 @@ def causal_convolution(x: Any, tail: Any, kernel: Any, bias: Any | None = None) 
         y = y + ops.cast(bias, x.dtype)
     new_tail = full[:, ops.shape(full)[1] - (taps - 1) :] if taps > 1 else tail
     return y, ops.cast(new_tail, tail.dtype)
-
-
-def causal_additive_pool(
-    x: Any,
-    logits: Any,
-    state: State,
-    prefix: str,
-    mask: Any | None = None,
-    chunk_size: int = 64,
-) -> tuple[Any, State]:
-    """g_i = sum_{j<=i} exp(a_j) x_j / sum_{j<=i} exp(a_j) of x [B, T, H, Dh] and logits a
-    [B, T, H], carried in `state` (`{prefix}s`, `{prefix}z`, `{prefix}m`): (g float32,
-    new state entries)."""
-    ones = ops.ones(ops.shape(logits) + (1,), dtype="float32")
-    return causal_linear_attention(
-        ones, ones, x, state, k_log_scale=logits, mask=mask, chunk_size=chunk_size, prefix=prefix
-    )
 
 
 # position: none (no rotary; sinusoidal and learned cost 9 to 32%, benchmarks/positions.py).
@@ -124,10 +107,7 @@ class FastformerAttention(Attention):
             raise ValueError(
                 f"groups={groups} must be positive and divide d_model={d_model}; e.g. groups=2."
             )
-        if conv_form not in CONV_FORMS:
-            raise ValueError(
-                f"unknown conv_form {conv_form!r}; choose one of {', '.join(CONV_FORMS)}."
-            )
+        check_choice("conv_form", conv_form, CONV_FORMS)
         self.chunk_size = chunk_size
         self.conv_form = conv_form
         self.convolve = bool(convolve)
@@ -223,11 +203,16 @@ class FastformerAttention(Attention):
         return out, {**q_state, **k_state}
 
     def additive_pool(self, x, logits, state, prefix, mask) -> tuple[Any, State]:
-        """`causal_additive_pool`, or without the causal mask Fastformer's own global
-        vector, one softmax-weighted sum over every real token (no state)."""
-        if self.causal:
-            return causal_additive_pool(x, logits, state, prefix, mask, self.chunk_size)
+        """g_i = sum_{j<=i} exp(a_j) x_j / sum_{j<=i} exp(a_j) of x [B, T, H, Dh] and logits
+        a [B, T, H], carried in `state` (`{prefix}s`, `{prefix}z`, `{prefix}m`): (g float32,
+        new state entries). Without the causal mask, Fastformer's own global vector: one
+        softmax-weighted sum over every real token (no state)."""
         ones = ops.ones(ops.shape(logits) + (1,), dtype="float32")
+        if self.causal:
+            chunks = {"chunk_size": self.chunk_size, "prefix": prefix}
+            return causal_linear_attention(
+                ones, ones, x, state, k_log_scale=logits, mask=mask, **chunks
+            )
         return noncausal_linear_attention(ones, ones, x, k_log_scale=logits, mask=mask), {}
 
     def mechanism_flops(self, seq_len: int, batch_size: int = 1) -> float:

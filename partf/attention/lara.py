@@ -114,8 +114,7 @@ class LaraAttention(Attention):
             square = ops.transpose(ops.sum(ops.square(x), axis=-1), (0, 2, 1))[:, None]
             return (ops.einsum("bchd,bnhd->bchn", omega, x) - 0.5 * square) * scale
 
-        log_q = log_feature(q32)
-        log_k = log_feature(k32)
+        log_q, log_k = log_feature(q32), log_feature(k32)
         key_ok = valid[:, None, None, :]
         kv = ops.einsum("bchn,bnhd->bchd", masked_softmax(log_k, key_ok), v32)  # [B, C, H, Dh]
 
@@ -128,19 +127,11 @@ class LaraAttention(Attention):
         balance = ops.exp(log_proposal - _logsumexp(log_mu, landmark_ok, axis=-1))
         # Query-dependent part; zero-mean over the landmarks, so the weights still sum to 1.
         t = masked_softmax(ops.einsum("bchd,bnhd->bchn", q_bar, q32) * scale, key_ok)
-        t_mean = ops.sum(ops.where(has[:, :, None, None], t, 0.0), axis=1, keepdims=True)
-        t_mean = (
-            t_mean
-            / ops.maximum(ops.sum(ops.cast(has, "float32"), axis=1), 1.0)[:, None, None, None]
-        )
+        count = ops.maximum(ops.sum(ops.cast(has, "float32"), axis=1), 1.0)[:, None, None, None]
+        t_mean = ops.sum(ops.where(has[:, :, None, None], t, 0.0), axis=1, keepdims=True) / count
         alpha = balance[..., None] + self.alpha_coeff * (t - t_mean)
-        log_alpha = ops.log(ops.maximum(alpha, 1e-8))
-        log_ratio = (
-            log_alpha
-            + log_q
-            + _logsumexp(log_k, key_ok, axis=-1)[..., None]
-            - log_proposal[..., None]
-        )
+        log_keys = _logsumexp(log_k, key_ok, axis=-1)[..., None]  # logsumexp_m log p_c(k_m)
+        log_ratio = ops.log(ops.maximum(alpha, 1e-8)) + log_q + log_keys - log_proposal[..., None]
         weights = masked_softmax(log_ratio, has[:, :, None, None], axis=1)  # over landmarks
         weights = self.dropout(weights, training=training)
         out = ops.einsum("bchn,bchd->bnhd", weights, kv)

@@ -90,20 +90,12 @@ class FeatureMapAttention(Attention):
         q_feat, k_feat, log_scale, extra = self.features(q, k, state, training)
         if self.rotates_features:
             out, new_state = self._rotated(q_feat, k_feat, v, state, mask)
-            new_state.update(extra)
-            return ops.cast(self.finish(out), q.dtype), new_state
-        out, new_state = self.linear_kernel(
-            q_feat,
-            k_feat,
-            v,
-            state,
-            k_log_scale=log_scale,
-            mask=mask,
-            chunk_size=self.chunk_size,
-            normalize=self.normalize,
-        )
-        new_state.update(extra)
-        return ops.cast(self.finish(out), q.dtype), new_state
+        else:
+            kernel = {"chunk_size": self.chunk_size, "normalize": self.normalize}
+            out, new_state = self.linear_kernel(
+                q_feat, k_feat, v, state, k_log_scale=log_scale, mask=mask, **kernel
+            )
+        return ops.cast(self.finish(out), q.dtype), {**new_state, **extra}
 
     def linear_kernel(self, q_feat, k_feat, v, state, **kwargs: Any) -> tuple[Any, State]:
         """`causal_linear_attention`, or without the causal mask its non-causal form
@@ -160,11 +152,6 @@ class FeatureMapAttention(Attention):
         return 0.0
 
 
-def elu_plus_one(x: Any) -> Any:
-    """phi(x) = elu(x) + 1, positive everywhere; computed in float32."""
-    return ops.elu(ops.cast(x, "float32")) + 1.0
-
-
 @register_attention("linear", position="rotary")
 class LinearAttention(FeatureMapAttention):
     """Causal linear attention with phi(x) = elu(x) + 1. Arguments as `FeatureMapAttention`.
@@ -175,9 +162,8 @@ class LinearAttention(FeatureMapAttention):
     Reference: Katharopoulos et al., "Transformers are RNNs: Fast Autoregressive
     Transformers with Linear Attention", ICML 2020."""
 
-    option_help = {
-        "chunk_size": CHUNK_SIZE_HELP,
-    }
+    option_help = {"chunk_size": CHUNK_SIZE_HELP}
 
     def features(self, q, k, state, training):
-        return elu_plus_one(q), elu_plus_one(k), None, {}
+        q_feat, k_feat = (ops.elu(ops.cast(x, "float32")) + 1.0 for x in (q, k))
+        return q_feat, k_feat, None, {}

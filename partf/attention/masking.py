@@ -14,15 +14,8 @@ MASKED = -1e30
 
 
 def masked_softmax(logits: Any, valid: Any, axis: int = -1) -> Any:
-    """Softmax over `axis` where only `valid` entries count.
-
-    A row without any valid entry gives all zeros (not NaN). Computed in
-    float32.
-
-    Args:
-        logits: scores, any shape.
-        valid: bool, broadcastable to `logits`.
-    """
+    """float32 softmax over `axis` where only `valid` entries (bool, broadcastable to
+    `logits`) count; a row without any valid entry gives all zeros (not NaN)."""
     valid = ops.broadcast_to(valid, ops.shape(logits))
     if logits.shape[axis] == 1:  # one entry: weight 1 if it counts (and no Keras warning)
         return ops.cast(valid, "float32")

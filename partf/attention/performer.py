@@ -45,15 +45,8 @@ def draw_orthogonal_features(num_heads: int, num_features: int, head_dim: int, s
 
 
 def favor_log_features(x: Any, projection: Any) -> Any:
-    """log phi(x) up to the constant -log(sqrt(F)): w . x' - |x'|^2 / 2.
-
-    Args:
-        x: [B, T, H, Dh].
-        projection: [H, F, Dh] (or [B, H, F, Dh] per example).
-
-    Returns:
-        [B, T, H, F] float32.
-    """
+    """log phi(x) up to the constant -log(sqrt(F)): w . x' - |x'|^2 / 2, float32
+    [B, T, H, F] of x [B, T, H, Dh] and `projection` [H, F, Dh] (or [B, H, F, Dh])."""
     x = ops.cast(x, "float32")
     head_dim = ops.shape(x)[-1]
     x = x * (float(head_dim) ** -0.25)
@@ -141,9 +134,9 @@ class PerformerAttention(FeatureMapAttention):
         """[H, F, Dh], or [B, H, F, Dh] when each stream keeps its own draw."""
         if not self.redraw:
             return self.projection
-        if not self.causal:  # each call is a whole sequence: a fresh draw per call
-            return self.draw_features() if training else ops.convert_to_tensor(self.projection)
         fresh = self.draw_features() if training else ops.convert_to_tensor(self.projection)
+        if not self.causal:  # each call is a whole sequence: a fresh draw per call
+            return fresh
         # A stream with no keys summed yet may take the new draw.
         empty = ops.sum(ops.abs(state["z"]), axis=(1, 2)) <= 0.0  # [B]
         return ops.where(empty[:, None, None, None], fresh[None], state["projection"])

@@ -56,10 +56,8 @@ def position_angles(positions: Any, frequencies: np.ndarray) -> Any:
     positions = ops.cast(positions, "int32")
     high = ops.cast(positions // SPLIT, "float32")[..., None]
     low = ops.cast(positions % SPLIT, "float32")[..., None]
-    reduced = np.mod(SPLIT * frequencies, 2.0 * math.pi).astype(np.float32)
-    return high * ops.convert_to_tensor(reduced) + low * ops.convert_to_tensor(
-        frequencies.astype(np.float32)
-    )
+    reduced = ops.convert_to_tensor(np.mod(SPLIT * frequencies, 2.0 * math.pi).astype(np.float32))
+    return high * reduced + low * ops.convert_to_tensor(frequencies.astype(np.float32))
 
 
 def sinusoid(positions: Any, dim: int, dtype: str = "float32") -> Any:

@@ -138,11 +138,8 @@ class PrimalAttention(Attention):
         return self.eta > 0
 
     def ksvd_loss(self, e: Any, r: Any, valid: Any) -> Any:
-        """J: the squared KSVD objective of the authors' criterion, over valid tokens.
-
-        Args:
-            e, r: [B, T, H, s] score vectors; valid: float [B, T].
-        """
+        """J: the squared KSVD objective of the authors' criterion, over valid tokens, of
+        the score vectors e, r [B, T, H, s] (`valid` float [B, T])."""
         lam = ops.cast(self.lam, "float32")
         count = ops.maximum(ops.sum(valid, axis=1), 1.0) * self.num_heads  # [B]
 

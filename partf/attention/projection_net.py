@@ -14,12 +14,9 @@ from keras import ops
 
 
 class ProjectionNet:
-    """f(x) = LayerNorm(Dense(x)) over the head width, built inside a layer's `build`.
-
-    The authors' adaptive proposal maps: one linear layer and (with `norm`) a layer
-    norm on the last axis, shared by the heads. Sub-layers are attributes of the
-    owning layer (so Keras tracks and saves them); this only groups them.
-    """
+    """f(x) = LayerNorm(Dense(x)) over the head width (no norm without `norm`), built
+    inside a layer's `build`. The sub-layers are attributes of the owning layer (so Keras
+    tracks and saves them); this only groups them."""
 
     def __init__(self, owner: keras.layers.Layer, dim: int, name: str, norm: bool = True) -> None:
         self.dense = keras.layers.Dense(dim, dtype=owner.dtype_policy, name=f"{name}_dense")

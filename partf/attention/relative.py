@@ -23,7 +23,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.base import Attention, Projection, State
+from partf.attention.base import Attention, Projection, State, check_choice
 from partf.attention.masking import masked_softmax
 from partf.attention.registry import register_attention
 from partf.random import Dropout
@@ -112,8 +112,7 @@ class RelativeAttention(Attention):
         query_chunk: int = 0,
         **kwargs: Any,
     ) -> None:
-        if compat not in COMPAT_MODES:
-            raise ValueError(f"unknown compat {compat!r}; choose one of {', '.join(COMPAT_MODES)}.")
+        check_choice("compat", compat, COMPAT_MODES)
         super().__init__(
             d_model=d_model,
             num_heads=num_heads,

@@ -23,7 +23,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.base import Attention, State
+from partf.attention.base import Attention, State, check_choice
 from partf.attention.chunked import CHUNK_SIZE_HELP
 from partf.attention.linear import FeatureMapAttention
 from partf.attention.masking import masked_softmax, valid_tokens
@@ -55,17 +55,12 @@ FEATURE_MAPS = ("elu", "elu+1", "relu")
 DIAG_ACTIVATIONS = ("softmax", "relu")
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}.")
-
-
 class _NormalizedOutput:
     """Mixin: the output normalisation over all heads, [B, T, H, Dh] -> same."""
 
     def _set_norm(self, norm_type: str, rms_form: str) -> None:
-        _check_choice("norm_type", norm_type, NORM_TYPES)
-        _check_choice("rms_form", rms_form, RMS_FORMS)
+        check_choice("norm_type", norm_type, NORM_TYPES)
+        check_choice("rms_form", rms_form, RMS_FORMS)
         self.norm_type = norm_type
         self.rms_form = rms_form
 
@@ -132,7 +127,7 @@ class NormAttention(_NormalizedOutput, FeatureMapAttention):
         **kwargs: Any,
     ) -> None:
         super().__init__(d_model, num_heads, chunk_size=chunk_size, **kwargs)
-        _check_choice("feature_map", feature_map, FEATURE_MAPS)
+        check_choice("feature_map", feature_map, FEATURE_MAPS)
         self._set_norm(norm_type, rms_form)
         self.feature_map = feature_map
 
@@ -190,7 +185,7 @@ class DiagAttention(_NormalizedOutput, Attention):
         super().__init__(d_model, num_heads, **kwargs)
         if window_size <= 0:
             raise ValueError(f"window_size must be positive, got {window_size}.")
-        _check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
+        check_choice("diag_activation", diag_activation, DIAG_ACTIVATIONS)
         self._set_norm(norm_type, rms_form)
         self.window_size = window_size
         self.diag_activation = diag_activation

@@ -204,7 +204,10 @@ class AdaptiveSoftmax(keras.layers.Layer):
         positions = math.prod(targets.shape) if None not in targets.shape else None
         for i in range(self.num_tails):
             if positions is None:  # unknown shape: score the tail everywhere
-                nll = nll + self._tail_nll_everywhere(hidden, targets, cluster == i + 1, i)
+                size = self.bounds[i + 1] - self.bounds[i]
+                local = ops.clip(targets - self.bounds[i], 0, size - 1)
+                tail = _cross_entropy(local, self._tail_logits(hidden, i))
+                nll = nll + ops.where(cluster == i + 1, tail, 0.0)
                 continue
             flat_nll = self._tail_nll_gathered(
                 ops.reshape(hidden, (positions, -1)),
@@ -214,12 +217,6 @@ class AdaptiveSoftmax(keras.layers.Layer):
             )
             nll = nll + ops.reshape(flat_nll, ops.shape(targets))
         return ops.where(targets == 0, 0.0, nll)
-
-    def _tail_nll_everywhere(self, hidden: Any, targets: Any, member: Any, i: int) -> Any:
-        low, size = self.bounds[i], self.bounds[i + 1] - self.bounds[i]
-        local = ops.clip(targets - low, 0, size - 1)
-        tail = _cross_entropy(local, self._tail_logits(hidden, i))
-        return ops.where(member, tail, 0.0)
 
     def _tail_nll_gathered(self, hidden: Any, targets: Any, member: Any, i: int) -> Any:
         """Tail i's NLL on the member rows, 0 elsewhere: [N, D], [N], bool [N] -> [N].

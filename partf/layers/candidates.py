@@ -5,6 +5,7 @@ the encoder)."""
 from __future__ import annotations
 
 from partf.attention import attention_names, get_attention_class
+from partf.attention.base import check_choice
 
 #: Block weights at evaluation.
 EVAL_MODES = ("argmax", "expected", "sample")
@@ -12,8 +13,7 @@ EVAL_MODES = ("argmax", "expected", "sample")
 
 def check_eval_mode(mode: str) -> None:
     """Raises ValueError naming the choices when `mode` is not one of `EVAL_MODES`."""
-    if mode not in EVAL_MODES:
-        raise ValueError(f"unknown eval_mode {mode!r}; choose one of {', '.join(EVAL_MODES)}.")
+    check_choice("eval_mode", mode, EVAL_MODES)
 
 
 #: Candidate names that are not attention registry names.

@@ -14,13 +14,8 @@ from partf.serialization import register
 class FeedForward(keras.layers.Layer):
     """Two dense layers applied at every position, then dropout: y = dropout(W2 act(W1 x +
     b1) + b2), as the original PAR project (which, unlike Transformer-XL, has no dropout
-    between the two layers). A call maps x [B, T, D] to [B, T, D].
-
-    Args:
-        d_model: input and output width D.
-        d_ffn: inner width.
-        dropout_rate: dropout on the output.
-        activation: activation of the inner layer (a Keras name).
+    between the two layers). A call maps x [B, T, D] to [B, T, D]; `d_ffn` is the inner
+    width, `activation` the inner layer's (a Keras name).
 
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.3.
     """

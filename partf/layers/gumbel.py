@@ -36,19 +36,12 @@ def gumbel_softmax(
     straight_through: bool = False,
     sample_shape: tuple[int, ...] = (),
 ) -> Any:
-    """Relaxed one-hot samples from the categorical softmax(logits).
+    """Relaxed one-hot samples from the categorical softmax(logits [..., C]) at temperature
+    `tau` > 0: float32 [*sample_shape, ..., C] weights summing to one on the last axis,
+    `sample_shape` the leading shape of independent samples ((B,): one per example).
 
-    Args:
-        logits: [..., C] unnormalised log-probabilities (any shift is fine).
-        tau: positive scalar temperature.
-        seed: a `keras.random.SeedGenerator` (the caller's own) or int.
-        straight_through: if True the forward value is the exact one-hot of
-            the sample's argmax, while gradients are those of the soft sample.
-        sample_shape: leading shape of independent samples, e.g. (B,) for
-            one sample per example or (N,) for N samples in one call.
-
-    Returns:
-        float32 [*sample_shape, ..., C] weights summing to one on the last axis.
+    With `straight_through` the forward value is the exact one-hot of the sample's
+    argmax, while gradients are those of the soft sample.
     """
     logits = ops.cast(logits, "float32")
     shape = tuple(sample_shape) + tuple(logits.shape)

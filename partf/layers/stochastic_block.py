@@ -25,6 +25,7 @@ import keras
 from keras import ops
 
 from partf.attention import Attention, create_attention, get_attention_class
+from partf.attention.base import check_choice
 from partf.layers.candidates import (
     ARCH_PARAMETERIZATIONS,
     PROBABILITY_EPSILON,
@@ -84,8 +85,7 @@ class BlockSettings:
         # Every setting declared with choices, a ModelConfig's too.
         wrong = unknown_choice(self)
         if wrong is not None:
-            name, value, choices = wrong
-            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}.")
+            check_choice(*wrong)
 
 
 @register
@@ -256,8 +256,7 @@ class StochasticBlock(keras.layers.Layer):
 
     def log_pi(self, index: Any) -> Any:
         """float32 scalar log pi[index], differentiable in the logits."""
-        logits = self.logits()
-        return ops.take(ops.log_softmax(logits), index)
+        return ops.take(ops.log_softmax(self.logits()), index)
 
     def run_sampled(
         self,
@@ -340,12 +339,8 @@ class StochasticBlock(keras.layers.Layer):
         return ops.softmax(self.logits(), axis=-1)
 
     def weight_mode(self, training: bool | None = False, mode: str | None = None) -> str:
-        """The block weights a call uses: `mode` if given, else "sample" in training and
-        the block's own `eval_mode` otherwise.
-
-        Raises:
-            ValueError: `mode` is not one of `EVAL_MODES`.
-        """
+        """The block weights a call uses: `mode` if given (ValueError unless one of
+        `EVAL_MODES`), else "sample" in training and the block's own `eval_mode` otherwise."""
         if mode is not None:
             check_eval_mode(mode)
             return mode
@@ -384,12 +379,11 @@ class StochasticBlock(keras.layers.Layer):
     ) -> tuple[Any, list[dict[str, Any]]]:
         if states is None:
             states = [{} for _ in self.candidates]
-        outputs, new_states = [], []
         # Every candidate runs, whatever its weight, so each one's memory stays current.
-        for index in range(self.num_candidates):
-            y, new_state = self.run_candidate(index, x, states[index], mask, training)
-            outputs.append(y)
-            new_states.append(new_state)
+        runs = [
+            self.run_candidate(i, x, states[i], mask, training) for i in range(self.num_candidates)
+        ]
+        outputs, new_states = [y for y, _ in runs], [state for _, state in runs]
         if self.num_candidates == 1:
             return outputs[0], new_states
 

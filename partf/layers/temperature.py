@@ -16,6 +16,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from partf.attention.base import check_choice
 from partf.serialization import register
 
 TAU_SCHEDULES = ("exponential", "linear", "cosine", "constant")
@@ -39,10 +40,7 @@ def scheduled_temperature(
     Example:
         >>> float(scheduled_temperature(50, "linear", 1.0, 0.5, 100))
         0.75"""
-    if schedule not in TAU_SCHEDULES:
-        raise ValueError(
-            f"unknown tau schedule {schedule!r}; choose one of {', '.join(TAU_SCHEDULES)}."
-        )
+    check_choice("tau schedule", schedule, TAU_SCHEDULES)
     frac = ops.clip(ops.cast(step, "float32") / float(tau_steps), 0.0, 1.0)
     start, end = float(tau_start), float(tau_end)
     if schedule == "exponential":
@@ -118,10 +116,7 @@ def validate_temperature(
 ) -> None:
     """Raises ValueError for an unknown schedule or non-positive settings (`tau_steps`
     None: the run's length is not known yet, and is checked once it is)."""
-    if schedule not in TAU_SCHEDULES:
-        raise ValueError(
-            f"unknown tau_schedule {schedule!r}; choose one of {', '.join(TAU_SCHEDULES)}."
-        )
+    check_choice("tau_schedule", schedule, TAU_SCHEDULES)
     if tau_start <= 0 or tau_end <= 0:
         raise ValueError(f"tau_start and tau_end must be positive, got {tau_start} and {tau_end}.")
     if tau_steps is not None and tau_steps < 1:
