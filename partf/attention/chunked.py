@@ -54,20 +54,6 @@ def linear_state_spec(
     return spec
 
 
-def causal_mask(length: Any) -> Any:
-    """bool [length, length], True where key j <= query i."""
-    positions = ops.arange(length)
-    return positions[:, None] >= positions[None, :]
-
-
-def _initial_log_scale(state: dict[str, Any], prefix: str) -> Any:
-    # A state whose z is all zero holds no key yet: its m means nothing, and
-    # must not act as a floor under the running maximum.
-    z = state[prefix + "z"]
-    empty = ops.sum(ops.abs(z), axis=-1) <= 0.0
-    return ops.where(empty, MASKED, ops.cast(state[prefix + "m"], "float32"))
-
-
 def _shift_right(x: Any, shift: Any, fill: float) -> Any:
     """x shifted by `shift` along axis 2, the first `shift` entries `fill`."""
     padding = [[0, 0]] * len(x.shape)
@@ -104,11 +90,6 @@ def _doubling_scan(combine: Any, elements: tuple, identities: tuple) -> tuple:
         (ops.convert_to_tensor(1), elements),
     )
     return elements
-
-
-def _running_max(x: Any) -> Any:
-    """Inclusive running maximum along axis 2."""
-    return _doubling_scan(lambda a, b: (ops.maximum(a[0], b[0]),), (x,), (MASKED,))[0]
 
 
 def _scan_decayed(decay: Any, update: Any) -> tuple[Any, Any]:
@@ -214,17 +195,21 @@ def causal_linear_attention(
         return ops.moveaxis(x, 3, 1)
 
     fc, gc, vc = chunks(f), chunks(g), chunks(v)
-    causal = causal_mask(chunk_size)  # [i, j]: j <= i
+    causal = ops.arange(chunk_size)[:, None] >= ops.arange(chunk_size)[None, :]  # [i, j]: j <= i
 
     # Intra-chunk weights A[b, h, n, i, j] = f_i . g_j (* exp(a_j - m_i)).
     scores = ops.matmul(fc, ops.swapaxes(gc, -1, -2))
     if log_scaled:
-        m0 = _initial_log_scale(state, prefix)  # [B, H]
+        # A state whose z is all zero holds no key yet: its m means nothing, and must not
+        # act as a floor under the running maximum.
+        empty = ops.sum(ops.abs(state[prefix + "z"]), axis=-1) <= 0.0
+        m0 = ops.where(empty, MASKED, ops.cast(state[prefix + "m"], "float32"))  # [B, H]
         a = ops.where(valid[:, :, None] > 0, ops.cast(k_log_scale, "float32"), MASKED)
         ac = chunks(a, MASKED)  # [B, H, n, C]
         # m_i: running maximum of the log-scales up to and including i. It is
         # only a reference point (outputs do not depend on it), hence no gradient.
-        m = _running_max(ops.reshape(ac, (batch, heads, num_chunks * chunk_size)))
+        flat = ops.reshape(ac, (batch, heads, num_chunks * chunk_size))
+        m = _doubling_scan(lambda a, b: (ops.maximum(a[0], b[0]),), (flat,), (MASKED,))[0]
         m = ops.maximum(m, m0[:, :, None])
         mc = ops.stop_gradient(ops.reshape(m, ops.shape(ac)))  # [B, H, n, C]
         rel = ac[:, :, :, None, :] - mc[:, :, :, :, None]  # a_j - m_i

@@ -71,12 +71,6 @@ def t5_buckets(distances: np.ndarray, num_buckets: int, max_distance: int) -> np
     return np.where(n < exact, n, far).astype(np.int32)
 
 
-def chunk_log_weights(keys: Any, omega: Any, head_dim: int) -> Any:
-    """(w . k - |k|^2 / 2) / sqrt(Dh): keys [..., C, H, Dh], omega [..., H, Dh] -> [..., C, H]."""
-    dots = ops.einsum("...chd,...hd->...ch", keys, omega)
-    return (dots - 0.5 * ops.sum(ops.square(keys), axis=-1)) / math.sqrt(head_dim)
-
-
 @register_attention("eva", position="rotary")
 class EVAAttention(Attention):
     """Causal EVA: exact softmax within a window, control variates for earlier chunks.
@@ -238,7 +232,8 @@ class EVAAttention(Attention):
         omega = q_bar + k_bar
         if training:
             omega = omega + normal_draws(tuple(ops.shape(omega)), self.seed_generator)
-        log_w = chunk_log_weights(k, omega, self.head_dim)  # [B, n, C, H]
+        dots = ops.einsum("...chd,...hd->...ch", k, omega)
+        log_w = (dots - 0.5 * ops.sum(ops.square(k), axis=-1)) / math.sqrt(self.head_dim)
         probs = masked_softmax(log_w, (valid > 0.5)[..., None], axis=2)
         beta = ops.einsum("bnch,bnchd->bnhd", probs, v)
         return k_bar, beta, count > 0.0
@@ -246,12 +241,8 @@ class EVAAttention(Attention):
     def attend(
         self, q, k, v, state, mask=None, training=None, skip_pads=False
     ) -> tuple[Any, State]:
-        """Per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state).
-
-        `skip_pads` (what `call` passes) gives a pad no place in the windows and chunks
-        and output zero; False keeps every token in its place, pads masked as keys only
-        (the layout of the float64 reference, tests/attention/references.py).
-        """
+        """Per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state); `skip_pads` as in
+        `partf.attention.windowed` (a pad also has no place in the chunks)."""
         if not self.causal:
             return noncausal_eva(self, q, k, v, mask, training), {}
         window, chunk, mem = self.window_size, self.chunk_size, self.mem_chunks

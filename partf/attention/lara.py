@@ -37,13 +37,6 @@ def _logsumexp(x: Any, valid: Any, axis: int) -> Any:
     return ops.squeeze(top + ops.log(ops.maximum(total, 1e-30)), axis=axis)
 
 
-def landmark_segments(length: Any, num_landmarks: int) -> Any:
-    """float [T, C]: token t belongs to segment floor(t * C / T) (contiguous, near-equal)."""
-    positions = ops.arange(length, dtype="int32")
-    segment = (positions * num_landmarks) // ops.cast(length, "int32")
-    return ops.one_hot(segment, num_landmarks, dtype="float32")
-
-
 @register_attention("lara", position="none")
 class LaraAttention(Attention):
     """Non-causal LARA attention (multiple importance sampling over landmarks); no state.
@@ -89,7 +82,11 @@ class LaraAttention(Attention):
 
     def landmarks(self, q: Any, k: Any, valid: Any) -> tuple[Any, Any, Any]:
         """(q_bar, k_bar [B, C, H, Dh], bool [B, C] non-empty landmarks)."""
-        segments = landmark_segments(ops.shape(q)[1], self.num_landmarks)  # [T, C]
+        # Token t belongs to segment floor(t * C / T): contiguous, near-equal segments.
+        length = ops.shape(q)[1]
+        positions = ops.arange(length, dtype="int32")
+        segment = (positions * self.num_landmarks) // ops.cast(length, "int32")
+        segments = ops.one_hot(segment, self.num_landmarks, dtype="float32")  # [T, C]
         weights = segments[None] * ops.cast(valid, "float32")[..., None]  # [B, T, C]
         count = ops.sum(weights, axis=1)  # [B, C]
         weights = weights / ops.maximum(count, 1.0)[:, None, :]

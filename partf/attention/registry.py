@@ -129,12 +129,9 @@ def create_attention(
     mix of mechanisms; `<name>_<option>` sets an option for this mechanism alone and
     wins over the shared `<option>` (`eva_window_size=64` next to `window_size=32`).
     `rotary=True` is passed to mechanisms that support it, left out for those that
-    encode positions themselves (relative attention), and an error for the others.
-    (`name` is positional-only, so `name=` in kwargs names the layer.)
-
-    Raises:
-        ValueError: rotary positions asked of a mechanism that has none (Fastformer,
-            Primal), or an option value the mechanism rejects.
+    encode positions themselves (relative attention), and a ValueError for the others
+    (Fastformer, Primal), as is an option value the mechanism rejects. (`name` is
+    positional-only, so `name=` in kwargs names the layer.)
     """
     cls = get_attention_class(name)
     accepted = set(cls.options) | COMMON_ARGUMENTS

@@ -188,12 +188,10 @@ class RelativeAttention(Attention):
             "memory_mask": ((batch_size, self.mem_len), "int32"),
         }
 
-    def _distances(self, key_len: int, query_len: int) -> Any:
-        # Column p of the position scores stands for distance key_len - 1 - p.
-        # Causal: distances key_len - 1 .. 0 (a zero column for -1 is padded
-        # later). Non-causal: down to -query_len so every (query, key) pair
-        # has its distance.
-        last = 0 if self.causal else -query_len
+    def _distances(self, key_len: int, last: int) -> Any:
+        # Column p of the position scores stands for distance key_len - 1 - p, down to
+        # `last`: 0 causally (a zero column for -1 is padded later), -query_len
+        # non-causally so every (query, key) pair has its distance.
         distances = ops.arange(key_len - 1, last - 1, -1, dtype="int32")
         if self.clamp_len is not None:
             distances = ops.clip(distances, -self.clamp_len, self.clamp_len)
@@ -220,9 +218,7 @@ class RelativeAttention(Attention):
     def _one_query_positions(self) -> Any:
         """W_r R of the distances M .. 0: column j is the distance from a lone query
         after M memory rows to key j."""
-        distances = ops.arange(self.mem_len, -1, -1, dtype="int32")
-        if self.clamp_len is not None:
-            distances = ops.clip(distances, -self.clamp_len, self.clamp_len)
+        distances = self._distances(self.mem_len + 1, 0)
         encoding = sinusoidal_encoding(distances, self.d_model, self.compute_dtype)
         return self.position_dense(encoding)  # [M + 1, H, Dh]
 
@@ -261,8 +257,7 @@ class RelativeAttention(Attention):
         return 1.0 / (self.head_dim if self.compat == "original" else math.sqrt(self.head_dim))
 
     def _output(self, out: Any) -> Any:
-        """[B, T, H, Dh] weighted values -> [B, T, D]: the output projection (with the
-        original project's ReLU in `compat="original"`)."""
+        """The output projection of [B, T, H, Dh] values, ReLU'd in `compat="original"`."""
         y = self.output_dense(out)
         return ops.relu(y) if self.compat == "original" else y
 
@@ -331,7 +326,8 @@ class RelativeAttention(Attention):
         q = self.query_dense(x)  # [B, T, H, Dh]
         k = self.key_dense(context)  # [B, K, H, Dh]
         v = self.value_dense(context)  # [B, K, H, Dh]
-        r = sinusoidal_encoding(self._distances(key_len, query_len), self.d_model, x.dtype)
+        distances = self._distances(key_len, 0 if self.causal else -query_len)
+        r = sinusoidal_encoding(distances, self.d_model, x.dtype)
         r = self.position_dense(r)  # [L, H, Dh]
 
         q_content = q + ops.cast(self.content_bias, q.dtype)

@@ -40,12 +40,8 @@ from partf.attention.windowed import (
 )
 
 NORM_TYPES = ("simple_rms", "layer", "none")
-#: Forms of the simple RMS norm: the authors' x / (rms(x) + 1e-8), or partf's first
-#: x / sqrt(mean(x^2) + 1e-6).
 RMS_FORMS = ("authors", "partf")
-#: The authors' SimpleRMSNorm epsilon, added to the root mean square.
 AUTHORS_RMS_EPSILON = 1e-8
-#: partf's first RMS norm epsilon, added to the mean square under the root.
 PARTF_RMS_EPSILON = 1e-6
 RMS_FORM_HELP = (
     "norm/diag: simple_rms form, authors (x / (rms + 1e-8), TransNormer's code) or partf "
@@ -205,12 +201,8 @@ class DiagAttention(_NormalizedOutput, Attention):
     def attend(
         self, q, k, v, state, mask=None, training=None, skip_pads=False
     ) -> tuple[Any, State]:
-        """Per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state).
-
-        `skip_pads` (what `call` passes) gives a pad no place in the blocks and output
-        zero; False keeps every token in its place, pads masked as keys only (the
-        layout of the float64 reference, tests/attention/references.py).
-        """
+        """Per-head q, k, v [B, T, H, Dh] -> ([B, T, H, Dh], state); `skip_pads` as in
+        `partf.attention.windowed`."""
         if not self.causal:
             return self.attend_blocks(q, k, v, mask, training), {}
         window, heads, dim = self.window_size, self.num_heads, self.head_dim

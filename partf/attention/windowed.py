@@ -7,8 +7,11 @@
   W, 2W, ... A segment that starts mid-window carries that window's first tokens in its
   state (a left-aligned buffer of W slots, their count `offset`). Queries and keys are
   gathered onto a grid that starts at the current window's first token, so windows are
-  plain reshapes, and gathered back afterwards. With `real_token_layout` a pad takes no
-  place, so windows are cut by real tokens only, as rotary positions count them.
+  plain reshapes, and gathered back afterwards. With `real_token_layout` (`skip_pads`,
+  what the layers' `call` passes to `attend`) a pad takes no place and gets output zero,
+  so windows are cut by real tokens only, as rotary positions count them; without it
+  every token keeps its place, pads masked as keys only (the layout of the float64
+  reference, tests/attention/references.py).
 """
 
 from __future__ import annotations
