@@ -231,29 +231,27 @@ class Attention(keras.layers.Layer):
 
     # ----------------------------------------------------------------- build
     def build(self, input_shape: tuple[int | None, ...]) -> None:
-        inner = (self.num_heads, self.head_dim)
-        self.query_dense = self._projection("query", "btd,dhk->bthk", inner, input_shape)
-        self.key_dense = self._projection("key", "btd,dhk->bthk", inner, input_shape)
+        heads = (None, self.num_heads, self.head_dim)
+        bias = "hk" if self.use_bias else None
+        self.query_dense = self._projection("query", "btd,dhk->bthk", heads, input_shape, bias)
+        self.key_dense = self._projection("key", "btd,dhk->bthk", heads, input_shape, bias)
         if self.uses_values:
-            self.value_dense = self._projection("value", "btd,dhk->bthk", inner, input_shape)
-        self.output_dense = Projection(
-            "bthk,hkd->btd",
-            output_shape=(None, self.d_model),
-            bias_axes="d" if self.use_bias else None,
-            dtype=self.dtype_policy,
-            name="output",
+            self.value_dense = self._projection("value", "btd,dhk->bthk", heads, input_shape, bias)
+        out_bias = "d" if self.use_bias else None
+        self.output_dense = self._projection(
+            "output", "bthk,hkd->btd", (None, self.d_model), (None, *heads), out_bias
         )
-        self.output_dense.build((None, None, self.num_heads, self.head_dim))
         self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.built = True
 
     def _projection(
-        self, name: str, equation: str, inner: tuple[int, int], input_shape: tuple
-    ) -> keras.layers.EinsumDense:
+        self, name: str, equation: str, output_shape: tuple, input_shape: tuple, bias_axes=None
+    ) -> Projection:
+        """A `Projection` in the layer's dtype policy, built for `input_shape`."""
         layer = Projection(
             equation,
-            output_shape=(None, *inner),
-            bias_axes="hk" if self.use_bias else None,
+            output_shape=output_shape,
+            bias_axes=bias_axes,
             dtype=self.dtype_policy,
             name=name,
         )

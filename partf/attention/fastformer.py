@@ -23,7 +23,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.base import Attention, Projection, State, check_choice
+from partf.attention.base import Attention, State, check_choice
 from partf.attention.bidirectional import noncausal_linear_attention
 from partf.attention.chunked import CHUNK_SIZE_HELP, causal_linear_attention, linear_state_spec
 from partf.attention.masking import valid_tokens
@@ -121,14 +121,10 @@ class FastformerAttention(Attention):
         self.query_pool = self.add_weight(name="query_pool", shape=shape, initializer=init)
         self.key_pool = self.add_weight(name="key_pool", shape=shape, initializer=init)
         # r_i = W u_i, a full linear map over all heads, before adding the query.
-        self.transform = Projection(
-            "bthk,hkgj->btgj",
-            output_shape=(None, self.num_heads, self.head_dim),
-            bias_axes="gj" if self.use_bias else None,
-            dtype=self.dtype_policy,
-            name="transform",
+        bias = "gj" if self.use_bias else None
+        self.transform = self._projection(
+            "transform", "bthk,hkgj->btgj", (None, *shape), (None, None, *shape), bias
         )
-        self.transform.build((None, None, self.num_heads, self.head_dim))
         if self.convolve:
             width = self.d_model // self.groups
             self.conv_kernel = self.add_weight(

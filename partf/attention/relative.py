@@ -23,7 +23,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from partf.attention.base import Attention, Projection, State, check_choice
+from partf.attention.base import Attention, State, check_choice
 from partf.attention.masking import masked_softmax
 from partf.attention.registry import register_attention
 from partf.random import Dropout
@@ -141,19 +141,15 @@ class RelativeAttention(Attention):
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         super().build(input_shape)
         # W_r: projects the d_model-wide sinusoid of each distance to the heads.
-        self.position_dense = Projection(
-            "ld,dhk->lhk",
-            output_shape=(self.num_heads, self.head_dim),
-            dtype=self.dtype_policy,
-            name="position",
+        heads = (self.num_heads, self.head_dim)
+        self.position_dense = self._projection(
+            "position", "ld,dhk->lhk", heads, (None, self.d_model)
         )
-        self.position_dense.build((None, self.d_model))
         self.attention_dropout = Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
         if self.compat == "original":
             self._original_initialization()
-        heads = (self.num_heads, self.head_dim)
         self.content_bias = self.add_weight(
             name="content_bias", shape=heads, initializer="glorot_normal"
         )  # u
