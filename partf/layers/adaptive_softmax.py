@@ -73,11 +73,8 @@ def _block_sizes(positions: int) -> list[int]:
 
 
 def _cross_entropy(targets: Any, logits: Any) -> Any:
-    """-log softmax(logits)[target] per position: [...], [..., N] -> [...].
-
-    One fused kernel where the backend has one (TensorFlow's sparse softmax
-    cross-entropy), which is much cheaper than a log-softmax and a gather.
-    """
+    """-log softmax(logits)[target]: [...], [..., N] -> [...], in one fused kernel where the
+    backend has one (TensorFlow's), much cheaper than a log-softmax and a gather."""
     return ops.sparse_categorical_crossentropy(targets, logits, from_logits=True)
 
 
