@@ -129,23 +129,10 @@ def _check_values(args: argparse.Namespace) -> None:
     task.check_build(options_of(task, args))
 
 
-def _os_error_message(error: OSError) -> str:
-    from partf.errors import os_error_message
-
-    return os_error_message(
-        error,
-        "while writing the outputs",
-        "nothing was kept: free some space and run the same command again",
-    )
-
-
 def run(argv: list[str] | None = None) -> int:
-    """Entry point of partf-build-data. Returns the exit status.
-
-    Args:
-        argv: arguments without the program name; default sys.argv[1:].
-    """
-    from partf.errors import DataError, UsageError
+    """Entry point of partf-build-data: the exit status of a run on `argv` (the arguments
+    without the program name; default sys.argv[1:])."""
+    from partf.errors import DataError, UsageError, os_error_message
 
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = exits.wants_verbose(argv)
@@ -176,7 +163,8 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return fail("interrupted; outputs were left as they were", 130)
     except OSError as e:  # a full disk, a folder that cannot be written
-        return fail(_os_error_message(e), 1, e)
+        fix = "nothing was kept: free some space and run the same command again"
+        return fail(os_error_message(e, "while writing the outputs", fix), 1, e)
     except Exception as e:  # one line for anything unforeseen, the traceback on request
         return fail(exits.unexpected(e), 1, e)
     return 0

@@ -45,16 +45,9 @@ def run_command(
     parse: Callable[[list[str]], argparse.Namespace],
     main: Callable[[argparse.Namespace], str],
 ) -> int:
-    """Runs a command; returns its exit status.
-
-    Args:
-        prog: the command's name, which starts its error lines.
-        argv: arguments without the program name; default sys.argv[1:].
-        parse: the parsed and checked flags (with `verbose`) of the arguments; raises
-            `UsageExit` for a mistake.
-        main: does the work and returns the text to print; raises `UsageExit` or
-            `RuntimeExit` for a failure it foresaw.
-    """
+    """Runs command `prog` on `argv` (default sys.argv[1:]); returns its exit status.
+    `parse` gives the checked flags (with `verbose`) or raises `UsageExit`; `main` does the
+    work and returns the text to print, or raises `UsageExit` or `RuntimeExit`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Read before parsing, so that a parsing error shows its traceback too.
     verbose = wants_verbose(argv)

@@ -36,16 +36,15 @@ def parse_bool(text: str) -> bool:
 
 def int_list(text: str) -> list[int]:
     """'250' or '250,2500' -> ints; '' -> [] (used to clear a list)."""
-    parts = [part for part in text.replace(",", " ").split() if part]
     try:
-        return [int(part) for part in parts]
+        return [int(part) for part in name_list(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from None
 
 
 def name_list(text: str) -> list[str]:
     """'a,b' or 'a b' -> ['a', 'b']; '' -> [] (used to clear a list)."""
-    return [part for part in text.replace(",", " ").split() if part]
+    return text.replace(",", " ").split()
 
 
 class ExtendAction(argparse.Action):
@@ -74,14 +73,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def add_bool_flag(container: Any, name: str, help: str, default: bool | None = None) -> None:
-    """Adds `--name`, `--name=VALUE` and `--noname`, as absl accepts them.
-
-    Args:
-        container: an `argparse.ArgumentParser` or one of its argument groups.
-        name: the flag and destination name.
-        help: the help text (`--noname` stays out of `--help`).
-        default: the value when neither form is given.
-    """
+    """Adds `--name`, `--name=VALUE` and `--noname` (left out of `--help`), as absl
+    accepts them, to a parser or argument group."""
     container.add_argument(
         f"--{name}",
         nargs="?",
@@ -153,11 +146,8 @@ def _kind(annotation: Any) -> str:
 
 
 def settings_of(cls: type) -> tuple[Setting, ...]:
-    """The settings of dataclass `cls` (its fields declared with `setting`), in order.
-
-    Raises:
-        TypeError: a setting of a type no flag can spell (a dict, say).
-    """
+    """The settings of dataclass `cls` (its fields declared with `setting`), in order;
+    TypeError for a setting of a type no flag can spell (a dict, say)."""
     hints = typing.get_type_hints(cls)
     return tuple(
         Setting(
@@ -213,13 +203,10 @@ def add_flags(
         if item.kind == "bool":
             add_bool_flag(container, item.name, help_text, default)
         else:
-            extra: dict[str, Any] = (
-                {"action": ExtendAction} if item.kind in ("ints", "names") else {}
-            )
-            if item.choices is not None:
-                extra["choices"] = item.choices
-            if item.metavar is not None:
-                extra["metavar"] = item.metavar
+            extra = {"choices": item.choices, "metavar": item.metavar}
+            extra = {key: value for key, value in extra.items() if value is not None}
+            if item.kind in ("ints", "names"):
+                extra["action"] = ExtendAction
             container.add_argument(
                 f"--{item.name}",
                 type=CONVERTERS[item.kind],

@@ -125,11 +125,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
-    _check_values(args)
-    return args
-
-
-def _check_values(args: argparse.Namespace) -> None:
     if args.max_tokens < 0:
         raise UsageExit(f"--max_tokens must be >= 0, got {args.max_tokens}; e.g. --max_tokens 100")
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
@@ -146,6 +141,7 @@ def _check_values(args: argparse.Namespace) -> None:
     if args.mem_len is not None and args.mem_len < 0:
         raise UsageExit(f"--mem_len must be >= 0, got {args.mem_len}")
     model_file(args.model)  # a wrong path answered before TensorFlow loads
+    return args
 
 
 # ---------------------------------------------------------------------- text

@@ -138,11 +138,8 @@ def _load_checkpoint(run_dir: Path, run_config: dict[str, Any] | None) -> Any:
 def model_file(path: str | os.PathLike) -> Path | None:
     """The `.keras` file `--model` names, or None for a run folder without one (its
     newest checkpoint is used then); checked without importing Keras or TensorFlow, so
-    a wrong path is answered at once.
-
-    Raises:
-        UsageExit: the path does not exist, holds several .keras files, or is a folder
-            with neither a .keras file nor a checkpoint.
+    a wrong path is answered at once. UsageExit when the path does not exist, holds
+    several .keras files, or is a folder with neither a .keras file nor a checkpoint.
     """
     path = Path(path)
     if path.is_file():
@@ -196,12 +193,9 @@ def find_sp_model(explicit: str | None, run_dir: Path) -> Path:
             "pass --sp_model path/to/tokenizer.model"
         )
     relative = model_path(prefix)
-    tried = (
-        [relative]
-        if relative.is_absolute()
-        else [relative, *(d / relative for d in (run_dir.resolve(), *run_dir.resolve().parents))]
-    )
-    for candidate in tried:
+    above = (run_dir.resolve(), *run_dir.resolve().parents)
+    # An absolute path joined to a folder stays itself.
+    for candidate in (relative, *(folder / relative for folder in above)):
         if candidate.is_file():
             return candidate
     raise UsageExit(

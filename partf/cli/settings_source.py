@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,11 +52,8 @@ def model_settings() -> tuple[Setting, ...]:
 def mechanism_options() -> dict[str, dict[str, tuple[Any, str]]]:
     """Mechanism name -> its options (option -> (default, help)), as the `options` of its
     class, for every mechanism declared in `declarations.PACKAGES` (read once per set of
-    packages; do not change the result).
-
-    Raises:
-        ValueError: a help text or default that is not made of literals, or an option no
-            constructor gives a default (the message names the file and line).
+    packages; do not change the result). ValueError naming the file and line for a help
+    text or default not made of literals, or an option no constructor gives a default.
     """
     return _mechanism_options(tuple(declarations.PACKAGES))
 
@@ -86,6 +84,14 @@ def _mechanism_options(
     return found
 
 
+def _assignments(body: list[ast.stmt]) -> Iterator[tuple[ast.expr, ast.expr]]:
+    """(target, value) of each assignment with a value among the statements `body`."""
+    for node in body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                yield target, node.value
+
+
 class _Import(NamedTuple):
     """A name a module imports: `from <module> import <name>`."""
 
@@ -104,16 +110,6 @@ class _Module:
         for node in self.tree.body:
             if isinstance(node, ast.ClassDef):
                 self.names[node.name] = node
-            elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        self.names[target.id] = node.value
-                    elif isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
-                        # A, B = "a", "b"
-                        for item, value in zip(target.elts, node.value.elts, strict=False):
-                            if isinstance(item, ast.Name):
-                                self.names[item.id] = value
             elif isinstance(node, ast.ImportFrom):
                 origin = node.module or ""
                 if node.level:  # relative: from this package, level - 1 packages up
@@ -121,6 +117,14 @@ class _Module:
                     origin = ".".join([*parts, *([node.module] if node.module else [])])
                 for alias in node.names:
                     self.names[alias.asname or alias.name] = _Import(origin, alias.name)
+            for target, value in _assignments([node]):
+                if isinstance(target, ast.Name):
+                    self.names[target.id] = value
+                elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+                    # A, B = "a", "b"
+                    for item, item_value in zip(target.elts, value.elts, strict=False):
+                        if isinstance(item, ast.Name):
+                            self.names[item.id] = item_value
 
     def where(self, node: ast.AST) -> str:
         return f"{self.path}:{getattr(node, 'lineno', 1)}"
@@ -169,11 +173,8 @@ class _Source:
         return None if bound is None else (module, bound)
 
     def value(self, module: _Module, node: ast.AST) -> Any:
-        """The value expression `node` of `module` stands for, if made of literals.
-
-        Raises:
-            ValueError: anything else, naming the file and line.
-        """
+        """The value expression `node` of `module` stands for, if made of literals;
+        ValueError naming the file and line for anything else."""
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Tuple | ast.List):
@@ -256,18 +257,9 @@ class _Source:
         first) assigns it in its body."""
         for owner, klass in self.bases(module, cls):
             assigned = [
-                statement.value
-                for statement in klass.body
-                if isinstance(statement, ast.Assign | ast.AnnAssign)
-                and statement.value is not None
-                and any(
-                    isinstance(target, ast.Name) and target.id == name
-                    for target in (
-                        statement.targets
-                        if isinstance(statement, ast.Assign)
-                        else [statement.target]
-                    )
-                )
+                value
+                for target, value in _assignments(klass.body)
+                if isinstance(target, ast.Name) and target.id == name
             ]
             if assigned:
                 return self.value(owner, assigned[-1])

@@ -73,11 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_flags(plan: Plan) -> None:
     """Parses every run's flags as partf-train would (without Keras), so that a typo in
-    the plan fails now, not hours into the study.
-
-    Raises:
-        PlanError: the first run whose flags partf-train refuses, naming its arm.
-    """
+    the plan fails now, not hours into the study: PlanError naming the first run's arm."""
     from partf.study.plan import PlanError
 
     parser = train.build_parser(train.attention_options())
@@ -119,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = args.verbose
     exits.quiet_tensorflow(verbose)  # the report's TensorBoard reader may load TensorFlow
 
-    from partf.errors import UsageError
+    from partf.errors import UsageError, os_error_message
     from partf.study.data import prepare_data
     from partf.study.paths import StudyPaths
     from partf.study.plan import load_plan
@@ -167,11 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             only, command = None, ""
             if args.arms or args.seeds:  # report what was asked for, like with like
                 only = {run.name for run in runs}
-                command = "".join(
-                    f" --{flag} {' '.join(map(str, values))}"
-                    for flag, values in (("arms", args.arms), ("seeds", args.seeds))
-                    if values
-                )
+                given = (("arms", args.arms), ("seeds", args.seeds))
+                command = "".join(f" --{flag} {' '.join(map(str, v))}" for flag, v in given if v)
                 command += " --report"
             _say(f"report: {write_report(plan, paths, only, command)}")
             return 0
@@ -194,17 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = run_study(
             plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths), recorded
         )
-        report = write_report(plan, paths)
-        _say(f"report: {report}")
+        _say(f"report: {write_report(plan, paths)}")
     except UsageError as e:
         return exits.fail(PROG, str(e), 2, e, verbose)
     except OSError as e:
-        from partf.errors import os_error_message
-
-        message = os_error_message(
-            e, "while writing the study", "free some space, then run the same command again"
-        )
-        return exits.fail(PROG, message, 1, e, verbose)
+        fix = "free some space, then run the same command again"
+        return exits.fail(PROG, os_error_message(e, "while writing the study", fix), 1, e, verbose)
     if outcome.signum is not None:
         _say("stopped; run the same command again to resume")
         return 128 + outcome.signum

@@ -64,13 +64,8 @@ def attention_options(
     mechanisms: Mapping[str, Mapping[str, tuple[Any, str]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """option -> {"default": {mechanism: default}, "help": text}: each shared option, and
-    each `<mechanism>_<option>` that sets it for one mechanism only.
-
-    Args:
-        mechanisms: mechanism name -> its `options` (option -> (default, help)); default:
-            those of every mechanism declared, as `settings_source.mechanism_options`
-            reads them from the source.
-    """
+    each `<mechanism>_<option>` that sets it for one mechanism only, of `mechanisms` (name
+    -> option -> (default, help); default: `settings_source.mechanism_options()`)."""
     if mechanisms is None:
         mechanisms = settings_source.mechanism_options()
     found: dict[str, dict[str, Any]] = {}
@@ -205,13 +200,10 @@ CANDIDATE_KINDS = ("attention", "dense", "identity")
 
 
 def check_mechanism_names(args: argparse.Namespace) -> None:
-    """Refuses an unknown --attention or --candidates name with ModelConfig's message,
-    from the mechanisms the source declares (partf's own, the only ones a command line can name),
-    so that the mistake is answered before the configurations and TensorFlow load.
-
-    Raises:
-        UsageExit: a name that is no mechanism (nor, for --candidates, a candidate kind).
-    """
+    """UsageExit for an unknown --attention or --candidates name, with ModelConfig's
+    message, from the mechanisms the source declares (partf's own, the only ones a command
+    line can name), so that the mistake is answered before the configurations and
+    TensorFlow load."""
     mechanisms = settings_source.mechanism_options()
     names = ", ".join(sorted(mechanisms))
     if args.attention is not None and args.attention not in mechanisms:
@@ -225,13 +217,9 @@ def check_mechanism_names(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    """Parses `argv` into a `TrainConfig` and the --verbose flag.
-
-    Raises:
-        UsageExit: an unknown flag or a bad value.
-        ConfigError: values that do not go together, or a --from_search folder
-            without a finished search.
-    """
+    """Parses `argv` into a `TrainConfig` and the --verbose flag: UsageExit for an unknown
+    flag or a bad value, ConfigError for values that do not go together or a
+    --from_search folder without a finished search."""
     parser = build_parser(attention_options())
     args = parser.parse_args(argv)
     check_mechanism_names(args)
@@ -262,28 +250,6 @@ def parse_args(argv: Sequence[str] | None = None):
     return config, bool(args.verbose)
 
 
-def _setup_logging(verbose: bool) -> logging.Handler:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
-    root = logging.getLogger("partf")
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    root.propagate = False
-    return handler
-
-
-def _os_error_message(error: OSError) -> str:
-    """One line for a failed write or read, with the fix for the usual causes."""
-    from partf.errors import os_error_message
-
-    message = os_error_message(
-        error,
-        "while writing output",
-        "free some space or choose another --output_dir, then run the same command again to resume",
-    )
-    return message + "."
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -298,11 +264,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageExit, ValueError) as e:  # ValueError: ConfigError and the model's own checks
         return fail(str(e), 2, e)
 
-    from partf.errors import DataError, UsageError
+    from partf.errors import DataError, UsageError, os_error_message
     from partf.training.checkpoint import CheckpointError
     from partf.training.trainer import TrainingError, TrainingInterrupted, train
 
-    handler = _setup_logging(verbose)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    package_logger = logging.getLogger("partf")
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    package_logger.propagate = False
     try:
         train(config)
     except UsageError as e:  # includes ConfigError
@@ -314,11 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         return fail("interrupted.", 130, e)
     except OSError as e:
-        return fail(_os_error_message(e), 1, e)
+        fix = "free some space or choose another --output_dir, then run the same command again"
+        return fail(os_error_message(e, "while writing output", f"{fix} to resume") + ".", 1, e)
     except Exception as e:  # anything else is a bug or an environment problem
         return fail(exits.unexpected(e), 1, e)
     finally:
-        logging.getLogger("partf").removeHandler(handler)
+        package_logger.removeHandler(handler)
     return 0
 
 

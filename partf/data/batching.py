@@ -67,14 +67,8 @@ def context_batches(tokens: np.ndarray, batch_size: int, seq_len: int) -> np.nda
 
 
 def stream_from_batches(batches: np.ndarray) -> np.ndarray:
-    """Inverts `context_batches`: the B*n*L + 1 tokens the batches cover, in order.
-
-    Args:
-        batches: [n, B, L + 1] context batches with the one-token overlap.
-
-    Returns:
-        [B*n*L + 1] token ids.
-    """
+    """Inverts `context_batches`: the B*n*L + 1 tokens that [n, B, L + 1] context batches
+    (with the one-token overlap) cover, in order."""
     batches = np.asarray(batches)
     if batches.ndim != 3 or batches.shape[2] < 2:
         raise UsageError(f"batches must have shape [n, B, L + 1] with L >= 1, got {batches.shape}")

@@ -122,15 +122,6 @@ def download(url: str, dest: str | os.PathLike, timeout: float = 30.0) -> Path:
     return dest
 
 
-def _describe_url_error(error: Exception) -> _SourceFailed:
-    if isinstance(error, urllib.error.HTTPError):
-        return _SourceFailed(f"HTTP {error.code}")
-    reason = getattr(error, "reason", error)
-    if isinstance(reason, OSError) and reason.errno == errno.ENOENT:
-        return _SourceFailed("not found")
-    return _SourceFailed(f"unreachable ({reason})", network=True)
-
-
 def _fetch_to(source: str, dest: Path, timeout: float) -> None:
     """Copies a URL or local file to `dest`, turning failures into _SourceFailed."""
     try:
@@ -141,18 +132,17 @@ def _fetch_to(source: str, dest: Path, timeout: float) -> None:
                 raise _SourceFailed("not found")
             shutil.copyfile(source, dest)
     except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as e:
-        raise _describe_url_error(e) from None
+        if isinstance(e, urllib.error.HTTPError):
+            raise _SourceFailed(f"HTTP {e.code}") from None
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, OSError) and reason.errno == errno.ENOENT:
+            raise _SourceFailed("not found") from None
+        raise _SourceFailed(f"unreachable ({reason})", network=True) from None
     except OSError as e:
         if e.errno == errno.ENOENT:
             raise _SourceFailed("not found") from None
         network = not isinstance(e, PermissionError)
         raise _SourceFailed(f"unreadable ({e})", network=network) from None
-
-
-def _is_folder_source(source: str) -> bool:
-    if _is_url(source):
-        return source.endswith("/")
-    return Path(source).is_dir()
 
 
 def _extract_archive(archive: Path, names: Iterable[str], staging: Path) -> dict[str, Path]:
@@ -181,7 +171,7 @@ def _fetch_source(
 ) -> dict[str, Path]:
     """Brings `names` from one source into `staging` and checks them."""
     logger.info("fetching %s from %s", ", ".join(names), source)
-    if _is_folder_source(source):
+    if source.endswith("/") if _is_url(source) else Path(source).is_dir():  # a folder
         files = {}
         for name in names:
             if _is_url(source):

@@ -79,14 +79,8 @@ def mask_tokens(
 
 @dataclasses.dataclass(frozen=True)
 class Masking:
-    """How a masked-language-model run masks its batches.
-
-    Attributes:
-        mask_id: the tokenizer's `[MASK]` id.
-        vocab_size: number of token ids.
-        seed: the first seed number of the training masks (--seed).
-        rate, mask_fraction, random_fraction: as in `mask_tokens`.
-    """
+    """How a masked-language-model run masks its batches (the fields as in `mask_tokens`;
+    `seed` is the first seed number of the training masks, --seed)."""
 
     mask_id: int
     vocab_size: int

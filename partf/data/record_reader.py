@@ -54,11 +54,8 @@ def original_files(path: Path) -> list[Path]:
 
 
 def record_files(path: Path, meta: RecordsMetadata) -> list[Path]:
-    """The record files of a folder, in stream order.
-
-    Raises:
-        DataError: a shard that metadata.json lists is missing.
-    """
+    """The record files of a folder, in stream order; DataError for a shard that
+    metadata.json lists but the folder lacks."""
     folder = path if path.is_dir() else path.parent
     if meta.format_version == 0:
         return original_files(path)
@@ -79,12 +76,8 @@ def check_fit(
     batch_size: int | None,
     seq_len: int | None,
 ) -> None:
-    """Refuses records of another batch shape, or built with another tokenizer.
-
-    Raises:
-        DataError: the batch size, sequence length or tokenizer differs.
-        UsageError: `sp_model` does not exist.
-    """
+    """Refuses records of another batch shape, or built with another tokenizer
+    (DataError); UsageError when `sp_model` does not exist."""
     for name, want, have in (
         ("batch_size", batch_size, meta.batch_size),
         ("seq_len", seq_len, meta.seq_len),
@@ -152,23 +145,16 @@ def _batch(path: Path, payload: memoryview, index: int) -> np.ndarray:
 
 
 def read_record_file(path: Path) -> list[np.ndarray]:
-    """Every batch of one `.tfrecords` file, as int32 arrays, CRCs checked.
-
-    Raises:
-        DataError: the file is truncated or corrupt, or its records are not int32
-            context batches.
-    """
+    """Every batch of one `.tfrecords` file, as int32 arrays, CRCs checked; DataError for
+    a truncated or corrupt file, or records that are not int32 context batches."""
     return [_batch(path, payload, i) for i, payload in enumerate(_frames(path))]
 
 
 def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
     """The metadata of a record folder (`partf.data.read_metadata`, without TensorFlow):
     metadata.json, or, for the original project's folders (or one .tfrecords file), the
-    shape of the first record and the count of all of them, every CRC checked.
-
-    Raises:
-        UsageError: the path does not exist or holds no records.
-        DataError: the metadata or the records cannot be read.
+    shape of the first record and the count of all of them, every CRC checked. UsageError
+    when the path does not exist or holds no records, DataError when they cannot be read.
     """
     path = Path(path)
     meta = partf_metadata(path)
@@ -183,11 +169,8 @@ def read_records_metadata(path: str | os.PathLike) -> RecordsMetadata:
 
 
 def partf_metadata(path: Path) -> RecordsMetadata | None:
-    """The metadata.json of a partf folder; None for the original project's format.
-
-    Raises:
-        UsageError: `path` does not exist.
-    """
+    """The metadata.json of a partf folder; None for the original project's format;
+    UsageError when `path` does not exist."""
     if not path.exists():
         raise UsageError(
             f"records {path} do not exist; build them with partf-build-data "
@@ -226,9 +209,7 @@ def _read_original(path: Path) -> tuple[RecordsMetadata, list[np.ndarray]]:
         batches.extend(found)
     if not batches:
         raise DataError(f"{files[0]} holds no records; rebuild it")
-    shape = batches[0].shape
-    meta = original_metadata(shape, files, counts)
-    return meta, batches
+    return original_metadata(batches[0].shape, files, counts), batches
 
 
 def read_record_batches(
@@ -240,12 +221,8 @@ def read_record_batches(
     """int32 [n, B, L + 1]: all batches of a record folder (or one original-format file),
     in stream order, as `partf.data.load_batches` gives them, with every CRC and the
     count checked. `sp_model`, `batch_size` and `seq_len`, when given, must fit the
-    records.
-
-    Raises:
-        DataError: damaged records, another shape or count than the metadata says, or
-            a tokenizer or shape that does not fit.
-        UsageError: the path does not exist or holds no records."""
+    records. DataError for damaged records, another shape or count than the metadata
+    says, or a tokenizer or shape that does not fit; UsageError as `partf_metadata`."""
     path = Path(path)
     meta = partf_metadata(path)
     if meta is None:  # the original's format: its metadata comes from the records, read once

@@ -20,11 +20,8 @@ class StagedOutputs:
     """Hands out temporary places beside each target; moves them all in on success.
 
     Use as a context manager: the targets are replaced when the block ends
-    without an exception; otherwise every temporary place is deleted.
-
-    Args:
-        overwrite: allow replacing targets that exist. Without it, `check`
-            and `dir_for`/`file_for` raise `UsageError` for a target in the way.
+    without an exception; otherwise every temporary place is deleted. Without
+    `overwrite`, `check`, `dir_for` and `file_for` raise `UsageError` for a target in the way.
     """
 
     def __init__(self, overwrite: bool = False):

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import os
 from pathlib import Path
 
 from partf.errors import DataError, UsageError
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +38,8 @@ class TextStats:
 
     @property
     def num_words_with_line_ends(self) -> int:
-        """Words plus one end-of-line per line: the divisor of word-level perplexity.
-
-        This is the usual WikiText convention (each line closes with `<eos>`,
-        which is predicted like a word).
-        """
+        """Words plus one end-of-line per line: the divisor of word-level perplexity (the
+        WikiText convention: each line closes with `<eos>`, predicted like a word)."""
         return self.num_words + self.num_lines
 
 

@@ -67,8 +67,7 @@ def crc32c_rows(rows: np.ndarray) -> np.ndarray:
 def mask(crc: int | np.ndarray) -> int | np.ndarray:
     """TFRecord's masked CRC: rotated right by 15 bits, plus a constant (mod 2**32)."""
     if isinstance(crc, np.ndarray):
-        crc = crc.astype(np.uint64)
-        return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+        crc = crc.astype(np.uint64)  # room for the shifted bits
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -85,12 +84,8 @@ def frame(data: bytes) -> bytes:
 
 
 class FrameError(ValueError):
-    """A file is not a well-formed sequence of records.
-
-    Attributes:
-        good: records read intact before the damage.
-        detail: what is wrong, in a few words ("corrupted record at 1234").
-    """
+    """A file is not a well-formed sequence of records: `detail` says what is wrong in a
+    few words ("corrupted record at 1234"), `good` counts the records intact before it."""
 
     def __init__(self, detail: str, good: int) -> None:
         super().__init__(f"{detail} after {good} good records")
@@ -166,9 +161,7 @@ def fields(message: bytes | memoryview) -> Iterator[tuple[int, int, int | memory
 
     Values: an int for varints and fixed-size fields (unsigned; see `signed`), a
     memoryview for length-delimited ones (bytes, strings, sub-messages, packed arrays).
-
-    Raises:
-        WireError: the bytes do not parse as a message.
+    WireError for bytes that do not parse as a message.
     """
     buffer = memoryview(message)
     offset = 0
@@ -259,11 +252,8 @@ class Tensor:
 
 
 def decode_tensor(message: bytes | memoryview) -> Tensor:
-    """A numeric TensorProto (tensor_content, or int_val / int64_val) as a numpy array.
-
-    Raises:
-        WireError: an unsupported dtype or values that do not fill the shape.
-    """
+    """A numeric TensorProto (tensor_content, or int_val / int64_val) as a numpy array;
+    WireError for an unsupported dtype or values that do not fill the shape."""
     dtype, dims, content, values = 0, [], None, []
     for number, wire, value in fields(message):
         if number == 1:  # dtype
@@ -314,10 +304,7 @@ def example_bytes_feature(message: bytes | memoryview, name: str) -> list[bytes]
     """The values of the bytes feature `name` of a serialized `tf.train.Example`.
 
     Example -> features (1) -> feature map entries (1: key 1, value 2) -> Feature ->
-    bytes_list (1) -> value (1).
-
-    Raises:
-        WireError: the message has no bytes feature `name`.
+    bytes_list (1) -> value (1). WireError when the message has no bytes feature `name`.
     """
     key = name.encode()
     for number, _, features in fields(message):

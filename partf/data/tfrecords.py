@@ -22,8 +22,9 @@ from partf.console import Meter
 from partf.data.batching import stream_from_batches
 from partf.data.metadata import RecordsMetadata, write_metadata
 
-# The folder helpers and the metadata are shared with the reader that needs no
-# TensorFlow; an original-format folder's metadata is inferred there from its records.
+# The feature's name, the folder helpers and the metadata are shared with the reader that
+# needs no TensorFlow; an original-format folder's metadata is inferred there from its records.
+from partf.data.record_reader import FEATURE
 from partf.data.record_reader import check_fit as _check
 from partf.data.record_reader import read_records_metadata as read_metadata
 from partf.data.record_reader import record_files as _record_files
@@ -32,7 +33,6 @@ from partf.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
 
-FEATURE = "batch"
 _FEATURES = {FEATURE: tf.io.FixedLenFeature([], tf.string)}
 
 
@@ -48,11 +48,6 @@ def parse_batch(record: tf.Tensor) -> tf.Tensor:
     """Graph op: a serialized record -> int32 [B, L + 1] (shape not yet static)."""
     serialized = tf.io.parse_single_example(record, _FEATURES)[FEATURE]
     return tf.io.parse_tensor(serialized, out_type=tf.int32)
-
-
-def shard_name(index: int, num_shards: int) -> str:
-    """File name of shard `index` (0-based): shard-00001-of-00004.tfrecords for index 0."""
-    return f"shard-{index + 1:05d}-of-{num_shards:05d}.tfrecords"
 
 
 def write_shards(
@@ -79,7 +74,7 @@ def write_shards(
     # Batches written with a rate and an ETA, on stderr, when it takes a while.
     meter = Meter("writing records", num_batches, "batches", batch_size * (width - 1))
     for k in range(shards):
-        names.append(shard_name(k, shards))
+        names.append(f"shard-{k + 1:05d}-of-{shards:05d}.tfrecords")
         counts.append(int(bounds[k + 1] - bounds[k]))
         with tf.io.TFRecordWriter(str(directory / names[-1])) as writer:
             for i in range(bounds[k], bounds[k + 1]):

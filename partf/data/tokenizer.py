@@ -140,12 +140,8 @@ def _tokenizer_error(error: RuntimeError, text_file: Path, vocab_size: int) -> D
 
 
 def load_sentencepiece(sp_model: str | os.PathLike) -> spm.SentencePieceProcessor:
-    """Loads a `.model` file with the sentencepiece library (for ids <-> text).
-
-    Raises:
-        UsageError: the file is missing.
-        DataError: the file is not a SentencePiece model.
-    """
+    """Loads a `.model` file with the sentencepiece library (for ids <-> text); UsageError
+    when it is missing, DataError when it is not a SentencePiece model."""
     sp_model = Path(sp_model)
     if not sp_model.is_file():
         raise UsageError(

@@ -131,7 +131,6 @@ def prepare_data(plan: Plan, paths: StudyPaths, say: Callable[[str], None]) -> N
     final = paths.out / "data"
     if (final / "records_train" / "metadata.json").is_file():
         return
-    partial = paths.out / "data.partial"
-    text = str(plan.data.text)
+    partial, text = paths.out / "data.partial", str(plan.data.text)
     command = build_command(plan, paths, partial)
     _build_aside(command, final, partial, f"records from {text}", text, say)

@@ -1,6 +1,7 @@
 """Where a study writes: `StudyPaths` names each run's output folder (runs/<name>/), its
 study.json and console.log under the study folder; the run's own files are its
-`RunFolder` (partf.run_folder). The layout is in `partf.study.runner`'s docstring."""
+`RunFolder` (partf.run_folder). docs/study.md ("Running, stopping, resuming") gives the
+layout."""
 
 from __future__ import annotations
 

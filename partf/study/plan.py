@@ -1,11 +1,5 @@
-"""A study plan: the TOML file `partf-study` reads, and the runs it names.
-
-A plan names the data (`[data]`: records or text), the flags every run shares, the arms
-(named flag sets, each perhaps on a synthetic task of partf.tasks, or mixing one into
-the text), the seeds, and which arms are searches whose derived architecture is trained
-again from scratch (stage 2); docs/study.md ("The plan") gives every key. Every run is
-an ordinary `partf-train` run, named `<arm>-s<seed>`; a search's stage 2 is
-`<arm>-stage2-s<seed>`.
+"""A study plan: the TOML file `partf-study` reads (docs/study.md, "The plan", gives every
+key), and the runs it names, each an ordinary `partf-train` run.
 """
 
 from __future__ import annotations
@@ -114,7 +108,7 @@ class DataSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A parsed plan (module docstring); `data` is None for a plan of recall arms alone, and
+    """A parsed plan; `data` is None for a plan of recall arms alone, and
     `reference` the arm the others are compared with, or None."""
 
     path: Path
@@ -264,22 +258,18 @@ def _unknown(path: Path, where: str, table: dict[str, Any], allowed: Sequence[st
 def _data(path: Path, table: Any) -> DataSpec:
     if not isinstance(table, dict):
         raise _fail(path, "[data] is missing; name records folders (train, valid, test) or text.")
-    if "text" in table:
-        _unknown(path, "[data] (text)", table, TEXT_KEYS)
+    kind, keys = ("text", TEXT_KEYS) if "text" in table else ("records", RECORD_KEYS)
+    _unknown(path, f"[data] ({kind})", table, keys)
+    prefix = table.get("sp_model_prefix")
+    prefix = _folder(path, "[data] sp_model_prefix", prefix) if prefix else None
+    if kind == "text":
         numbers = {}
         for key in ("vocab_size", "batch_size", "seq_len"):
             value = table.get(key, DataSpec.__dataclass_fields__[key].default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise _fail(path, f"[data] {key} must be a positive integer, not {value!r}.")
             numbers[key] = value
-        prefix = table.get("sp_model_prefix")
-        return DataSpec(
-            records=None,
-            text=_folder(path, "[data] text", table["text"]),
-            sp_model_prefix=_folder(path, "[data] sp_model_prefix", prefix) if prefix else None,
-            **numbers,
-        )
-    _unknown(path, "[data] (records)", table, RECORD_KEYS)
+        return DataSpec(None, _folder(path, "[data] text", table["text"]), prefix, **numbers)
     if "train" not in table:
         raise _fail(path, "[data] needs `train` (a records folder) or `text` (a text folder).")
     records = {
@@ -287,11 +277,7 @@ def _data(path: Path, table: Any) -> DataSpec:
         for split in ("train", "valid", "test")
         if split in table
     }
-    prefix = table.get("sp_model_prefix")
-    return DataSpec(
-        records=records,
-        sp_model_prefix=_folder(path, "[data] sp_model_prefix", prefix) if prefix else None,
-    )
+    return DataSpec(records, sp_model_prefix=prefix)
 
 
 def _arm(path: Path, name: str, value: Any) -> Arm:

@@ -1,19 +1,5 @@
-"""A study's report: `report.md` and `pareto.png`, from what its runs wrote
-(docs/study.md, "The report").
-
-One table per backend and machine (a run resumed on another is "mixed", in a table of
-its own), one row per arm: the seeds finished, validation and test perplexity as mean
-and min-max over the seeds against the reference arm's, recall accuracy where the runs
-answered MQAR, the architectures, forward FLOPs per token and the arm's place against the
-hand-made front (the control arms and the reference) and its training-matched arm,
-training compute with the runs it started from, and the measured speeds.
-
-`pareto.png`: validation perplexity against FLOPs per token, each arm's mean with its
-min-max, the reference and 2% above it, the hand-made front as a grey step, and the
-conversions (which trained longer) as triangles with an arrow from their matched arm and
-the front scaled by that arm's ratio to the reference: the line a conversion must lie
-below.
-"""
+"""A study's report: `report.md` and `pareto.png`, from what its runs wrote; docs/study.md
+("The report") gives its tables' columns and what the plot draws."""
 
 from __future__ import annotations
 
@@ -83,17 +69,14 @@ def gather(plan: Plan, records: Mapping[str, Mapping[str, Any]]) -> list[RunReco
     found: list[RunRecord] = []
     runs = plan.runs()
     for run in runs:
-        record = records.get(run.name)
-        if record is None:
-            found.append(RunRecord(run.name, run.arm, run.seed, "no record", None))
-            continue
+        record = records.get(run.name, {})
         found.append(
             RunRecord(
                 run.name,
                 run.arm,
                 run.seed,
-                run_records.where(record),
-                dict(record["results"]),
+                run_records.where(record) if record else "no record",
+                dict(record["results"]) if record else None,
                 record.get("decided_step"),
                 record.get("steps_per_second"),
                 speed=record.get("speed"),
@@ -287,10 +270,8 @@ def write_report(
     are written (or refreshed) first. `only` names the runs to report (all of the plan's
     when None), so that a report of one seed or a few arms compares like with like;
     `command` is the selection's flags, added to the report's "Reproduce" line; `into`
-    writes the report and plots there instead of the results folder.
-
-    Raises:
-        RecordError: a record that cannot be read.
+    writes the report and plots there instead of the results folder. A record that
+    cannot be read raises RecordError.
     """
     folder = plan.results_folder(paths.out if paths is not None else None)
     if paths is not None and (paths.out / "runs").is_dir():

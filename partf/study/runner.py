@@ -1,11 +1,8 @@
 """Running a study: each run a `partf-train` process, several at once, resumable.
 
-Each run trains under `out/runs/<name>/` (docs/study.md gives the layout). A run is
-finished when its results.json exists, or its record (`to_train`), so running the study
-again skips it and resumes the others from their newest checkpoint. While a run trains,
-its folder's `.lock` is held (by the study and the process, which inherits it), so a
-second study over the same folder, or a worker started from `--list`, never trains the
-same run twice.
+docs/study.md ("Running, stopping, resuming") gives the layout under `out/runs/<name>/`,
+when a run is finished (`to_train`), and the folder's `.lock` that the study and the
+process (which inherits it) hold, so that no run is trained twice at once.
 """
 
 from __future__ import annotations
@@ -126,11 +123,6 @@ def library_versions() -> dict[str, str]:
     return found
 
 
-def backend_name() -> str:
-    """The Keras backend a child process will use (KERAS_BACKEND, else Keras's default)."""
-    return os.environ.get("KERAS_BACKEND", "tensorflow")
-
-
 # ------------------------------------------------------------------ processes
 # What every run's environment holds unless the caller's sets it. Several runs share one
 # GPU, so none may take it whole at start: JAX reserves 75% of the GPU's memory for its
@@ -145,15 +137,6 @@ RUN_ENVIRONMENT_DEFAULTS = {
 def run_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """A run's environment: `environ`, with `RUN_ENVIRONMENT_DEFAULTS` where it sets none."""
     return {**RUN_ENVIRONMENT_DEFAULTS, **environ}
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the study dies (even by SIGKILL), so an orphan
-    checkpoints and stops instead of training on unwatched (Linux only)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def keep_niceness(autogroup: str = "/proc/self/autogroup", tries: int = 20) -> None:
@@ -184,8 +167,13 @@ def keep_niceness(autogroup: str = "/proc/self/autogroup", tries: int = 20) -> N
 
 
 def _start_child() -> None:
-    """Runs in each partf-train child before it starts (after its new session)."""
-    _die_with_parent()
+    """Runs in each partf-train child before it starts (after its new session): SIGTERM
+    when the study dies (even by SIGKILL), so an orphan checkpoints and stops instead of
+    training on unwatched (Linux only), and the study's niceness."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     keep_niceness()
 
 
@@ -226,7 +214,7 @@ def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
     record["launches"].append(
         {
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "backend": backend_name(),
+            "backend": os.environ.get("KERAS_BACKEND", "tensorflow"),  # Keras's default
             "machine": machine_name(),
             "code": code_version(),
             "versions": library_versions(),
@@ -235,14 +223,13 @@ def launch(plan: Plan, paths: StudyPaths, run: Run, lock: int) -> Child:
     )
     _write_json(record_path, record)
     console = open(paths.console(run.name), "ab")  # noqa: SIM115
-    env = run_environment(os.environ)
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "partf.cli.train", *args],
             stdin=subprocess.DEVNULL,
             stdout=console,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=run_environment(os.environ),
             pass_fds=(lock,),  # the lock lasts as long as the process
             start_new_session=True,  # Ctrl-C reaches the study, which stops each run in turn
             preexec_fn=_start_child,  # noqa: PLW1509 (no threads here)
