@@ -65,18 +65,10 @@ def build_model(
     data: RunData,
     strategy: tf.distribute.Strategy | None,
 ) -> Built:
-    """Seeds the random generators, sets the precision policy and builds the model.
-
-    Args:
-        config: the run's settings.
-        model_config: the model to build, resolved from `config` and `data`
-            (`partf.training.resolve.resolve_model`).
-        data: the run's records (batch shape, steps in all, the splits' lengths).
-        strategy: the `tf.distribute` strategy, or None for one device.
-
-    Returns:
-        The `Built` model, compiled, with the optimizer's and metrics' variables created
-        (so a checkpoint can be restored into them before the first step).
+    """Seeds the random generators, sets the precision policy and builds the model of
+    `model_config` (resolved from `config` and `data`, `partf.training.resolve`): compiled,
+    with the optimizer's and metrics' variables created (so a checkpoint can be restored
+    into them before the first step).
 
     Raises:
         ConfigError: settings the model refuses, or --spike_guard under a strategy.
@@ -139,22 +131,6 @@ def _has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def masked_lm(model_config: Any) -> Any:
-    """The `MaskedLanguageModel` of `--objective=mlm`, built from the run's `ModelConfig`
-    (causal=False: no XL memory, no adaptive softmax; `tie_embeddings` is ignored, the
-    MLM head is always tied). A search's architecture logits get the optimizer settings
-    of --search and --arch_* as the causal model's do (the optimizer picks them by the
-    "arch_logits" path).
-    """
-    from partf.models.masked_lm import MaskedLanguageModel
-
-    logger.info(
-        "objective mlm: a bidirectional encoder; --mem_len and the adaptive softmax "
-        "(--cutoffs, --proj_*) do not apply and are ignored"
-    )
-    return MaskedLanguageModel(config=model_config, name="masked_language_model")
-
-
 def _compiled_model(
     config: TrainConfig,
     model_config: ModelConfig,
@@ -166,7 +142,16 @@ def _compiled_model(
 
     try:
         if not model_config.causal:
-            model = masked_lm(model_config)
+            from partf.models.masked_lm import MaskedLanguageModel
+
+            # --objective=mlm: `tie_embeddings` is ignored (the MLM head is always tied); a
+            # search's logits get --search's and --arch_*'s optimizer settings all the same
+            # (the optimizer picks them by their "arch_logits" path).
+            logger.info(
+                "objective mlm: a bidirectional encoder; --mem_len and the adaptive softmax "
+                "(--cutoffs, --proj_*) do not apply and are ignored"
+            )
+            model = MaskedLanguageModel(config=model_config, name="masked_language_model")
         else:
             model = PARTransformerXL(model_config, name="par_transformer_xl")
     except ValueError as e:  # e.g. a non-causal attention (lara) in this causal model

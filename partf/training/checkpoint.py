@@ -52,12 +52,8 @@ class SavedCheckpoint:
 
 
 class CheckpointManager:
-    """Saves and prunes the checkpoints of one run folder (read through `RunFolder`).
-
-    Args:
-        directory: the run's checkpoint folder (created if missing).
-        keep: how many of the newest checkpoints to keep.
-    """
+    """Saves and prunes the checkpoints of one run folder (read through `RunFolder`),
+    keeping the `keep` newest; `directory` is created if missing."""
 
     def __init__(self, directory: str | os.PathLike, keep: int = 5) -> None:
         if keep < 1:
@@ -117,19 +113,12 @@ _ANOTHER_CONFIGURATION = (
 
 
 def variable_key(path: str, group: str, root: str | None) -> str:
-    """The key a variable is matched by on restore: its path, less what is not its own: the
-    model's name (partf-generate names a model after its run folder; Keras numbers unnamed
-    ones), the optimizer's name inside an optimizer variable's path (Keras numbers unnamed
-    optimizers per process, and a search's split optimizer holds two), and seed
-    generators' numbers (`_NUMBERED`).
-
-    Args:
-        path: the variable's path (`variable.path`, or as the checkpoint's layout has it).
-        group: its checkpoint group ("model", "optimizer", "metrics", "guard").
-        root: the model's name, or None.
-
-    Returns:
-        The key; keys that still collide are matched in order among themselves.
+    """The key a variable of checkpoint `group` is matched by on restore: its `path`, less
+    what is not its own: the model's name `root` (partf-generate names a model after its
+    run folder; Keras numbers unnamed ones), the optimizer's name inside an optimizer
+    variable's path (Keras numbers unnamed optimizers per process, and a search's split
+    optimizer holds two), and seed generators' numbers (`_NUMBERED`). Keys that still
+    collide are matched in order among themselves.
     """
     parts = path.split("/")
     if group == "optimizer" and len(parts) > 1:
@@ -173,20 +162,12 @@ def matched_arrays(
     root: str | None = None,
     saved_model_root: str | None = None,
 ) -> list[tuple[Any, np.ndarray]]:
-    """Pairs each variable with the saved array of the same key (`variable_key`), checking
-    shapes. Variables whose keys collide (seed generators made outside any layer, a
-    search's two optimizers' "iteration") are matched in order among themselves.
-
-    Args:
-        variables: the live variables.
-        arrays: the saved values, in saved order.
-        what: the checkpoint group ("model", "optimizer", ...), for keys and messages.
-        saved_paths: the saved variables' paths, as the checkpoint's layout lists them.
-        root: the live model's name (`model.name`), dropped from keys.
-        saved_model_root: the saved model's name (`saved_root`); default `root`.
-
-    Returns:
-        (variable, array) pairs, in the variables' order.
+    """(variable, array) pairs, in the variables' order: each live variable with the saved
+    array (`arrays`, in the order of the layout's `saved_paths`) of the same key
+    (`variable_key` in group `what`, less the live model's name `root` or the saved one's,
+    `saved_model_root`, default `root`). Variables whose keys collide (seed generators made
+    outside any layer, a search's two optimizers' "iteration") are matched in order among
+    themselves.
 
     Raises:
         CheckpointError: a variable has no saved array, an array no variable, or a shape
@@ -201,17 +182,11 @@ def matched_arrays(
     missing = [k for k in live if len(saved.get(k, ())) < len(live[k])]
     extra = [k for k in saved if len(live.get(k, ())) < len(saved[k])]
     if missing or extra:
+        parts = [f"not saved: {_listed(missing)}"] if missing else []
+        parts += [f"not in this run: {_listed(extra)}"] if extra else []
         raise CheckpointError(
-            f"the checkpoint's {what} variables do not match this run's ("
-            + "; ".join(
-                part
-                for part in (
-                    f"not saved: {_listed(missing)}" if missing else "",
-                    f"not in this run: {_listed(extra)}" if extra else "",
-                )
-                if part
-            )
-            + f"); {fix}."
+            f"the checkpoint's {what} variables do not match this run's ({'; '.join(parts)}); "
+            f"{fix}."
         )
     index = {i: j for key, found in live.items() for i, j in zip(found, saved[key], strict=True)}
     pairs = [(variable, arrays[index[i]]) for i, variable in enumerate(variables)]
@@ -296,15 +271,9 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
 
 def restore(folder: Path, built: Built, batches_per_epoch: int) -> Resumed:
-    """Loads the newest checkpoint in `folder` into the built model, if there is one.
-
-    Args:
-        folder: checkpoints/<model_name>/.
-        built: the run's model; its variables receive the checkpoint's values.
-        batches_per_epoch: B, to tell whether the checkpoint is mid-epoch.
-
-    Returns:
-        `Resumed()` when the folder holds no checkpoint, else where the run picks up.
+    """Loads the newest checkpoint in `folder` (checkpoints/<model_name>/) into the built
+    model and says where the run picks up (`Resumed()` without a checkpoint);
+    `batches_per_epoch` tells whether the checkpoint is mid-epoch.
 
     Raises:
         CheckpointError: checkpoints exist but none can be read.

@@ -261,11 +261,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         positive = "epochs steps_per_execution log_every plot_every keep_checkpoints mix_every"
         non_negative = "warmup_steps eval_every ckpt_every ckpt_min_seconds arch_freeze_steps"
-        least = {name: 1 for name in positive.split()}
-        least |= {name: 0 for name in (*non_negative.split(), "clipvalue", "max_lr")}
+        least = dict.fromkeys(f"{positive} max_steps".split(), 1)
+        least |= dict.fromkeys(f"{non_negative} clipvalue max_lr drop_attention".split(), 0)
         for name, bound in least.items():
-            if getattr(self, name) < bound:
-                raise ConfigError(f"--{name} must be >= {bound}, got {getattr(self, name)}.")
+            value = getattr(self, name)
+            if value is not None and value < bound:  # max_steps None: no limit
+                raise ConfigError(f"--{name} must be >= {bound}, got {value}.")
         if self.arch_freeze_fraction is not None and not 0.0 <= self.arch_freeze_fraction < 1.0:
             raise ConfigError(
                 f"--arch_freeze_fraction must be in [0, 1), got {self.arch_freeze_fraction}."
@@ -280,8 +281,6 @@ class TrainConfig:
                 f"--spike_factor must be > 0 and --spike_warmup >= 0, got {self.spike_factor} "
                 f"and {self.spike_warmup}."
             )
-        if self.drop_attention < 0:
-            raise ConfigError(f"--drop_attention must be >= 0, got {self.drop_attention}.")
         if self.drop_attention and not self.init_from:
             raise ConfigError(
                 "--drop_attention drops blocks of a trained model; give it with --init_from=RUN."
@@ -298,8 +297,6 @@ class TrainConfig:
                 "--drop_attention_to says what the blocks --drop_attention chooses become; "
                 "give it with --drop_attention=N."
             )
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"--max_steps must be >= 1, got {self.max_steps}.")
         if self.lr_schedule not in SCHEDULES:
             raise ConfigError(
                 f"unknown --lr_schedule {self.lr_schedule!r}; valid: {', '.join(SCHEDULES)}."
@@ -334,10 +331,8 @@ class TrainConfig:
         from partf.training.optimizer import ArchSettings
 
         preset = SEARCH_PRESETS[self.search]
-        lr = self.arch_lr if self.arch_lr is not None else preset.get("arch_lr")
-        decay = self.arch_weight_decay
-        if decay is None:
-            decay = preset.get("arch_weight_decay")
+        given = {"arch_lr": self.arch_lr, "arch_weight_decay": self.arch_weight_decay}
+        lr, decay = (preset.get(name) if value is None else value for name, value in given.items())
         fraction = self.arch_freeze_fraction
         if fraction is None and not self.arch_freeze_steps:
             fraction = preset.get("arch_freeze_fraction")
@@ -363,16 +358,13 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe copy; "model" holds the ModelConfig's `to_dict` (its data fields
         None)."""
-        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        values["model"] = self.model.to_dict()
-        return values
+        return {**self.training_dict(), "model": self.model.to_dict()}
 
     def training_dict(self) -> dict[str, Any]:
         """The training settings alone, JSON-safe: what a run's files store beside its
         resolved model config (which the draft in `model` would only repeat)."""
-        values = self.to_dict()
-        del values["model"]
-        return values
+        fields = dataclasses.fields(self)
+        return {field.name: getattr(self, field.name) for field in fields if field.name != "model"}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

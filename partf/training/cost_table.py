@@ -226,12 +226,8 @@ def time_passes(
 ) -> list[dict[str, float]]:
     """Per pass, each block's seconds for one training step: a pass steps every block
     once, in an order that turns by one each pass, so that a change of the machine's load
-    between passes slows every block of the pass alike.
-
-    Args:
-        steppers: {candidate: a call that runs one training step}.
-        passes: how many.
-        clock: seconds (the tests pass a fake one).
+    between passes slows every block of the pass alike. `steppers`: {candidate: a call
+    that runs one training step}.
     """
     names = list(steppers)
     timed = []

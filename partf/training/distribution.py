@@ -124,10 +124,7 @@ class ReplicaRows:
     Checkpoints store this view, so a checkpoint of a run on R replicas of b rows holds
     the same [R*b, ...] memory as a one-device run with batch R*b; restoring splits it
     back. Under multi_worker each worker sees (and saves) only its own replicas' rows.
-
-    Args:
-        variable: a Keras variable created with `synchronization="on_read"` under a
-            strategy.
+    `variable` was created with `synchronization="on_read"` under a strategy.
     """
 
     def __init__(self, variable: keras.Variable) -> None:

@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from partf.atomic import atomic_write_text
+from partf.attention import attention_names, get_attention_class
+from partf.attention.registry import resolve_options
+from partf.models.config import architecture_token
 from partf.run_folder import RunFolder
 from partf.serialization import FORMAT_KEY, KINDS, FormatError, check_format
 from partf.training.config import ConfigError
+from partf.training.init_from import chosen_candidates, init_weights, load_source
 
 logger = logging.getLogger("partf.training")
 
@@ -41,8 +45,7 @@ class Selection:
         baseline_loss: the source's validation loss per token, every block kept.
         losses: per attention block of the source that was scored, the validation loss
             with that block alone replaced.
-        mechanism: what the blocks became: "identity" or an attention registry name
-            (`--drop_attention_to`).
+        mechanism: "identity" or an attention registry name (`--drop_attention_to`).
     """
 
     source: str
@@ -71,17 +74,12 @@ class Selection:
 
 def source_architecture(source: Any) -> list[str]:
     """The source's blocks as architecture tokens (a search's most likely candidate)."""
-    from partf.models.config import architecture_token
-    from partf.training.init_from import chosen_candidates
-
     return [architecture_token(name) for name in chosen_candidates(source)]
 
 
 def attention_mechanisms(source: Any) -> dict[int, str]:
     """The source's blocks whose chosen candidate is an attention: index -> its
     mechanism's registry name."""
-    from partf.training.init_from import chosen_candidates
-
     chosen = chosen_candidates(source)
     kinds = [
         block.kinds[block.candidates.index(name)]
@@ -106,9 +104,6 @@ def mechanism_options(options: dict[str, Any], mechanism: str) -> dict[str, Any]
     """The run's attention `options` (its `--attn_...` flags) as `mechanism` reads them,
     each written out as `<mechanism>_<option>`: what a replacing mechanism is built with,
     since the source was trained without it and holds none of its options."""
-    from partf.attention import get_attention_class
-    from partf.attention.registry import resolve_options
-
     if mechanism == IDENTITY:
         return {}
     resolved = resolve_options(options, [mechanism])
@@ -131,7 +126,6 @@ def dropped_variant(
     import keras
 
     from partf.models.par_transformer_xl import PARTransformerXL
-    from partf.training.init_from import init_weights
 
     config = source.config.replace(
         architecture=architecture,
@@ -155,30 +149,17 @@ def select_dropped(
     options: dict[str, Any] | None = None,
 ) -> Selection:
     """Scores the finished run in `folder` with each attention block replaced by
-    `mechanism` and keeps the `count` replacements that raised the validation loss least.
-
-    Args:
-        folder: the finished run's checkpoint folder.
-        count: attention blocks to replace (at least 1, at most as many as it has that
-            do not run `mechanism` already).
-        split: the validation split.
-        jit_compile: compile the scoring passes.
-        mechanism: what a replaced block becomes: "identity" (dropped) or an attention
-            registry name, its weights copied from the source's attention where their
-            names and shapes match (`init_from.init_weights`).
-        seed: the seed of the weights a replacing mechanism does not copy (the run's).
-        options: the run's attention options (`--attn_...`); the replacing mechanism's
-            are built with them (`--attn_local_window_size=16` with `local`), the
-            source's blocks keep their own.
+    `mechanism` and keeps the `count` replacements that raised the validation `split`'s
+    loss least. A replacing mechanism's weights are copied from the source's attention
+    where their names and shapes match (`init_from.init_weights`), the rest drawn from
+    `seed` (the run's); it is built with the run's attention `options` (`--attn_...`:
+    `--attn_local_window_size=16` with `local`), the source's blocks keep their own.
 
     Raises:
-        ConfigError: `count` out of range, a mechanism without a causal form, or no
-            finished run in `folder`.
+        ConfigError: `count` out of range (1 to the attention blocks that do not run
+            `mechanism` already), a mechanism without a causal form, or no finished run
+            in `folder`.
     """
-    from partf.attention import attention_names, get_attention_class
-    from partf.models.config import architecture_token
-    from partf.training.init_from import load_source
-
     if mechanism != IDENTITY and not get_attention_class(mechanism).supports_causal:
         causal = [n for n in attention_names() if get_attention_class(n).supports_causal]
         raise ConfigError(

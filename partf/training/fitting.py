@@ -25,18 +25,10 @@ if TYPE_CHECKING:
 
 
 def plan_segments(start_step: int, batches_per_epoch: int, total_steps: int) -> list[Segment]:
-    """Splits the rest of a run into `fit` calls with whole epochs where possible.
-
-    A run resumed in the middle of an epoch first finishes that epoch (skipping the
-    batches already consumed); a run cut by max_steps ends with a partial epoch.
-
-    Args:
-        start_step: updates already done.
-        batches_per_epoch: B.
-        total_steps: updates the run makes in all.
-
-    Returns:
-        Segments covering steps [start_step, total_steps) in order.
+    """Segments covering steps [start_step, total_steps) in order: `fit` calls with whole
+    epochs where possible. A run resumed in the middle of an epoch first finishes that
+    epoch (skipping the batches already consumed); a run cut by max_steps ends with a
+    partial epoch.
     """
     segments = []
     step = start_step
@@ -69,18 +61,8 @@ def run_fit(
     callbacks: Sequence[keras.callbacks.Callback],
     strategy: tf.distribute.Strategy | None,
 ) -> dict[str, list[float]]:
-    """Trains from `progress.global_step` to the end: one `fit` call per segment.
-
-    Args:
-        model: the compiled model.
-        data: the training split and the run's length.
-        progress: the run's position (where it starts; the callbacks keep it current).
-        callbacks: every callback of the run, partf's first.
-        strategy: the run's strategy, or None.
-
-    Returns:
-        The `fit` histories joined (e.g. "loss": one value per epoch done).
-    """
+    """Trains from `progress.global_step` to the end, one `fit` call per segment, and
+    returns the `fit` histories joined (e.g. "loss": one value per epoch done)."""
     history: dict[str, list[float]] = {}
     segments = plan_segments(progress.global_step, data.batches_per_epoch, data.total_steps)
     if data.masking is not None:

@@ -28,17 +28,11 @@ logger = logging.getLogger("partf.training")
 
 @dataclasses.dataclass(frozen=True)
 class InitReport:
-    """What `init_weights` copied.
-
-    Attributes:
-        source: the source run's `.keras` file.
-        shared: the layers outside the blocks that were copied (embedding, output layer,
-            position table).
-        blocks: one line per target block: its source block and, per candidate, what
-            it took ("fresh" where nothing matched).
-        fresh_blocks: indices of the target blocks none of whose weights were copied
-            (the identity, which has none, excepted).
-    """
+    """What `init_weights` copied from the `source` run's `.keras` file: the `shared`
+    layers outside the blocks (embedding, output layer, position table); one line per
+    target block (`blocks`: its source block and, per candidate, what it took, "fresh"
+    where nothing matched); the target blocks none of whose weights were copied
+    (`fresh_blocks`; the identity, which has none, excepted)."""
 
     source: str
     shared: tuple[str, ...]
@@ -104,11 +98,7 @@ def load_source(folder: str | Path) -> Any:
 def chosen_candidates(model: Any) -> list[str]:
     """Per block, the candidate it runs: the only one of a fixed block, the most likely
     of a searched one."""
-    chosen = []
-    for block in model.blocks:
-        pi = np.asarray(block.pi())
-        chosen.append(block.candidates[int(np.argmax(pi))])
-    return chosen
+    return [block.candidates[int(np.argmax(np.asarray(block.pi())))] for block in model.blocks]
 
 
 def block_alignment(source: Any, target: Any) -> list[int]:
@@ -130,11 +120,6 @@ def block_alignment(source: Any, target: Any) -> list[int]:
     )
 
 
-def _suffix(variable: Any, block: Any, layer: Any) -> str:
-    """A variable's path inside its layer ("query/kernel", "gamma")."""
-    return variable.path.split(f"{block.name}/{layer.name}/", 1)[-1]
-
-
 def _copy_matching(sources: dict[str, Any], targets: dict[str, Any]) -> list[str]:
     """Assigns each target variable the source variable of the same name and shape;
     returns the names copied."""
@@ -148,8 +133,9 @@ def _copy_matching(sources: dict[str, Any], targets: dict[str, Any]) -> list[str
 
 
 def _layer_weights(block: Any, layer: Any) -> dict[str, Any]:
-    """A layer's trainable weights by their path inside it."""
-    return {_suffix(v, block, layer): v for v in layer.trainable_weights}
+    """A layer's trainable weights by their path inside it ("query/kernel", "gamma")."""
+    inside = f"{block.name}/{layer.name}/"
+    return {v.path.split(inside, 1)[-1]: v for v in layer.trainable_weights}
 
 
 def _copy_block(source_block: Any, target_block: Any) -> tuple[str, bool]:
@@ -205,16 +191,9 @@ def _outside_blocks(model: Any) -> dict[str, Any]:
 
 
 def init_weights(model: Any, folder: str | Path, source: Any | None = None) -> InitReport:
-    """Copies the weights of the finished run in `folder` into `model` (built), where
-    the block types match (see the module docstring).
-
-    Args:
-        model: the run's freshly built `PARTransformerXL`.
-        folder: the finished run's checkpoint folder (checkpoints/NAME).
-        source: its model, when the caller has loaded it already (`load_source`).
-
-    Returns:
-        What was copied, block by block.
+    """Copies the weights of the finished run in `folder` (checkpoints/NAME) into the
+    freshly built `model` where the block types match (see the module docstring) and says
+    what it copied; `source` is that run's model when the caller has loaded it already.
 
     Raises:
         ConfigError: no finished causal run in `folder`, another vocabulary or width, or

@@ -39,11 +39,7 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
 
     This is the original project's `CosineSchedule` with its `decay_steps` equal to
     `total_steps - warmup_steps` (Loshchilov and Hutter, "SGDR", 2017, without restarts).
-
-    Args:
-        max_lr: peak learning rate, reached at `warmup_steps`.
-        warmup_steps: length of the linear warm-up; 0 starts at `max_lr`.
-        total_steps: the step at which the rate reaches zero (the run's length).
+    `warmup_steps` 0 starts at `max_lr`.
     """
 
     def __init__(self, max_lr: float, warmup_steps: int, total_steps: int) -> None:
@@ -86,10 +82,7 @@ class InverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
 
     With `max_lr = (d_model * warmup_steps) ** -0.5` this is the schedule of Vaswani et al.,
     "Attention is all you need", 2017 (the original project's `TransformerSchedule`).
-
-    Args:
-        max_lr: peak learning rate, reached at `warmup_steps`.
-        warmup_steps: length of the warm-up; must be positive.
+    `warmup_steps` must be positive.
     """
 
     def __init__(self, max_lr: float, warmup_steps: int) -> None:
@@ -122,10 +115,6 @@ class Constant(keras.optimizers.schedules.LearningRateSchedule):
     The delay freezes the variables it drives (the PAR paper keeps the architecture
     logits frozen for the first 10k steps): with a zero rate Adam moves nothing, and
     decoupled weight decay, which is scaled by the rate, does nothing either.
-
-    Args:
-        lr: the rate.
-        delay_steps: updates before `lr` applies; 0 applies it at once.
     """
 
     def __init__(self, lr: float, delay_steps: int = 0) -> None:
@@ -146,13 +135,8 @@ class Constant(keras.optimizers.schedules.LearningRateSchedule):
 
 @register
 class Delayed(keras.optimizers.schedules.LearningRateSchedule):
-    """Another schedule, held at zero for the first `delay_steps` updates.
-
-    Args:
-        schedule: the schedule followed once the delay is over (at its own step count,
-            so the two stay aligned with the main optimizer).
-        delay_steps: updates with rate zero.
-    """
+    """Another schedule, held at zero for the first `delay_steps` updates, then followed
+    at its own step count (so the two stay aligned with the main optimizer)."""
 
     def __init__(self, schedule: keras.optimizers.schedules.LearningRateSchedule, delay_steps: int):
         _check_non_negative(delay_steps=delay_steps)

@@ -52,11 +52,8 @@ class ArchSplitOptimizer(keras.optimizers.Optimizer):
     """Routes architecture logits to one optimizer and every other variable to another.
 
     Both optimizers step once per update, so their step counts, and hence their learning
-    rate schedules, stay aligned. `iterations` and `learning_rate` are the main one's.
-
-    Args:
-        main: optimizer for the model's weights.
-        arch: optimizer for the variables whose path contains "arch_logits".
+    rate schedules, stay aligned. `iterations` and `learning_rate` are the main one's;
+    `arch` takes the variables whose path contains "arch_logits".
     """
 
     def __init__(
@@ -138,13 +135,9 @@ class ArchSplitOptimizer(keras.optimizers.Optimizer):
 
 @dataclasses.dataclass(frozen=True)
 class ArchSettings:
-    """Optimizer settings of the architecture logits; None shares the model's.
-
-    Attributes:
-        lr: constant learning rate of the logits (None: the model's schedule).
-        weight_decay: decoupled weight decay of the logits (None: the model's).
-        freeze_steps: updates during which the logits do not move.
-    """
+    """Optimizer settings of the architecture logits, None sharing the model's: a constant
+    `lr` (None: the model's schedule), a decoupled `weight_decay`, and `freeze_steps`,
+    updates during which the logits do not move."""
 
     lr: float | None = None
     weight_decay: float | None = None
@@ -172,18 +165,10 @@ def build_optimizer(
     weight_decay: float | None = None,
     arch: ArchSettings | None = None,
 ) -> keras.optimizers.Optimizer:
-    """A Keras optimizer by name, with optional separate architecture-logit settings.
-
-    Args:
-        opt_name: a Keras optimizer name (`OPTIMIZERS`), case-insensitive.
-        learning_rate: a float or a `LearningRateSchedule` (see `lr_schedules`).
-        clipvalue: clip each gradient element to [-clipvalue, clipvalue]; 0 disables.
-        weight_decay: decoupled weight decay for the model's weights (None: the
-            optimizer's default, which is none except for AdamW).
-        arch: settings for the architecture logits; None or `ArchSettings()` shares.
-
-    Returns:
-        The optimizer, an `ArchSplitOptimizer` when `arch` asks for separate settings.
+    """The Keras optimizer `opt_name` (`OPTIMIZERS`, case-insensitive); an
+    `ArchSplitOptimizer` when `arch` asks for separate architecture-logit settings (None
+    or `ArchSettings()` shares). `clipvalue` 0 does not clip; `weight_decay` None is the
+    optimizer's default (none except for AdamW).
     """
     name = opt_name.lower()
     if name not in OPTIMIZERS:

@@ -59,16 +59,8 @@ class RunPaths:
 
 
 def run_paths(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> RunPaths:
-    """Where this process writes.
-
-    Args:
-        config: the run's settings (output_dir, model_name).
-        strategy: the run's strategy; under multi_worker, workers other than the chief
-            write under output_dir/<task_type>_<task_id>/.
-
-    Returns:
-        The `RunPaths`.
-    """
+    """Where this process writes: under multi_worker, workers other than the chief write
+    under output_dir/<task_type>_<task_id>/."""
     paths = RunPaths(Path(config.output_dir), config.model_name)
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)

@@ -22,16 +22,8 @@ _FRAME = re.compile(r"^step(\d+)\.png$")
 
 
 def pi_heatmap_png(pi: np.ndarray, candidate_names: Sequence[str], title: str = "") -> bytes:
-    """Renders pi as a PNG.
-
-    Args:
-        pi: [num_blocks, num_candidates] probabilities (rows sum to one).
-        candidate_names: the candidates' names, one per column of `pi`.
-        title: figure title, e.g. "step 1000".
-
-    Returns:
-        The PNG file's bytes.
-    """
+    """The PNG bytes of pi, [num_blocks, num_candidates] probabilities (rows sum to one),
+    one column per name of `candidate_names`."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -95,18 +87,9 @@ def frame_paths(folder: str | os.PathLike) -> list[Path]:
 
 
 def make_gif(folder: str | os.PathLike, out_path: str | os.PathLike, ms_per_frame: int = 400):
-    """Animates the `step<N>.png` frames of `folder` into a looping GIF.
-
-    Frames of different sizes are padded onto the largest canvas.
-
-    Args:
-        folder: where the frames are.
-        out_path: the GIF to write.
-        ms_per_frame: display time of each frame.
-
-    Returns:
-        The number of frames, 0 (and no file) when there are none.
-    """
+    """Animates the `step<N>.png` frames of `folder` into a looping GIF at `out_path`,
+    frames of different sizes padded onto the largest canvas; returns the number of
+    frames, 0 (and no file) when there are none."""
     from PIL import Image
 
     paths = frame_paths(folder)

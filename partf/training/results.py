@@ -36,15 +36,9 @@ logger = logging.getLogger("partf.training")
 
 @dataclasses.dataclass(frozen=True)
 class Trained:
-    """Where the `fit` calls left the run.
-
-    Attributes:
-        step: updates done.
-        train_loss: the last epoch's mean loss; without a `fit` call (a run resumed at
-            its end), the checkpoint's.
-        valid_report: the newest validation figures, or None.
-        valid_report_step: the step they were computed at.
-    """
+    """Where the `fit` calls left the run: `train_loss` is the last epoch's mean loss
+    (without a `fit` call, a run resumed at its end, the checkpoint's), `valid_report` the
+    newest validation figures and `valid_report_step` their step."""
 
     step: int
     train_loss: float | None
@@ -64,24 +58,10 @@ def finish(
     expected: Any = None,
     recall_evaluator: Any = None,
 ) -> dict[str, Any]:
-    """Scores the splits, saves the model and writes results.json.
-
-    Args:
-        config: the run's settings.
-        paths: where to write.
-        built: the trained model and the full configuration.
-        data: the validation and test splits.
-        evaluator: scores a split (its own memory, starting empty).
-        trained: where training ended.
-        valid_writer: the TensorBoard writer of logs/<model_name>/valid.
-        clock: the run's wall time.
-        expected: a search's evaluator with expected block weights, for results.json's
-            "expected_weights"; None: not.
-        recall_evaluator: scores `data.recall` (--recall_directory) by its answers, for
-            results.json's "recall" and the validation writer's recall_* scalars.
-
-    Returns:
-        The results, as written to results.json.
+    """Scores the splits, saves the model, writes results.json and returns its results.
+    `expected`: a search's evaluator with expected block weights, for "expected_weights";
+    `recall_evaluator` scores `data.recall` (--recall_directory) by its answers, for
+    "recall" and the validation writer's recall_* scalars.
     """
     model, step = built.model, trained.step
     pi = np.asarray(model.pi())

@@ -14,6 +14,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from partf.models.config import architecture_token, is_searched_architecture
 from partf.run_folder import RunFolder, RunFolderError
 from partf.training.config import ConfigError, TrainConfig, check_saved_config
 from partf.training.resolve import resolve_model
@@ -33,10 +36,6 @@ def searched_architecture(pi: Sequence[Sequence[float]], candidates: Sequence[st
             uniform (a search stopped before its logits moved: its argmax would be the
             first candidate by default, not by choice).
     """
-    import numpy as np
-
-    from partf.models.config import architecture_token
-
     pi = np.asarray(pi, np.float64)
     # A tie for the largest pi (a search whose block is still uniform over the candidates
     # it has; a searched 'A|I' block has zeros in the other columns).
@@ -97,8 +96,6 @@ def read_search(folder: str | Path) -> FinishedSearch:
             "completed partf-train run writes in checkpoints/NAME)."
         ) from None
     check_saved_config(results["config"], f"--from_search {folder}: its results.json")
-    from partf.models.config import is_searched_architecture
-
     architecture = found.model["architecture"]
     if architecture is not None and not is_searched_architecture(architecture):
         raise ConfigError(
@@ -115,35 +112,23 @@ def config_from_search(
     *,
     model: Mapping[str, Any] | None = None,
 ) -> TrainConfig:
-    """The configuration that trains the architecture a search found as a fixed model.
-
-    The search run's settings apply, except those given on the command line.
-
-    Args:
-        folder: the search run's checkpoint folder (checkpoints/NAME).
-        given: the training settings the command line describes (its model is not read).
-        explicit: names of the training settings given on the command line (they win
-            over the search's).
-        model: the model fields the command line gives (ModelConfig field -> value, the
-            --attn_* flags as attention_options); they win over the search's. A mapping,
-            not a ModelConfig, since a flag may be valid only with the search's other
-            fields (--num_heads=3 for a search of d_model 96).
-
-    Returns:
-        The search's settings and derived architecture, named "<search name>-fixed"
-        unless `explicit` holds model_name, and resuming unless it holds overwrite.
+    """The configuration that trains the architecture the search in `folder`
+    (checkpoints/NAME) found as a fixed model, named "<search name>-fixed" and resuming:
+    the search run's settings, except the training settings named in `explicit` (given on
+    the command line: taken from `given`, whose model is not read) and the `model` fields
+    the command line gives (ModelConfig field -> value, the --attn_* flags as
+    attention_options). `model` is a mapping, not a ModelConfig, since a flag may be
+    valid only with the search's other fields (--num_heads=3 for a search of d_model 96).
 
     Raises:
         ConfigError: `folder` holds no finished search, or the settings do not go
             together.
     """
     found = read_search(folder)
-    values = {}
-    for name, value in given.training_dict().items():
-        if name in explicit or name in STARTING_FIELDS:
-            values[name] = value
-        else:
-            values[name] = found.training[name]
+    values = {
+        name: value if name in explicit or name in STARTING_FIELDS else found.training[name]
+        for name, value in given.training_dict().items()
+    }
     if "model_name" not in explicit:
         values["model_name"] = f"{found.name}-fixed"
     if "overwrite" not in explicit:

@@ -16,19 +16,11 @@ MODES = ("skip", "stop")  # "off" is no guard (None)
 
 
 class SpikeGuard:
-    """Drops training steps whose loss is a spike; see the module docstring.
-
-    Args:
-        mode: "skip" (drop the step, go on) or "stop" (drop it and every later step; the
-            host stops the run).
-        factor: a loss above `factor` x the running mean of accepted losses is a spike.
-        warmup: accepted steps before losses are judged against the mean (the first
-            losses of a run fall fast and the mean means little yet).
-        decay: weight of the old mean in the moving average, per accepted step.
-
-    Attributes:
-        mean, accepted, skipped, streak: state variables (float32 mean; int64 counts of
-            accepted and skipped steps, and of skips in a row).
+    """Drops training steps whose loss is a spike, in `mode` "skip" or "stop"; see the
+    module docstring. `warmup` steps are accepted before losses are judged against the
+    mean (the first losses of a run fall fast and the mean means little yet); `decay` is
+    the old mean's weight in the moving average, per accepted step. State: the float32
+    `mean`; int64 counts of `accepted` and `skipped` steps, and of skips in a row (`streak`).
     """
 
     def __init__(

@@ -74,16 +74,10 @@ class Split:
 
 
 def load_split(directory: str, what: str, sp_model_prefix: str | None = None) -> Split:
-    """Reads a folder of records as a dataset of (inputs, targets) int32 [B, L].
-
-    Args:
-        directory: records written by partf-build-data or by the original project.
-        what: "train", "valid" or "test", for messages.
-        sp_model_prefix: the tokenizer; when its file exists it is checked against the
-            records' metadata.
-
-    Returns:
-        A `Split` whose dataset has a known length (so the progress bar has an ETA).
+    """The `Split` of a folder of records (partf-build-data's or the original project's;
+    `what` names it in messages), a dataset of (inputs, targets) int32 [B, L] of known
+    length (so the progress bar has an ETA). The tokenizer `sp_model_prefix`, when its
+    file exists, is checked against the records' metadata.
     """
     from partf import tasks
     from partf.data.tokenizer import model_path
@@ -186,17 +180,10 @@ def vocab_size_of(splits: Sequence[Split], sp_model_prefix: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class RunData:
-    """The run's splits and the sizes that follow from them.
-
-    Attributes:
-        train: the training split.
-        valid: the validation split, or None (--valid_directory=).
-        test: the test split, or None.
-        vocab_size: from the records' metadata, else the tokenizer.
-        total_steps: updates the run makes: epochs x batches per epoch, capped by max_steps.
-        masking: how the training batches are masked (--objective=mlm), else None.
-        recall: a drawn task's split scored by its answers at the end
-            (--recall_directory), else None.
+    """The run's splits and the sizes that follow from them: `total_steps` is epochs x
+    batches per epoch, capped by max_steps; `masking` masks the training batches
+    (--objective=mlm); `recall` is a drawn task's split scored by its answers at the end
+    (--recall_directory).
     """
 
     train: Split
@@ -269,14 +256,14 @@ def load_data(config: TrainConfig) -> RunData:
 
         masking = Masking(_mask_id(config, train, valid, test), vocab_size, seed=config.seed)
         # Fixed masks per split; word and character counts do not apply to masked tokens.
-        if valid is not None:
-            valid = dataclasses.replace(
-                valid, dataset=masking.evaluation_batches(valid.dataset, "valid"), text_counts={}
+        valid, test = (
+            None
+            if split is None
+            else dataclasses.replace(
+                split, dataset=masking.evaluation_batches(split.dataset, what), text_counts={}
             )
-        if test is not None:
-            test = dataclasses.replace(
-                test, dataset=masking.evaluation_batches(test.dataset, "test"), text_counts={}
-            )
+            for split, what in ((valid, "valid"), (test, "test"))
+        )
     total_steps = config.epochs * train.num_batches
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)

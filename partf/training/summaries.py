@@ -48,9 +48,6 @@ class EventFileWriter:
     The file is named as TensorFlow names its own (`events.out.tfevents.<time>.<host>.
     <pid>.<n>.v2`), so several writers in one folder, or a resumed run's new file beside
     the old one, are all read.
-
-    Args:
-        folder: the log folder (e.g. logs/<model_name>/train).
     """
 
     def __init__(self, folder: str | os.PathLike) -> None:

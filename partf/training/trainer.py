@@ -21,8 +21,6 @@ reads top to bottom):
    memory, starting empty) and, with --recall_directory, the MQAR split by its answers;
    write `results.json`, the animated GIF of pi, and the model as `.keras`.
 
-Everything that can reject the inputs (stages 1 to 3) runs before anything is written.
-
 The same stages run on the JAX backend without TensorFlow: the splits are numpy batches
 (partf.data.record_reader), `fit` takes each segment's batches as rows, the evaluator is
 `JaxEvaluator` and the TensorBoard files come from `partf.training.summaries`. There only
@@ -89,11 +87,8 @@ class TrainingError(RuntimeError):
 
 
 class TrainingInterrupted(RuntimeError):
-    """SIGINT or SIGTERM stopped the run after a checkpoint.
-
-    Attributes:
-        signum: the signal's number (the command line exits with 128 + signum).
-    """
+    """SIGINT or SIGTERM stopped the run after a checkpoint; the command line exits with
+    128 + `signum`, the signal's number."""
 
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
@@ -178,11 +173,7 @@ class Trainer:
 
     It keeps what the stages return, so that a caller can look at the run afterwards
     (or, from a callback, during it): `strategy`, `paths`, `data`, `built`, `progress`,
-    `evaluator`. Each is set once, by `run()`.
-
-    Args:
-        config: the run's `TrainConfig`.
-        callbacks: extra Keras callbacks, run after partf's own.
+    `evaluator`. Each is set once, by `run()`. `callbacks` run after partf's own.
     """
 
     def __init__(self, config: TrainConfig, callbacks: Sequence[keras.callbacks.Callback] = ()):
@@ -223,7 +214,7 @@ class Trainer:
         self.strategy = strategy = build_strategy(config.distribution_strategy)
         self.paths = paths = run_paths(config, strategy)
 
-        # Everything that can reject the inputs runs before anything is written.
+        # Everything that can reject the inputs (stages 1 to 3) runs before anything is written.
         self.data = data = load_data(config)
         selection = None
         if config.drop_attention:

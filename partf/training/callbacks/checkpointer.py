@@ -26,21 +26,13 @@ class Checkpointer(EveryNSteps, RunStopper):
 
     A checkpoint is written only after the running loss reads back finite, so the newest
     checkpoint is always a good one; a non-finite loss stops the run (`outcome`
-    "non_finite"). On a signal it saves and stops training.
+    "non_finite"). On a signal (`signals`, asked at every execution end) it saves and
+    stops training. `save`: (step, running training loss) -> path, writes one checkpoint;
+    `newest`: the newest checkpoint written or resumed from, or None.
 
-    Args:
-        progress: the run's position.
-        save: (step, running training loss) -> path; writes one checkpoint.
-        ckpt_every: steps between checkpoints (0: epoch ends only).
-        signals: the run's `SignalWatch`, asked at every execution end.
-        newest: the checkpoint the run resumed from, if any.
-        min_seconds: a `ckpt_every` checkpoint is skipped while the previous save of this
-            run is younger than this (0: never), so a plan's interval that suits a CPU does
-            not save every second on a GPU. Epoch ends and signals save regardless.
-        clock: seconds, monotonic (a test's fake clock).
-
-    Attributes:
-        newest: the newest checkpoint written or resumed from (`SavedCheckpoint`), or None.
+    A `ckpt_every` checkpoint is skipped while the previous save of this run is younger
+    than `min_seconds` (0: never), so a plan's interval that suits a CPU does not save
+    every second on a GPU. Epoch ends and signals save regardless.
     """
 
     def __init__(

@@ -25,20 +25,13 @@ from partf.training.run_state import RunProgress, read_loss, read_tau
 
 
 class ConsoleProgress(keras.callbacks.Callback):
-    """Writes the compile notice, then (off a terminal) periodic step/ETA lines.
+    """Writes the compile notice, then (off a terminal) periodic step/ETA lines, at least
+    `every_seconds` apart, to `stream` (default sys.stderr, read when writing).
 
-    Args:
-        progress: the run's position (kept current by `ProgressTracker`, which runs
-            before this callback).
-        steps_per_execution: train steps per compiled call, named in the notice.
-        jit_compile: whether the step is compiled with XLA, named in the notice.
-        every_seconds: least time between two plain lines.
-        stream: where the lines go (default sys.stderr, read when writing).
-        is_terminal: whether fit shows its own progress bar (default: stdout is a
-            terminal, as `run_fit` decides fit's verbosity).
-        clock: seconds, monotonic (for tests).
-        lr_value: step -> learning rate (host arithmetic), shown with the loss and tau;
-            None leaves the rate out.
+    `progress` is kept current by `ProgressTracker`, which runs before this callback.
+    `is_terminal`: whether fit shows its own progress bar (default: stdout is a terminal,
+    as `run_fit` decides fit's verbosity). `lr_value`: step -> learning rate (host
+    arithmetic), shown with the loss and tau; None leaves the rate out.
     """
 
     def __init__(
@@ -65,18 +58,16 @@ class ConsoleProgress(keras.callbacks.Callback):
         self._timed: tuple[int, float] | None = None  # (step, time) after the compilation
         self._last_line = 0.0
 
-    def _write(self, text: str) -> None:
-        write_line(text, self.stream)
-
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         if self._began is not None:
             return  # a later segment of the run: the step is compiled already
         self._began = self.clock()
         how = "XLA" if self.jit_compile else "graph, no XLA"
-        self._write(
+        write_line(
             f"compiling the train step ({how}, {self.steps_per_execution} steps per "
             f"execution) before step {self.progress.global_step:,} of "
-            f"{self.progress.total_steps:,}; progress follows the first execution"
+            f"{self.progress.total_steps:,}; progress follows the first execution",
+            self.stream,
         )
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -85,7 +76,8 @@ class ConsoleProgress(keras.callbacks.Callback):
             # The first execution carries the tracing and compilation: rates start after it.
             self._timed, self._last_line = (step, now), now
             if not self.is_terminal:
-                self._write(f"first execution done in {now - (self._began or now):.1f} s; training")
+                done = now - (self._began or now)
+                write_line(f"first execution done in {done:.1f} s; training", self.stream)
             return
         if self.is_terminal:
             # fit's bar (the last callback) shows what `logs` holds after this one: add
@@ -98,7 +90,7 @@ class ConsoleProgress(keras.callbacks.Callback):
         if now - self._last_line < self.every_seconds:
             return
         self._last_line = now
-        self._write(self.line(step, now, logs))
+        write_line(self.line(step, now, logs), self.stream)
 
     def _rate(self, step: int, now: float) -> float:
         """Steps per second since the first execution ended (0 before that)."""

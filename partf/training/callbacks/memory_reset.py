@@ -17,9 +17,6 @@ class MemoryReset(keras.callbacks.Callback):
     """Empties the training memory when an epoch starts from its first batch.
 
     A run resumed in the middle of an epoch keeps the memory restored from the checkpoint.
-
-    Args:
-        progress: the run's position.
     """
 
     def __init__(self, progress: RunProgress) -> None:

@@ -2,7 +2,9 @@
 
 Each acts every N steps through `partf.training.callbacks.progress.EveryNSteps`; those
 that can end the run (a NaN loss, a loss spike) keep why in their `outcome`
-(`RunStopper`). See `partf.training.callbacks` for the whole set and its order.
+(`RunStopper`). See `partf.training.callbacks` for the whole set and its order. Each
+takes the run's position, `progress`, and `writer`, the TensorBoard writer of
+logs/<model_name>/train (of .../valid for the validation).
 """
 
 from __future__ import annotations
@@ -37,14 +39,9 @@ class MetricsLogger(EveryNSteps, RunStopper):
     """Every `log_every` steps: loss, perplexity, lr, tau, tokens/s and pi, to TensorBoard
     and `training.log`; for a search, also `search/expected_cost`, the forward FLOPs per
     token of the blocks expected under pi (partf.models.cost). A NaN or Inf loss stops the
-    run (`outcome` "non_finite").
-
-    Args:
-        progress: the run's position.
-        writer: the TensorBoard writer of logs/<model_name>/train.
-        lr_value: step -> learning rate (host arithmetic, no device read).
-        log_every: steps between records.
-        seq_len: tokens per segment, which the candidates' costs depend on (None: no cost).
+    run (`outcome` "non_finite"). `lr_value`: step -> learning rate (host arithmetic, no
+    device read); `seq_len`: tokens per segment, which the candidates' costs depend on
+    (None: no cost).
     """
 
     def __init__(
@@ -155,15 +152,8 @@ class SpikeMonitor(EveryNSteps, RunStopper):
     when it grew. In "stop" mode it is read after every execution (one scalar), and a
     spike stops training (`outcome` "spike"); the trainer then exits with a message
     (status 1). "skip" mode also stops, as a spike, after `MAX_STREAK` skips in a row.
-
-    Args:
-        progress: the run's position.
-        writer: the TensorBoard writer of logs/<model_name>/train.
-        guard: the installed `partf.training.spike_guard.SpikeGuard`.
-        log_every: steps between reads in "skip" mode.
-
-    Attributes:
-        skipped: the guard's count of skipped steps, as last read.
+    `skipped` is the `guard`'s (`partf.training.spike_guard.SpikeGuard`) count of skipped
+    steps, as last read.
     """
 
     #: Skips in a row after which "skip" mode gives up (the loss never comes back).
@@ -226,12 +216,6 @@ class PiPlotter(EveryNSteps):
     N is the step at which the picture was taken: the first execution end at or after
     each multiple of `plot_every`, and the step where training ends, so that a run
     shorter than `plot_every` (a --max_steps run) has its heatmap in TensorBoard too.
-
-    Args:
-        progress: the run's position.
-        writer: the TensorBoard writer of logs/<model_name>/train.
-        folder: where the pictures go.
-        plot_every: steps between pictures.
     """
 
     def __init__(self, progress: RunProgress, writer: Any, folder: Path, plot_every: int):
@@ -263,24 +247,14 @@ class ValidationCallback(EveryNSteps):
     """Scores the validation split at each epoch end and every `eval_every` steps, with the
     model's evaluation memory (starting empty, so the training memory is untouched), to
     TensorBoard (logs/<model_name>/valid), `training.log` and the epoch's logs
-    (`val_loss`, `val_perplexity`).
+    (`val_loss`, `val_perplexity`); `report` keeps the newest figures, `report_step` their
+    step (None for figures of other block weights than the run's own).
 
-    Args:
-        progress: the run's position.
-        writer: the TensorBoard writer of logs/<model_name>/valid.
-        evaluator: an `Evaluator` for the model.
-        dataset: the validation split (a `tf.data.Dataset`, or numpy batches on JAX).
-        eval_every: steps between validations (0: epoch ends only).
-        text_counts: keyword arguments of `perplexity_report` (word and character counts).
-        frozen_until: a search's last step with pi not yet moved (`--arch_freeze_steps`).
-        while_frozen: scores validations up to `frozen_until` instead of `evaluator`
-            (`expected_evaluator`: the argmax of an unmoved pi is each block's first
-            candidate, a stack the mixture never trains alone).
-        num_batches: batches in `dataset`, for the progress lines' share and ETA.
-
-    Attributes:
-        report: the newest figures (`perplexity_report`), or None before the first.
-        report_step: the step they were computed at.
+    `text_counts` are `perplexity_report`'s word and character counts. Validations up to
+    `frozen_until`, a search's last step with pi not yet moved (`--arch_freeze_steps`),
+    are scored by `while_frozen` instead of `evaluator` (`expected_evaluator`: the argmax
+    of an unmoved pi is each block's first candidate, a stack the mixture never trains
+    alone).
     """
 
     def __init__(

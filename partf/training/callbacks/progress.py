@@ -21,15 +21,9 @@ _STOP_ORDER = ("spike", "non_finite", "signal")
 
 
 def first_stop(callbacks: Iterable[Any]) -> StopReason | None:
-    """Why the run stopped, asked of the callbacks once `fit` has returned.
-
-    Args:
-        callbacks: the run's callbacks; those with a `StopReason` as `outcome` count.
-
-    Returns:
-        The reason of the highest rank ("spike", then "non_finite", then "signal"), or
-        None when no callback stopped the run.
-    """
+    """Why the run stopped, asked of the callbacks (those with a `StopReason` as
+    `outcome`) once `fit` has returned: the reason of the highest rank (`_STOP_ORDER`),
+    or None when no callback stopped the run."""
     found = [c.outcome for c in callbacks if isinstance(getattr(c, "outcome", None), StopReason)]
     return min(found, key=lambda r: _STOP_ORDER.index(r.kind), default=None)
 
@@ -56,10 +50,6 @@ class EveryNSteps(keras.callbacks.Callback):
 
     Subclasses implement `on_interval`, and may widen `due` (e.g. "also on a signal").
     A subclass overriding `on_train_begin` calls this one's.
-
-    Args:
-        progress: the run's position.
-        every: steps between calls.
     """
 
     def __init__(self, progress: RunProgress, every: int) -> None:
@@ -88,14 +78,10 @@ class EveryNSteps(keras.callbacks.Callback):
 
 
 class ProgressTracker(keras.callbacks.Callback):
-    """Keeps `RunProgress.epoch` / `step_in_epoch` current; restores a resumed epoch's
-    running loss.
-
-    Args:
-        progress: the run's position (this callback is its only writer during `fit`).
-        resumed_metrics: (variable, value) pairs: the metric sums of a checkpoint written
-            in the middle of an epoch, reassigned when that epoch resumes (`fit` zeroes
-            them at each epoch start). Used once.
+    """Keeps `RunProgress.epoch` / `step_in_epoch` current (its only writer during `fit`);
+    restores a resumed epoch's running loss: `resumed_metrics`, the (variable, value)
+    metric sums of a checkpoint written mid-epoch, reassigned once when that epoch
+    resumes (`fit` zeroes them at each epoch start).
     """
 
     def __init__(

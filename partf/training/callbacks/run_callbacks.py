@@ -8,7 +8,6 @@ it needs afterwards (the checkpointer, the validation) and collect why the run s
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -39,11 +38,6 @@ class Writers:
 
     train: Any
     valid: Any
-
-    @classmethod
-    def open(cls, logs: Path) -> Writers:
-        """Creates both writers under `logs`."""
-        return cls(open_writer(logs / "train"), open_writer(logs / "valid"))
 
     def flush(self) -> None:
         self.train.flush()
@@ -83,14 +77,8 @@ class RunCallbacks:
         return [c for c in ordered if c is not None]
 
     def stop_reason(self, step: int) -> StopReason | None:
-        """Why the run stopped early, asked of the callbacks then of the signal watch.
-
-        Args:
-            step: where the run is (a signal's reason is placed there).
-
-        Returns:
-            A spike, then a NaN loss, then a signal; None when the run went to its end.
-        """
+        """Why the run stopped early (a spike, then a NaN loss, then a signal at `step`),
+        asked of the callbacks then of the signal watch; None when it went to its end."""
         return first_stop(self.as_list()) or self.signals.stop_reason(step)
 
 
@@ -105,24 +93,10 @@ def make_callbacks(
     save: CheckpointWriter,
     while_frozen: Any = None,
 ) -> RunCallbacks:
-    """partf's callbacks for a run (see `partf.training.callbacks`), and their writers.
-
-    Args:
-        config: the run's settings (the every-N-steps intervals).
-        paths: where the TensorBoard logs and the pi heatmaps go.
-        built: the model's schedule and spike guard.
-        data: the validation split, if any.
-        progress: the run's position, shared by the callbacks.
-        evaluator: scores the validation split.
-        resumed: the restored running-loss sums and checkpoint.
-        save: writes a checkpoint.
-        while_frozen: a search's evaluator for validations while pi is frozen
-            (`partf.training.evaluation.block_weights.expected_evaluator`), or None.
-
-    Returns:
-        The `RunCallbacks`.
-    """
-    writers = Writers.open(paths.logs)
+    """partf's callbacks for a run (see `partf.training.callbacks`), and their writers;
+    `while_frozen` is a search's evaluator for validations while pi is frozen
+    (`partf.training.evaluation.block_weights.expected_evaluator`), or None."""
+    writers = Writers(open_writer(paths.logs / "train"), open_writer(paths.logs / "valid"))
     signals = SignalWatch()
     validation = None
     if data.valid is not None:

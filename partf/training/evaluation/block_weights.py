@@ -30,15 +30,9 @@ def mixed_blocks(model: Any) -> list[Any]:
 
 
 def expected_evaluator(model: Any, make: Callable[[str], Any]) -> Any | None:
-    """An evaluator with expected block weights for a search that evaluates by argmax;
-    None otherwise (a fixed model, or a search evaluated by "expected" or "sample",
-    which need no stand-in).
-
-    Args:
-        model: the run's model.
-        make: mode -> a fresh evaluator of `model` scoring with those block weights
-            (e.g. `partf.training.evaluation.evaluators.make_evaluator(..., mode=mode)`).
-    """
+    """`make("expected")` (`make`: mode -> a fresh evaluator of `model` scoring with those
+    block weights) for a search that evaluates by argmax; None otherwise (a fixed model,
+    or a search evaluated by "expected" or "sample", which need no stand-in)."""
     blocks = mixed_blocks(model)
     if not blocks or any(b.eval_mode != "argmax" for b in blocks):
         return None

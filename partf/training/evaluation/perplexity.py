@@ -27,10 +27,12 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from keras import ops
 
 from partf.console import Meter
 from partf.layers.candidates import check_eval_mode
+from partf.training.evaluation.block_weights import mixed_blocks
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -62,19 +64,12 @@ def perplexity_report(
     num_chars: int | None = None,
     text_tokens: int | None = None,
 ) -> dict[str, float | None]:
-    """Every figure of a split from its sums.
-
-    Args:
-        stats: sums from `Evaluator.evaluate` (or any pass over the split).
-        num_words: words plus line ends of the raw text, or None if unknown.
-        num_chars: characters of the raw text (newlines included), or None.
-        text_tokens: target tokens the whole text would give (to correct for a dropped
-            tail), or None to assume the records cover the whole text.
-
-    Returns:
-        {"loss", "perplexity", "perplexity_original", "word_perplexity",
-        "bits_per_character", "accuracy", "num_tokens", "num_batches"}; a figure that
-        cannot be computed (or, for accuracy, was not counted) is None.
+    """Every figure of a split from its sums (module docstring): {"loss", "perplexity",
+    "perplexity_original", "word_perplexity", "bits_per_character", "accuracy",
+    "num_tokens", "num_batches"}; a figure that cannot be computed (or, for accuracy, was
+    not counted) is None. `num_words` counts the raw text's words plus line ends,
+    `num_chars` its characters (newlines included); `text_tokens` is the target tokens of
+    the whole text (None: the records cover all of it).
     """
     if stats.num_tokens <= 0:
         raise ValueError("the split has no target tokens; check that its records are not empty.")
@@ -143,8 +138,6 @@ def predicted_tokens(model: Any, hidden: Any, dtype: Any = "int32") -> Any:
 def stats_of_batches(per_batch: Any, accuracy: bool = False) -> SplitStats:
     """`SplitStats` from per-batch (NLL sum, target tokens, correct targets) sums, [N, 3],
     added in float64; the correct targets count only with `accuracy`."""
-    import numpy as np
-
     per_batch = np.asarray(per_batch, np.float64).reshape(-1, SUMS)
     total, count, correct = per_batch[:, 0], per_batch[:, 1], per_batch[:, 2]
     return SplitStats(
@@ -183,8 +176,6 @@ def stacked_chunks(batches: Sequence[tuple[Any, Any]], size: int) -> Iterator[tu
     to [size, B, T]; the last is padded with batches of pad tokens (id 0) to `size`, and
     `real` says how many of its batches are the split's (the rest's sums are dropped; the
     memory they leave is reset after the pass)."""
-    import numpy as np
-
     for start in range(0, len(batches), size):
         group = batches[start : start + size]
         inputs = np.stack([x for x, _ in group])
@@ -196,8 +187,6 @@ def stacked_chunks(batches: Sequence[tuple[Any, Any]], size: int) -> Iterator[tu
 def weights_note(evaluator: Any) -> str:
     """ " (argmax weights)" (the block weights a search is scored with: the evaluator's
     `mode`, else its blocks' `eval_mode`); "" for a fixed architecture."""
-    from partf.training.evaluation.block_weights import mixed_blocks
-
     blocks = mixed_blocks(getattr(evaluator, "model", None))
     if not blocks:
         return ""
@@ -212,15 +201,9 @@ def score(
     tokens_per_batch: int = 0,
     text_counts: dict[str, int | None] | None = None,
 ) -> dict[str, float | None]:
-    """Scores `dataset` with `evaluator` and returns its `perplexity_report`, with a
-    `partf.console.Meter` on the console (batches done, rate, ETA; the perplexity at the end).
-
-    Args:
-        evaluator: any evaluator (`evaluate(dataset, progress)`).
-        name: what is scored, e.g. "valid" (the block weights are added to it).
-        num_batches: batches in the split (for the share and the ETA).
-        tokens_per_batch: target tokens of a full batch (for tokens per second).
-        text_counts: keyword arguments of `perplexity_report`.
+    """Scores `dataset` with `evaluator` and returns its `perplexity_report` (`text_counts`:
+    its keyword arguments), with a `partf.console.Meter` named `name` and the block weights
+    on the console (batches done of `num_batches`, rate, ETA; the perplexity at the end).
     """
     meter = Meter(
         f"scoring {name}{weights_note(evaluator)}", num_batches, "batches", tokens_per_batch
@@ -261,8 +244,6 @@ class BaseEvaluator:
         """The `SplitStats` of one pass over `dataset` ((inputs, targets) int32 [B, T]
         batches in stream order), memory starting empty; `progress` is called with the
         batches done after each chunk of the pass."""
-        import numpy as np
-
         self.model.reset_state("eval")
         parts, done = [np.zeros((0, SUMS), np.float32)], 0
         for part in self._chunks(dataset):
@@ -283,14 +264,10 @@ class Evaluator(BaseEvaluator):
     on a CPU). Without it, a `tf.function` loops over a chunk of the dataset per call.
     Only the evaluation memory is touched (`training=False`).
 
-    Args:
-        model: a model following partf's model contract (`model(x, training=False)`,
-            `token_nll`, `reset_state`).
-        jit_compile: compile with XLA.
-        chunk: most batches per compiled call (a last, shorter chunk compiles once more).
-        mode: a search's block weights, "argmax", "expected" or "sample"; None: the
-            model's own `eval_mode`.
-        accuracy: also count the targets predicted exactly (`SplitStats.num_correct`).
+    `model` follows partf's model contract (`model(x, training=False)`, `token_nll`,
+    `reset_state`); `mode` is a search's block weights, "argmax", "expected" or "sample"
+    (None: the model's own `eval_mode`); `accuracy` also counts the targets predicted
+    exactly (`SplitStats.num_correct`).
     """
 
     def __init__(
@@ -330,8 +307,6 @@ class Evaluator(BaseEvaluator):
         self._run = tf.function(run, reduce_retracing=True)
 
     def _chunks(self, dataset: tf.data.Dataset) -> Iterator[Any]:
-        import numpy as np
-
         if self.jit_compile:
             batches = list(dataset.as_numpy_iterator())
             size = chunk_size(len(batches), min(self.chunk, CHUNK))

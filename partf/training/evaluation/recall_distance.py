@@ -35,14 +35,8 @@ DEFAULT_EDGES = (0, 16, 32, 64, 128, 256, 512, 1024)
 
 @dataclasses.dataclass(frozen=True)
 class DistanceBucket:
-    """The answers whose key-to-query distance d is in [low, high).
-
-    Attributes:
-        low: the smallest distance of the bucket, in tokens.
-        high: the first distance past it; None: no end (the last bucket).
-        answers: answers in the bucket.
-        correct: of those, the answers the model predicts exactly.
-    """
+    """The `answers` whose key-to-query distance in tokens is in [low, high) (`high` None:
+    no end, the last bucket), and how many of them the model predicts exactly (`correct`)."""
 
     low: int
     high: int | None
@@ -70,15 +64,9 @@ class DistanceBucket:
 
 
 def answer_distances(inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """The distance of every answer (target not 0, input the key asked) from its key's
-    one earlier occurrence, in its pair.
-
-    Args:
-        inputs: int [..., L] token ids, e.g. [batches, B, L] as `read_mqar` returns them.
-        targets: int [..., L], 0 except at the answers.
-
-    Returns:
-        int64 [..., L]: the distance at each answer (at least 1), 0 elsewhere.
+    """int64 [..., L]: the distance of every answer (target not 0, input the key asked)
+    from its key's one earlier occurrence, in its pair (at least 1), 0 elsewhere; `inputs`
+    and `targets` int [..., L], e.g. [batches, B, L] as `read_mqar` returns them.
 
     Raises:
         UsageError: `inputs` and `targets` differ in shape.
@@ -120,17 +108,11 @@ def answer_distances(inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
 def bucket_counts(
     distances: np.ndarray, correct: np.ndarray, edges: Sequence[int] = DEFAULT_EDGES
 ) -> list[DistanceBucket]:
-    """Answers and correct answers per distance bucket.
-
-    Args:
-        distances: int [...] from `answer_distances` (0: not an answer).
-        correct: bool [...] of the same shape: the answers predicted exactly.
-        edges: increasing distances in tokens; bucket i is [edges[i], edges[i + 1]), a
-            last one [edges[-1], inf) and, if edges[0] > 0, a first one [0, edges[0]),
-            so that every answer is in one.
-
-    Returns:
-        The buckets that hold answers, nearest first.
+    """The buckets that hold answers, nearest first, counting the `distances` of
+    `answer_distances` and the answers predicted exactly (bool `correct`, same shape).
+    `edges`: increasing distances in tokens; bucket i is [edges[i], edges[i + 1]), a last
+    one [edges[-1], inf) and, if edges[0] > 0, a first one [0, edges[0]), so that every
+    answer is in one.
     """
     bounds = [int(e) for e in edges]
     if not bounds or bounds[0] < 0 or (np.diff(bounds) <= 0).any():
@@ -158,16 +140,10 @@ def split_predictions(
     jit_compile: bool = True,
 ) -> np.ndarray:
     """int [batches, B, L]: the model's most likely token at every position
-    (`predicted_tokens`), in stream order with the evaluation memory starting empty.
-
-    Args:
-        model: a model of partf's contract (`model(x, training=False)`, `log_probs`,
-            `reset_state`).
-        inputs, targets: int [batches, B, L] (the targets give the predictions' dtype).
-        mode: a search's block weights ("argmax", "expected", "sample"); None: its own
-            ("sample" draws other Gumbel samples than an evaluator's pass).
-        jit_compile: on TensorFlow, compile the per-batch function with XLA; other
-            backends run the batches eagerly.
+    (`predicted_tokens`, of the targets' dtype), in stream order with the evaluation
+    memory starting empty. `mode`: a search's block weights (None: its own; "sample"
+    draws other Gumbel samples than an evaluator's pass). `jit_compile` applies on
+    TensorFlow; other backends run the batches eagerly.
     """
     dtype = str(np.asarray(targets).dtype)
 
@@ -196,14 +172,9 @@ def answer_summary(predictions: np.ndarray, targets: np.ndarray) -> dict[str, An
     answers): a model that knows a row's values but not their keys gives those (by chance
     2n/V of them for n pairs from V/2 values); one that knows neither, any value, or one.
 
-    Args:
-        predictions: int [..., L], as `split_predictions` returns them.
-        targets: int [..., L] of the same shape, 0 except at the answers.
-
-    Returns:
-        {"answers", "distinct_predictions", "in_row"}: the answers, the distinct tokens
-        predicted at them, and the share of answers whose prediction is one of the row's
-        answers.
+    Returns {"answers", "distinct_predictions", "in_row"}: the answers, the distinct
+    tokens predicted at them (`split_predictions`), and the share of answers whose
+    prediction is one of the row's answers.
     """
     predictions, targets = np.asarray(predictions), np.asarray(targets)
     if predictions.shape != targets.shape:
@@ -234,18 +205,9 @@ def accuracy_by_distance(
     mode: str | None = None,
     jit_compile: bool = True,
 ) -> list[DistanceBucket]:
-    """MQAR accuracy per bucket of key-to-query distance.
-
-    Args:
-        model: a model of partf's contract, whatever its memory (the rows are scored in
-            stream order, as the evaluator scores them).
-        inputs, targets: an MQAR split's int [batches, B, L], as
-            `partf.tasks.mqar.read_mqar` returns them.
-        edges: the buckets' edges (`bucket_counts`).
-        mode, jit_compile: as `split_predictions`.
-
-    Returns:
-        The buckets that hold answers, nearest first.
+    """MQAR accuracy per bucket of key-to-query distance (`bucket_counts`), of an MQAR
+    split's int [batches, B, L] arrays as `partf.tasks.mqar.read_mqar` returns them;
+    `mode` and `jit_compile` as `split_predictions`.
 
     Raises:
         DataError: the arrays are not an MQAR split (`answer_distances`).

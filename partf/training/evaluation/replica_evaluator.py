@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from partf.training.distribution import distribute_rows
 from partf.training.evaluation.perplexity import BaseEvaluator, chunk_size
 
@@ -52,7 +54,6 @@ class ReplicaEvaluator(BaseEvaluator):
         self._run = tf.function(run)
 
     def _chunks(self, dataset: tf.data.Dataset) -> Iterator[Any]:
-        import numpy as np
         import tensorflow as tf
 
         num_batches = int(dataset.cardinality())
