@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -124,13 +125,10 @@ class DrawnTask(Task):
         self.settings_of(values)
 
     def build(self, values: Mapping[str, Any], prefix: str | None, overwrite: bool) -> None:
-        import logging
-
         settings = self.settings_of(values)
         shape = f"[{settings.batch_size}, {settings.seq_len}]"
-        for split, folder in self.write(
-            prefix or self.prefix(settings), settings, overwrite
-        ).items():
+        folders = self.write(prefix or self.prefix(settings), settings, overwrite)
+        for split, folder in folders.items():
             batches = settings.num_batches(split)
             logging.getLogger("partf.cli.build_data").info(
                 f"{folder}: {batches} batches of {shape}"

@@ -106,12 +106,9 @@ def draw_examples(
     rng: np.random.Generator,
     power_a: float = 0.01,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`num` MQAR examples of `pairs` key-value pairs each.
-
-    Returns:
-        (inputs, targets), int32 [num, seq_len]; targets are 0 except at each query,
-        where they hold the value its key was paired with.
-    """
+    """`num` MQAR examples of `pairs` key-value pairs each: (inputs, targets), int32
+    [num, seq_len]; targets are 0 except at each query, where they hold the value its key
+    was paired with."""
     n, length = pairs, seq_len
     half = vocab_size // 2
     # Distinct keys and values per example: the first n of a random order of each range.
@@ -157,17 +154,13 @@ def draw_split(settings: MQARSettings, split: str) -> tuple[np.ndarray, np.ndarr
     return inputs.reshape(shape), targets.reshape(shape)
 
 
-def _prefix(settings: MQARSettings) -> str:
-    return f"data/mqar_L{settings.seq_len}_p{max(settings.pairs)}"
-
-
 TASK = DrawnTask(
     "mqar",
     "multi-query associative recall (Zoology), scored on its answers",
     options=MQARSettings,
     draw=draw_split,
     required=("seq_len", "batch_size", "pairs"),
-    prefix=_prefix,
+    prefix=lambda settings: f"data/mqar_L{settings.seq_len}_p{max(settings.pairs)}",
 )
 #: What the tests, the benchmarks and scripts call the split functions.
 write_mqar, read_mqar, is_mqar = TASK.write, TASK.read, TASK.owns
