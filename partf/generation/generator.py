@@ -9,12 +9,8 @@
   rounding.
 
 Draws come from a `keras.random.SeedGenerator` reset to the seed at each `generate`, so a
-seed always gives the same text; the padding id 0 is never drawn (fed back, it would be
-read as padding). Decoding runs as one compiled loop over all new tokens (on JAX with one
-key per token drawn before the loop, since a traced loop cannot advance a generator).
-In carried mode a step skips work that cannot change its result: with
-`eval_mode="argmax"` only each block's chosen candidate runs, and relative attention
-keeps its memory's projected keys and values.
+seed always gives the same text. Decoding runs as one compiled loop over all new tokens;
+in carried mode a step skips work that cannot change its result (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -108,7 +104,6 @@ class Generator:
         self.jit_compile = bool(jit_compile)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(0 if seed is None else seed)
-        self._steps: dict[tuple, Callable] = {}
         self._loops: dict[tuple, Callable] = {}
         self._windows: dict[tuple, Callable] = {}
         # Candidates that argmax evaluation weights pick, read again at each start.
@@ -132,20 +127,14 @@ class Generator:
         log_probs, _ = self._last_log_probs(window, self.model.initial_state(batch))
         return log_probs
 
-    def _window(self, tokens: Any) -> Any:
-        """The last context_len tokens of [B, T], left-padded with 0: [B, C]."""
-        tokens = ops.convert_to_tensor(tokens, "int32")
-        tokens = tokens[:, -self.context_len :]
-        pad = self.context_len - ops.shape(tokens)[1]
-        return ops.pad(tokens, [[0, 0], [pad, 0]]) if pad else tokens
-
     def start(self, prompt: Any) -> tuple[Any, Any]:
         """Reads the prompt int [B, T] (0 = left padding): (next-token log-probs
         float32 [B, V], state: the model's states, or the token window [B, C])."""
         prompt = _as_prompt(prompt)
         self._choices = argmax_choices(self.model)
-        if self.mode == "recompute":
-            window = self._window(prompt)
+        if self.mode == "recompute":  # the last context_len tokens, left-padded with 0
+            window = ops.convert_to_tensor(prompt[:, -self.context_len :], "int32")
+            window = ops.pad(window, [[0, 0], [self.context_len - window.shape[1], 0]])
             return self._window_log_probs(window), window
         states = self.model.initial_state(prompt.shape[0])
         log_probs, states = self._last_log_probs(prompt, states)

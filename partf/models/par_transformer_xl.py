@@ -329,9 +329,8 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
 
     # ----------------------------------------------------------- architecture
     def _fixed_architecture(self) -> str | None:
-        if is_searched_architecture(self.config.architecture):
-            return None
-        return self.config.architecture
+        architecture = self.config.architecture
+        return None if is_searched_architecture(architecture) else architecture
 
     def _search_candidates(self) -> Sequence[str]:
         return self.config.search_candidates

@@ -13,10 +13,7 @@ keys that the example does not use, so a key of the example appears exactly twic
 in its pair, once as its query (Zoology fills with any token, so its keys can also appear
 as noise). The query slots follow Zoology's power law (`power_a`, 0.01): slot s of the
 `(L - 2n) / 2` slots is chosen with weight proportional to (s + 1)^(a - 1), so most
-queries sit close to the pairs and some far away.
-
-A split is a folder holding `mqar.json` (`partf.tasks.base.DrawnTask`), written by
-`partf-build-data --task=mqar`; `TASK.read` draws its examples again and checks them.
+queries sit close to the pairs and some far away. Splits: `partf.tasks.base.DrawnTask`.
 """
 
 from __future__ import annotations
