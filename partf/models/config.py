@@ -1,7 +1,5 @@
 """ModelConfig: every setting of a PAR Transformer-XL, as plain values, named after the
-original project's flags. A run's draft config (`TrainConfig.model`) leaves the fields
-only the data knows (`DATA_FIELDS`) None; `partf.training.resolve.resolve_model` fills
-them.
+original project's flags.
 
 One flat dataclass, by design (it extends `BlockSettings`, so each setting is declared
 once): nothing but the model takes an architecture, search or schedule part whole, the
@@ -34,8 +32,8 @@ from partf.models.architecture import (  # noqa: F401  (re-exported: callers imp
 from partf.serialization import check_complete
 from partf.settings import setting
 
-#: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
-#: steps tau anneals over) know: None in a run's ModelConfig until the run resolves it.
+#: Fields only the data and the run's length know (vocabulary size, rows of the batch, the
+#: steps tau anneals over).
 DATA_FIELDS = ("vocab_size", "batch_size", "tau_steps")
 
 #: How tokens learn where they are (see `ModelConfig.position`).
@@ -48,10 +46,10 @@ class ModelConfig(BlockSettings):
     `Encoder` (and `MaskedLanguageModel`, what objective mlm trains), which refuses what
     an encoder cannot do (causal-only attentions, the sampled or cost-aware search).
 
-    The fields of `DATA_FIELDS` may be None (a run's model before its data is read):
-    such a config checks every setting but those that need them (cutoffs below the
-    vocabulary size) and cannot build a model. Nor can one of `position="auto"`, which
-    `partf.training.resolve.resolve_model` resolves with the data.
+    The fields of `DATA_FIELDS` are None in a run's draft config (`TrainConfig.model`),
+    before its data is read: such a config checks every setting but those that need them
+    (cutoffs below the vocabulary size) and cannot build a model. Nor can one of
+    `position="auto"`. `partf.training.resolve.resolve_model` resolves both with the data.
 
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))

@@ -31,16 +31,11 @@ POOLINGS = ("mean", "first")
 
 @register
 class Encoder(SearchInterface, BackboneOwner, keras.Model):
-    """A bidirectional Transformer encoder with optional classification and MLM heads.
-
-    Args:
-        config: a `ModelConfig` with `causal=False` (what `--objective=mlm` trains) or
-            its dict; None: ModelConfig's defaults. Keyword arguments that are config
-            fields override `config`'s; others (name, dtype) go to the model.
-        num_classes: classes of the sequence-classification head (0: no head).
-        pooling: "mean" over the real tokens or the "first" token, for that head.
-        mlm_head: whether to add the masked-language-model head.
-        seed: seed of the blocks' Gumbel noise (`Backbone`).
+    """A bidirectional Transformer encoder with optional classification and MLM heads,
+    from a `ModelConfig` with `causal=False` (what `--objective=mlm` trains) or its dict,
+    keyword arguments as `ModelConfig.of` takes them. `num_classes`: classes of the
+    sequence-classification head (0: none), which reads `pooling` "mean" over the real
+    tokens or the "first" token; `seed`: the blocks' Gumbel noise's (`Backbone`).
 
     A call takes token ids int [B, T] or {"tokens", optionally "mask"} (else
     tokens != 0), and `mode` as `PARTransformerXL`. It returns the hidden states without

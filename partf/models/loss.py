@@ -4,9 +4,7 @@ A target 0 is not scored (padding, or a position the masking did not choose); th
 is the mean NLL over the scored targets, weighted by any `sample_weight`, plus the
 layers' losses. Under a `tf.distribute` strategy the NLL sum is divided by the token
 count of all replicas (the layers' losses by the replica count), so the replicas'
-gradients sum to the global batch's. The sampled-path search adds a score-function term
-from the drawn path's log pi (`score_function_term`); losses attentions add are also
-logged on their own (`attention_loss_logs`, e.g. `ksvd_loss`).
+gradients sum to the global batch's. The sampled-path search's term: `score_function_term`.
 """
 
 from __future__ import annotations
