@@ -44,12 +44,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes `data` to `path` so that readers see the old file or the new one, never half.
-
-    Args:
-        path: destination; its folder must exist.
-        data: the complete contents.
-    """
+    """Writes `data` to `path` (its folder must exist) so that readers see the old file or
+    the new one, never half."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         _write_all(f, data)
 

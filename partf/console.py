@@ -57,20 +57,12 @@ def rate_text(
 
 
 class Meter:
-    """Progress lines of one piece of counted work: what it is, how far, how fast.
-
-    Call `begin()` to say what starts (optional), `advance(done)` after each piece of
-    work, and `end()` when it is over.
-
-    Args:
-        what: what runs, e.g. "scoring valid (argmax weights)"; starts every line.
-        total: units of work in all.
-        unit: what is counted, plural ("batches", "lines").
-        tokens_per_unit: tokens in one unit, for tokens per second (0: not shown).
-        every_seconds: least time between two plain lines (default `EVERY_SECONDS`).
-        stream: where the lines go (default sys.stderr, read when writing).
-        is_terminal: rewrite one line in place (default: whether the stream is a terminal).
-        clock: seconds, monotonic (for tests).
+    """Progress lines of `total` units of counted work: what it is (`what`, e.g. "scoring
+    valid (argmax weights)", starts every line), how far, how fast (`unit`, plural, per
+    second; tokens per second with `tokens_per_unit`). Call `begin()` to say what starts
+    (optional), `advance(done)` after each piece of work, and `end()` when it is over.
+    `stream` defaults to sys.stderr, read when writing; `is_terminal` (rewrite one line in
+    place) to whether the stream is one; `clock` (monotonic seconds) is for tests.
     """
 
     def __init__(

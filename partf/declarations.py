@@ -43,12 +43,8 @@ def declared() -> Declarations:
 
 
 def mechanism_name(decorator: ast.expr, where: str) -> str | None:
-    """The name a `register_attention("name", ...)` decorator gives; None for another
-    decorator.
-
-    Raises:
-        ValueError: a name that is not a string literal.
-    """
+    """The name a `register_attention("name", ...)` decorator gives (ValueError: not a
+    string literal); None for another decorator."""
     if not (isinstance(decorator, ast.Call) and called(decorator.func) == MECHANISM):
         return None
     first = decorator.args[0] if decorator.args else None

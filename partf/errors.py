@@ -30,13 +30,9 @@ class ConfigError(UsageError):
 
 
 def os_error_message(error: OSError, what: str, full_fix: str) -> str:
-    """One line for a failed write or read, with the fix for the usual causes.
-
-    Args:
-        error: the OSError raised.
-        what: what was being done, named when the error carries no file name.
-        full_fix: what to do when the disk (or quota) is full.
-    """
+    """One line for a failed write or read, with the fix for the usual causes: `what` was
+    being done names it when the error carries no file name; `full_fix` is what to do when
+    the disk (or quota) is full."""
     where = error.filename or what
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"no space left on the device ({where}); {full_fix}"

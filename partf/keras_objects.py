@@ -37,22 +37,18 @@ class StandIn:
         self.name = name
         self.module = module
 
-    def real_class(self) -> type:
-        """The class itself (importing its module registers it in our place)."""
-        return getattr(importlib.import_module(self.module), self.name)
-
     def from_config(self, config: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        return self.real_class().from_config(config, *args, **kwargs)
+        # Importing the class's module registers the class in our place.
+        real_class = getattr(importlib.import_module(self.module), self.name)
+        return real_class.from_config(config, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"StandIn({self.module}.{self.name})"
 
 
 def register_stand_ins() -> list[str]:
-    """Registers a stand-in for every declared saved class Keras does not know yet.
-
-    Needs Keras imported. Returns the names that got one.
-    """
+    """Registers a stand-in for every declared saved class Keras (imported) does not know
+    yet; returns the names that got one."""
     import keras
 
     registered = keras.saving.get_custom_objects()

@@ -92,11 +92,8 @@ def keyed_draws(key: Any) -> Iterator[None]:
     scope `random_bits` instead mixes `key` (drawn once outside the conditional, so
     fresh each step) and a count of the draws made in the scope into the key of each
     draw, so every generator still gives fresh, independent draws per step, per layer
-    and per element, and no state is written.
-
-    Args:
-        key: uint32 (or int) scalar tensor, e.g. `ops.cast(generator.next(), "uint32")[1]`;
-            None: no scope (draws advance their generators as outside).
+    and per element, and no state is written. `key`: a uint32 (or int) scalar tensor,
+    e.g. `ops.cast(generator.next(), "uint32")[1]`; None: no scope.
 
     Example:
         >>> gen = keras.random.SeedGenerator(3)
@@ -127,17 +124,12 @@ def _draw_state(seed: keras.random.SeedGenerator) -> Any:
 
 
 def random_bits(shape: tuple[int, ...], seed: keras.random.SeedGenerator) -> Any:
-    """uint32 [*shape] random bits, each a keyed hash of its element index.
-
-    Args:
-        shape: shape of the result (ints; scalar tensors for dynamic dimensions).
-        seed: the caller's own `keras.random.SeedGenerator`, advanced by one draw;
-            its state (initial seed, draw count) gives the draw's keys. Inside
-            `keyed_draws` it is read, not advanced, and the scope's key joins in.
-
-    Returns:
-        uint32 tensor of `shape`: every bit 0 or 1 with probability 1/2, independent
-        across elements, draws and seeds as far as statistical tests see.
+    """uint32 [*shape] random bits (`shape`: ints, or scalar tensors for dynamic
+    dimensions), each a keyed hash of its element index: every bit 0 or 1 with probability
+    1/2, independent across elements, draws and seeds as far as statistical tests see.
+    `seed`, the caller's own `keras.random.SeedGenerator`, is advanced by one draw; its
+    state (initial seed, draw count) gives the draw's keys. Inside `keyed_draws` it is
+    read, not advanced, and the scope's key joins in.
     """
     state = _draw_state(seed)
     key_1 = _mix(ops.add(_mix(state[0]), ops.multiply(state[1], _GOLDEN)))

@@ -52,11 +52,8 @@ class CheckpointFormatError(CheckpointError, FormatError):
 
 @dataclasses.dataclass(frozen=True)
 class RunFolder:
-    """The folder of one run (see the module docstring).
-
-    Attributes:
-        path: the folder, checkpoints/<model_name>; its name is the run's model_name.
-    """
+    """The folder of one run (module docstring), checkpoints/<model_name>: `path`'s name is
+    the run's model_name."""
 
     path: Path
 
@@ -120,12 +117,9 @@ class RunFolder:
         """The newest checkpoint that reads back completely (`read_checkpoint`), or None
         when there is none; a damaged newer one is skipped with a warning.
 
-        Args:
-            fix: what to do when no checkpoint reads back, for the message.
-
         Raises:
             CheckpointError: checkpoints exist but none reads back: one line naming the
-                folder, `fix`, and what is wrong with the newest.
+                folder, `fix` (what to do), and what is wrong with the newest.
             CheckpointFormatError: the newest readable checkpoint is of another format.
         """
         damage = None
@@ -146,11 +140,7 @@ class RunFolder:
 
     def find_model_file(self) -> Path | None:
         """The run's .keras file: <model_name>.keras, else the folder's only .keras file
-        (of a folder renamed since), else None.
-
-        Raises:
-            RunFolderError: the folder holds several .keras files, none the preferred one.
-        """
+        (of a folder renamed since), else None (RunFolderError: several, none of that name)."""
         candidates = [self.model_file] if self.model_file.is_file() else []
         candidates = candidates or sorted(self.path.glob("*.keras"))
         if len(candidates) > 1:
@@ -161,15 +151,9 @@ class RunFolder:
         return candidates[0] if candidates else None
 
     def read_config(self, what: str | None = None) -> dict[str, Any]:
-        """config.json: {"format", "model", "training"}, as partf-train wrote it.
-
-        Args:
-            what: the file, as messages name it (default its path).
-
-        Raises:
-            RunFolderError: the file is missing or unreadable.
-            FormatError: it is of another partf format.
-        """
+        """config.json: {"format", "model", "training"}, as partf-train wrote it; `what`
+        names the file in messages (default its path). RunFolderError: missing or
+        unreadable; FormatError: of another partf format."""
         return self._read(self.config_path, what, "partf-train writes it as a run starts")
 
     def read_results(self, what: str | None = None) -> dict[str, Any]:
@@ -196,15 +180,9 @@ class RunFolder:
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """Reads one checkpoint fully, checking its integrity (the zip's CRCs).
-
-    Returns:
-        (group -> list of arrays in saved order, meta record).
-
-    Raises:
-        CheckpointError: the file is truncated, corrupt or not a partf checkpoint.
-        CheckpointFormatError: it is of another format (one line: which, and what to do).
-    """
+    """(group -> list of arrays in saved order, meta record) of one checkpoint, read fully
+    and checked (the zip's CRCs). CheckpointError: truncated, corrupt or not a partf
+    checkpoint; CheckpointFormatError: of another format (one line: which, what to do)."""
     import numpy as np
 
     try:

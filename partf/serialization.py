@@ -62,12 +62,7 @@ class FormatError(DataError):
 
 def format_problem(record: Any, what: str, kind: str = "model") -> str | None:
     """Why `record` (a saved file's config or record) cannot be read, in one line, or None
-    when it is of `kind`'s format.
-
-    Args:
-        record: the file's record, as read (a dict holding `FORMAT_KEY`).
-        what: the file, for the message ("checkpoint ckpt-00000012.npz").
-        kind: which of `KINDS` the file is.
+    when it is of `kind`'s format (one of `KINDS`); `what` names the file in the message.
 
     Example:
         >>> format_problem({"format": FORMAT_VERSION}, "run.keras") is None
@@ -91,11 +86,8 @@ def format_problem(record: Any, what: str, kind: str = "model") -> str | None:
 
 
 def check_format(record: Any, what: str, kind: str = "model") -> None:
-    """Refuses a saved record of another format than `kind`'s (see `format_problem`).
-
-    Raises:
-        FormatError: `format_problem`'s line.
-    """
+    """Refuses (FormatError) a saved record of another format than `kind`'s, in
+    `format_problem`'s line."""
     problem = format_problem(record, what, kind)
     if problem is not None:
         raise FormatError(problem)
@@ -105,10 +97,7 @@ def check_complete(values: Mapping[str, Any], cls: type, what: str) -> None:
     """Refuses a saved record of this format (`what`: the file, for the message) that lacks
     a field of dataclass `cls`, or an argument of its constructor (less `**kwargs`): the
     files partf writes hold them all, and a missing one would take today's default.
-
-    Raises:
-        FormatError: one line naming `what`, the missing names and this partf's defaults.
-    """
+    FormatError: one line naming `what`, the missing names and this partf's defaults."""
     if dataclasses.is_dataclass(cls):
         expected = {
             f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
@@ -130,11 +119,8 @@ def check_complete(values: Mapping[str, Any], cls: type, what: str) -> None:
 
 
 def register(cls: T) -> T:
-    """Registers `cls` as Keras-serializable under the `partf` package.
-
-    Every layer and model in partf uses this, so a saved `.keras` file names
-    its classes as `partf>ClassName` and loads without `custom_objects`.
-    """
+    """Registers `cls` as Keras-serializable under the `partf` package, so a saved
+    `.keras` file names it `partf>ClassName` and loads without `custom_objects`."""
     import keras
 
     return keras.saving.register_keras_serializable(package=PACKAGE)(cls)

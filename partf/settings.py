@@ -27,19 +27,10 @@ def setting(
     choices: Sequence[str] | None = None,
     metavar: str | None = None,
 ) -> Any:
-    """A dataclass field with a default and the metadata of its command-line flag.
-
-    Args:
-        default: the field's default (immutable: a tuple, not a list).
-        help: what the setting does, for `--help`; the default is added to it.
-        group: the `--help` section the flag appears in (the command line names them).
-        choices: the only values the setting takes, checked while parsing and by the
-            dataclass (`unknown_choice`).
-        metavar: the value's name in `--help` (default: the field name in capitals).
-
-    Returns:
-        A `dataclasses.field`, to be assigned to the field in the class body.
-    """
+    """A dataclass field with a `default` (immutable: a tuple, not a list) and the metadata
+    of its command-line flag: `help` (`--help` adds the default), the `--help` section
+    `group`, the only values it takes `choices` (checked while parsing and by
+    `unknown_choice`), and `metavar` (default: the field name in capitals)."""
     metadata: dict[str, Any] = {HELP: help}
     if group is not None:
         metadata[GROUP] = group

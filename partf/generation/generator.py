@@ -9,12 +9,8 @@
   rounding.
 
 Draws come from a `keras.random.SeedGenerator` reset to the seed at each `generate`, so a
-seed always gives the same text; the padding id 0 is never drawn (fed back, it would be
-read as padding). Decoding runs as one compiled loop over all new tokens (on JAX with one
-key per token drawn before the loop, since a traced loop cannot advance a generator).
-In carried mode a step skips work that cannot change its result: with
-`eval_mode="argmax"` only each block's chosen candidate runs, and relative attention
-keeps its memory's projected keys and values.
+seed always gives the same text. Decoding runs as one compiled loop over all new tokens;
+in carried mode a step skips work that cannot change its result (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -78,12 +74,7 @@ class Generator:
     """Generates tokens from a `PARTransformerXL` (in evaluation mode), carrying state
     or recomputing (module docstring). `context_len`: the recompute window; `compiled`
     False runs eagerly, op by op (for debugging); `jit_compile`: XLA; `seed`: the
-    default seed of `generate`.
-
-    Raises:
-        ValueError: unknown mode, context_len < 1, or carried mode with an attention
-            that keeps no state (use recompute, or `reconfigure(model, mem_len=N)`).
-    """
+    default seed of `generate`."""
 
     def __init__(
         self,
@@ -113,7 +104,6 @@ class Generator:
         self.jit_compile = bool(jit_compile)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(0 if seed is None else seed)
-        self._steps: dict[tuple, Callable] = {}
         self._loops: dict[tuple, Callable] = {}
         self._windows: dict[tuple, Callable] = {}
         # Candidates that argmax evaluation weights pick, read again at each start.
@@ -137,20 +127,14 @@ class Generator:
         log_probs, _ = self._last_log_probs(window, self.model.initial_state(batch))
         return log_probs
 
-    def _window(self, tokens: Any) -> Any:
-        """The last context_len tokens of [B, T], left-padded with 0: [B, C]."""
-        tokens = ops.convert_to_tensor(tokens, "int32")
-        tokens = tokens[:, -self.context_len :]
-        pad = self.context_len - ops.shape(tokens)[1]
-        return ops.pad(tokens, [[0, 0], [pad, 0]]) if pad else tokens
-
     def start(self, prompt: Any) -> tuple[Any, Any]:
         """Reads the prompt int [B, T] (0 = left padding): (next-token log-probs
         float32 [B, V], state: the model's states, or the token window [B, C])."""
         prompt = _as_prompt(prompt)
         self._choices = argmax_choices(self.model)
-        if self.mode == "recompute":
-            window = self._window(prompt)
+        if self.mode == "recompute":  # the last context_len tokens, left-padded with 0
+            window = ops.convert_to_tensor(prompt[:, -self.context_len :], "int32")
+            window = ops.pad(window, [[0, 0], [self.context_len - window.shape[1], 0]])
             return self._window_log_probs(window), window
         states = self.model.initial_state(prompt.shape[0])
         log_probs, states = self._last_log_probs(prompt, states)
@@ -158,17 +142,16 @@ class Generator:
 
     def advance(self, token: Any, state: Any) -> tuple[Any, Any]:
         """Feeds one token per row: int [B] -> (log-probs [B, V], new state)."""
-        token = ops.reshape(ops.cast(token, "int32"), (-1, 1))  # [B, 1]
-        if self.mode == "recompute":
-            window = ops.concatenate([state[:, 1:], token], axis=1)  # [B, C]
-            return self._window_log_probs(window), window
-        return self._last_log_probs(token, state)
+        token = ops.reshape(ops.cast(token, "int32"), (-1,))
+        return self._feed(token, state, self._window_log_probs)
 
-    def _feed(self, token: Any, state: Any) -> tuple[Any, Any]:
-        """token int32 [B] -> (next log-probs, next state), in this generator's mode."""
+    def _feed(self, token: Any, state: Any, score_window: Callable | None = None) -> Any:
+        """token int32 [B] -> (next log-probs, next state), in this generator's mode;
+        `score_window` scores a recompute window (default: uncompiled, for inside the
+        compiled loop)."""
         if self.mode == "recompute":
-            window = ops.concatenate([state[:, 1:], token[:, None]], axis=1)
-            return self._last_log_probs_of_window(window), window
+            window = ops.concatenate([state[:, 1:], token[:, None]], axis=1)  # [B, C]
+            return (score_window or self._last_log_probs_of_window)(window), window
         return self._last_log_probs(token[:, None], state)
 
     def decode(
@@ -198,17 +181,19 @@ class Generator:
                 tokens = ops.zeros((batch, max_tokens), "int32")
                 history = ops.zeros((batch, max_tokens if return_log_probs else 0, vocab))
 
-                def draw(log_probs: Any, n: Any) -> Any:
+                def draw(n: Any, log_probs: Any, tokens: Any, history: Any) -> tuple:
+                    """Token n, drawn and recorded (with its log-probs when asked for)."""
                     seed = None if keys is None else ops.cast(keys[n], "uint32")
-                    return self._draw(log_probs, sampling, seed)
-
-                def body(n, carry):
-                    log_probs, state, tokens, history = carry
-                    token = draw(log_probs, n)
+                    token = self._draw(log_probs, sampling, seed)
                     tokens = ops.slice_update(tokens, [0, n], token[:, None])
                     if return_log_probs:
                         update = ops.cast(log_probs, "float32")[:, None, :]
                         history = ops.slice_update(history, [0, n, 0], update)
+                    return token, tokens, history
+
+                def body(n, carry):
+                    log_probs, state, tokens, history = carry
+                    token, tokens, history = draw(n, log_probs, tokens, history)
                     log_probs, state = self._feed(token, state)
                     return log_probs, state, tokens, history
 
@@ -217,11 +202,7 @@ class Generator:
                     carry = ops.fori_loop(0, max_tokens - 1, body, carry)
                 # The last token is drawn but not fed: nothing would read the result.
                 log_probs, _, tokens, history = carry
-                last = draw(log_probs, max_tokens - 1)
-                tokens = ops.slice_update(tokens, [0, max_tokens - 1], last[:, None])
-                if return_log_probs:
-                    update = ops.cast(log_probs, "float32")[:, None, :]
-                    history = ops.slice_update(history, [0, max_tokens - 1, 0], update)
+                _, tokens, history = draw(max_tokens - 1, log_probs, tokens, history)
                 return tokens, history
 
             self._loops[key] = _compile(loop, self.compiled, self.jit_compile, self.model)
@@ -315,11 +296,7 @@ def generate(
     jit_compile: bool = False,
     return_log_probs: bool = False,
 ) -> GenerationResult:
-    """One-call form of `Generator(...).generate(...)`; see those for the arguments.
-
-    Example:
-        >>> generate(model, [2, 17, 42], max_tokens=20, temperature=0.8, top_p=0.9, seed=0)
-    """
+    """One-call form of `Generator(...).generate(...)`; see those for the arguments."""
     generator = Generator(
         model, mode=mode, context_len=context_len, compiled=compiled, jit_compile=jit_compile
     )

@@ -1,11 +1,4 @@
-"""What generation needs from the model besides its forward pass.
-
-A copy with settings that leave the weights alone (`reconfigure`), the
-attentions that carry no state (`stateless_attentions`, which carried-state
-generation refuses), the candidate each block's argmax weights pick
-(`argmax_choices`, run alone by `model.forward(..., choices=...)`), and the
-attention inference caches added to a state (`with_inference_caches`).
-"""
+"""What generation needs from the model besides its forward pass."""
 
 from __future__ import annotations
 
@@ -42,11 +35,9 @@ def reconfigure(model: PARTransformerXL, **changes: Any) -> PARTransformerXL:
 
 
 def stateless_attentions(model: PARTransformerXL) -> list[str]:
-    """Paths of the model's attention layers that carry no state between calls.
-
-    Carried-state generation with such a layer would let each new token see
-    only itself there (e.g. relative or softmax attention with mem_len=0).
-    """
+    """Paths of the model's attention layers that carry no state between calls, which
+    carried-state generation refuses: there each new token would see only itself (e.g.
+    relative or softmax attention with mem_len=0)."""
     return [
         layer.path
         for block in model.blocks
@@ -56,12 +47,9 @@ def stateless_attentions(model: PARTransformerXL) -> list[str]:
 
 
 def argmax_choices(model: PARTransformerXL) -> tuple[int | None, ...]:
-    """Per block, the index of the only candidate whose evaluation weight is non-zero.
-
-    With `eval_mode="argmax"` a stochastic block's output at evaluation is
-    exactly its most likely candidate's. None where every candidate counts
-    (other eval modes) or the block is fixed already.
-    """
+    """Per block, the index of the only candidate whose evaluation weight is non-zero (with
+    `eval_mode="argmax"`, a search block's most likely candidate), for `model.forward`'s
+    `choices`; None where every candidate counts (other eval modes) or the block is fixed."""
     if model.config.eval_mode != "argmax":
         return tuple(None for _ in model.blocks)
     return tuple(
@@ -73,9 +61,8 @@ def argmax_choices(model: PARTransformerXL) -> tuple[int | None, ...]:
 
 
 def with_inference_caches(model: PARTransformerXL, states: Any) -> Any:
-    """`states` (per block, per candidate) with each attention's inference cache
-    added, where it has one (`inference_state`, e.g. relative attention), for
-    one-token steps."""
+    """`states` (per block, per candidate) with each attention's inference cache added,
+    where it has one (`inference_state`, e.g. relative attention), for one-token steps."""
     return [
         block.inference_states(block_states)
         for block, block_states in zip(model.blocks, states, strict=True)

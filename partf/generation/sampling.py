@@ -30,9 +30,6 @@ class Sampling:
         top_k: keep only the k most likely tokens (0: no limit).
         top_p: keep the smallest set of most likely tokens whose probability
             reaches top_p (1.0: no limit), after top-k.
-
-    Raises:
-        ValueError: temperature < 0, top_k < 0, or top_p outside (0, 1].
     """
 
     temperature: float = 1.0
@@ -56,19 +53,10 @@ class Sampling:
 
 
 def filter_log_probs(log_probs: Any, sampling: Sampling) -> Any:
-    """The distribution that `sampling` draws from, as normalised log-probabilities.
-
-    Temperature first, then top-k, then top-p on the renormalised top-k
-    distribution. Tokens tied with the last one kept are kept too. Removed
-    tokens get -inf.
-
-    Args:
-        log_probs: float [B, V] log-probabilities (or logits).
-        sampling: the settings.
-
-    Returns:
-        float32 [B, V]: log-probabilities summing to one per row. Greedy
-        (temperature 0) gives 0 at the most likely token, -inf elsewhere.
+    """The distribution that `sampling` draws from (in the module docstring's order) as
+    float32 [B, V] log-probabilities summing to one per row, of `log_probs` float [B, V]
+    (or logits). Tokens tied with the last one kept are kept too; removed tokens get
+    -inf, so greedy (temperature 0) gives 0 at the most likely token, -inf elsewhere.
 
     Example:
         >>> lp = keras.ops.log(keras.ops.convert_to_tensor([[0.5, 0.3, 0.2]]))
@@ -102,21 +90,14 @@ def filter_log_probs(log_probs: Any, sampling: Sampling) -> Any:
 
 
 def sample_tokens(log_probs: Any, sampling: Sampling, seed: Any = None) -> Any:
-    """Draws one token per row from `filter_log_probs(log_probs, sampling)`.
+    """Draws one token per row, int32 [B], from `filter_log_probs(log_probs, sampling)`;
+    `seed`: an int, a `keras.random.SeedGenerator`, or on JAX a uint32 [2] key (ignored
+    when greedy).
 
     Inverse-CDF sampling: one uniform number per row, located in the
     cumulative distribution. It needs one random draw instead of one per
     vocabulary entry, which matters under XLA on CPU, where a categorical
     draw over 12,000 entries costs more than the model's whole step.
-
-    Args:
-        log_probs: float [B, V] model log-probabilities.
-        sampling: the settings.
-        seed: an int, a `keras.random.SeedGenerator`, or on JAX a uint32 [2] key
-            (ignored when greedy).
-
-    Returns:
-        int32 [B] token ids.
     """
     filtered = filter_log_probs(log_probs, sampling)
     if sampling.greedy:

@@ -67,8 +67,7 @@ class Backbone(keras.layers.Layer):
             )
 
     def build(self, input_shape: Any = None) -> None:
-        """Builds every layer; `input_shape` is the token ids' ([B, T], default
-        (None, None))."""
+        """Builds every layer for token ids of `input_shape` (default (None, None))."""
         tokens = (None, None) if input_shape is None else tuple(input_shape)
         self.embedding.build(tokens)
         for block in self.blocks:
@@ -89,15 +88,8 @@ class Backbone(keras.layers.Layer):
         return self.max_positions if self.position == "learned" else None
 
     def check_positions(self, tokens_per_stream: int) -> None:
-        """Refuses a stream longer than learned positions can number.
-
-        Args:
-            tokens_per_stream: real tokens one row will read before its state is reset
-                (a split: batches x sequence length).
-
-        Raises:
-            ValueError: the stream reaches position `max_positions` or beyond.
-        """
+        """Refuses (ValueError) a stream of `tokens_per_stream` real tokens, read by one row
+        before its state is reset, that learned positions cannot number."""
         limit = self.position_limit
         if limit is not None and tokens_per_stream > limit:
             raise ValueError(
@@ -184,11 +176,8 @@ class Backbone(keras.layers.Layer):
         return [first[:-1], *states[1:]], first[-1]["position"]
 
     def resolve_choices(self, choices: Sequence[int | None] | None) -> list[int | None]:
-        """`choices` as a list of one entry per block (None: [None] * blocks), checked.
-
-        Raises:
-            ValueError: not one entry per block, or a candidate a block does not have.
-        """
+        """`choices` as a list of one entry per block (None: [None] * blocks), checked
+        (ValueError: not one entry per block, or a candidate a block does not have)."""
         if choices is None:
             return [None] * len(self.blocks)
         choices = list(choices)
@@ -291,19 +280,8 @@ class BackboneOwner:
         """The learned position table (position "learned"), else None."""
         return self.backbone.position_embedding
 
-    @property
-    def input_dropout(self) -> keras.layers.Layer:
-        """The dropout on the embeddings."""
-        return self.backbone.input_dropout
-
-    @property
-    def position_limit(self) -> int | None:
-        """Tokens a stream may hold before learned positions run out (None: no limit)."""
-        return self.backbone.position_limit
-
     def check_positions(self, tokens_per_stream: int) -> None:
-        """The backbone's `check_positions`: refuses a stream of `tokens_per_stream` real
-        tokens that learned positions cannot number (ValueError)."""
+        """The backbone's `check_positions`."""
         self.backbone.check_positions(tokens_per_stream)
 
     # ---------------------------------------------------------- serialization
@@ -321,12 +299,8 @@ class BackboneOwner:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Any:
-        """Builds the model a saved config describes.
-
-        Raises:
-            FormatError: the config is of another partf format, or lacks a setting
-                (`partf.serialization`).
-        """
+        """Builds the model a saved config describes (FormatError: of another partf format,
+        or lacking a setting)."""
         from partf.models.config import ModelConfig
 
         what = f"the saved {cls.__name__}"

@@ -1,7 +1,5 @@
 """ModelConfig: every setting of a PAR Transformer-XL, as plain values, named after the
-original project's flags. A run's draft config (`TrainConfig.model`) leaves the fields
-only the data knows (`DATA_FIELDS`) None; `partf.training.resolve.resolve_model` fills
-them.
+original project's flags.
 
 One flat dataclass, by design (it extends `BlockSettings`, so each setting is declared
 once): nothing but the model takes an architecture, search or schedule part whole, the
@@ -34,14 +32,9 @@ from partf.models.architecture import (  # noqa: F401  (re-exported: callers imp
 from partf.serialization import check_complete
 from partf.settings import setting
 
-#: Fields only the data (vocabulary size, rows of the batch) and the run's length (the
-#: steps tau anneals over) know: None in a run's ModelConfig until the run resolves it.
+#: Fields only the data and the run's length know (vocabulary size, rows of the batch, the
+#: steps tau anneals over).
 DATA_FIELDS = ("vocab_size", "batch_size", "tau_steps")
-
-#: How a search trains its blocks (see `ModelConfig.search_estimator`).
-SEARCH_ESTIMATORS = ("mixture", "sampled")
-#: What the cost-aware search's lambda weighs (partf.models.cost).
-SEARCH_COSTS = ("flops", "time")
 
 #: How tokens learn where they are (see `ModelConfig.position`).
 POSITIONS = (*MECHANISM_POSITIONS, "auto")
@@ -53,10 +46,10 @@ class ModelConfig(BlockSettings):
     `Encoder` (and `MaskedLanguageModel`, what objective mlm trains), which refuses what
     an encoder cannot do (causal-only attentions, the sampled or cost-aware search).
 
-    The fields of `DATA_FIELDS` may be None (a run's model before its data is read):
-    such a config checks every setting but those that need them (cutoffs below the
-    vocabulary size) and cannot build a model. Nor can one of `position="auto"`, which
-    `partf.training.resolve.resolve_model` resolves with the data.
+    The fields of `DATA_FIELDS` are None in a run's draft config (`TrainConfig.model`),
+    before its data is read: such a config checks every setting but those that need them
+    (cutoffs below the vocabulary size) and cannot build a model. Nor can one of
+    `position="auto"`. `partf.training.resolve.resolve_model` resolves both with the data.
 
     Example:
         >>> config = ModelConfig(vocab_size=12000, cutoffs=(250, 2500))
@@ -99,7 +92,7 @@ class ModelConfig(BlockSettings):
         "how a search trains: mixture (every candidate runs, Gumbel-softmax weights, the "
         "original's) or sampled (one candidate per block drawn from pi runs per step; the "
         "logits learn from a score-function estimate)",
-        choices=SEARCH_ESTIMATORS,
+        choices=("mixture", "sampled"),
     )
     search_cost_weight: float = setting(
         0.0,
@@ -113,7 +106,7 @@ class ModelConfig(BlockSettings):
         "(each candidate's forward-and-backward time per token over the dense block's, "
         "measured in the same passes on this machine at the run's batch shape when it "
         "begins, so the machine's load cancels; kept in cost_table.json beside it)",
-        choices=SEARCH_COSTS,
+        choices=("flops", "time"),
     )
     # search_cost "time": {candidate: time per token in dense blocks}, the run's measured
     # table (partf.training.cost_table fills it; a model keeps it, so its loss needs no file).
@@ -300,12 +293,12 @@ class ModelConfig(BlockSettings):
     @property
     def attention_mechanisms(self) -> tuple[str, ...]:
         """Registry names of the attentions the model builds, in order of appearance."""
-        names = []
-        for candidates in self.block_candidates:
-            for name in candidates:
-                if name in ("dense", "identity"):
-                    continue
-                names.append(self.attention if name == "attention" else name)
+        names = [
+            self.attention if name == "attention" else name
+            for candidates in self.block_candidates
+            for name in candidates
+            if name not in ("dense", "identity")
+        ]
         return tuple(dict.fromkeys(names))
 
     @property
@@ -336,14 +329,10 @@ class ModelConfig(BlockSettings):
         return self.position in ("sinusoidal", "learned")
 
     def check_attention_options(self, also: Sequence[str] = ()) -> None:
-        """Raises ValueError for an attention option that no chosen mechanism takes.
-
-        The model itself ignores such options (one set can serve many mechanisms); the
-        command line calls this so that a mistyped or misplaced `--attn_...` flag is an
-        error. `<mechanism>_<option>` must name a chosen mechanism and one of its options.
-        `also` names mechanisms the run builds besides its architecture's (the one
-        `--drop_attention_to` puts in place of the source's attention).
-        """
+        """Raises ValueError for an attention option (`<option>` or `<mechanism>_<option>`)
+        that no chosen mechanism takes; `also` names mechanisms the run builds besides its
+        architecture's (`--drop_attention_to`'s). The model ignores such options (one set
+        serves many mechanisms); the command line calls this to refuse a mistyped flag."""
         mechanisms = tuple(dict.fromkeys((*self.attention_mechanisms, *also)))
         valid = set(COMMON_ARGUMENTS) - {"name", "dtype"}
         for name in mechanisms:
@@ -383,15 +372,8 @@ class ModelConfig(BlockSettings):
     # ------------------------------------------------------------- plain dict
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (tuples become lists)."""
-        out = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, dict):
-                value = dict(value)
-            out[field.name] = value
-        return out
+        values = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], saved: str | None = None) -> ModelConfig:

@@ -46,11 +46,7 @@ def cost_key(kind: str, mechanism: str | None) -> str:
 
 def measured_costs(model: CostedModel) -> list[list[float]]:
     """Per block, each candidate's measured time per token (forward and backward) in dense
-    blocks, from `config.candidate_costs`.
-
-    Raises:
-        ValueError: a candidate the table does not hold, naming the ones it does.
-    """
+    blocks, from `config.candidate_costs` (ValueError: a candidate the table lacks)."""
     table = model.config.candidate_costs
     costs = []
     for block in model.blocks:
@@ -96,14 +92,6 @@ def expected_flops(model: CostedModel, seq_len: int) -> Any:
     return _expected(model, candidate_flops(model, seq_len))
 
 
-def architecture_flops(model: CostedModel, seq_len: int) -> float:
-    """The blocks' FLOPs per token of the discrete architecture: each block's most likely
-    candidate (a fixed model's only one)."""
-    pi = [np.asarray(ops.convert_to_numpy(block.pi())) for block in model.blocks]
-    costs = candidate_flops(model, seq_len)
-    return float(sum(c[int(np.argmax(p))] for p, c in zip(pi, costs, strict=True)))
-
-
 def output_flops(model: CostedModel) -> float:
     """Forward FLOPs per token of the output layer scoring every token exactly (the
     adaptive softmax's head and every tail cluster, or the plain softmax)."""
@@ -134,7 +122,10 @@ def training_flops_per_token(model: CostedModel, seq_len: int) -> float:
 
 
 def model_flops(model: CostedModel, seq_len: int) -> dict[str, float]:
-    """Forward FLOPs per token of the discrete architecture: {"blocks", "output", "total"}."""
-    blocks = architecture_flops(model, seq_len)
+    """Forward FLOPs per token of the discrete architecture, each block's most likely
+    candidate (a fixed model's only one): {"blocks", "output", "total"}."""
+    pi = [np.asarray(ops.convert_to_numpy(block.pi())) for block in model.blocks]
+    costs = candidate_flops(model, seq_len)
+    blocks = float(sum(c[int(np.argmax(p))] for p, c in zip(pi, costs, strict=True)))
     output = output_flops(model)
     return {"blocks": blocks, "output": output, "total": blocks + output}

@@ -31,16 +31,11 @@ POOLINGS = ("mean", "first")
 
 @register
 class Encoder(SearchInterface, BackboneOwner, keras.Model):
-    """A bidirectional Transformer encoder with optional classification and MLM heads.
-
-    Args:
-        config: a `ModelConfig` with `causal=False` (what `--objective=mlm` trains) or
-            its dict; None: ModelConfig's defaults. Keyword arguments that are config
-            fields override `config`'s; others (name, dtype) go to the model.
-        num_classes: classes of the sequence-classification head (0: no head).
-        pooling: "mean" over the real tokens or the "first" token, for that head.
-        mlm_head: whether to add the masked-language-model head.
-        seed: seed of the blocks' Gumbel noise (block i uses seed + i).
+    """A bidirectional Transformer encoder with optional classification and MLM heads,
+    from a `ModelConfig` with `causal=False` (what `--objective=mlm` trains) or its dict,
+    keyword arguments as `ModelConfig.of` takes them. `num_classes`: classes of the
+    sequence-classification head (0: none), which reads `pooling` "mean" over the real
+    tokens or the "first" token; `seed`: the blocks' Gumbel noise's (`Backbone`).
 
     A call takes token ids int [B, T] or {"tokens", optionally "mask"} (else
     tokens != 0), and `mode` as `PARTransformerXL`. It returns the hidden states without
@@ -191,13 +186,9 @@ class Encoder(SearchInterface, BackboneOwner, keras.Model):
         return ops.matmul(h, ops.transpose(table)) + ops.cast(self.mlm_bias, "float32")
 
     def call(self, inputs: Any, training: bool | None = None, mode: str | None = None) -> Any:
-        if isinstance(inputs, dict):
-            tokens = ops.cast(inputs["tokens"], "int32")
-            mask = inputs.get("mask")
-            mask = ops.not_equal(tokens, 0) if mask is None else ops.cast(mask, "bool")
-        else:
-            tokens = ops.cast(inputs, "int32")
-            mask = ops.not_equal(tokens, 0)
+        mask = inputs.get("mask") if isinstance(inputs, dict) else None
+        tokens = ops.cast(inputs["tokens"] if isinstance(inputs, dict) else inputs, "int32")
+        mask = ops.not_equal(tokens, 0) if mask is None else ops.cast(mask, "bool")
         hidden = self.encode(tokens, mask, training=training, mode=mode)
         if training and self.is_search:
             self.step.assign_add(1)

@@ -4,9 +4,7 @@ A target 0 is not scored (padding, or a position the masking did not choose); th
 is the mean NLL over the scored targets, weighted by any `sample_weight`, plus the
 layers' losses. Under a `tf.distribute` strategy the NLL sum is divided by the token
 count of all replicas (the layers' losses by the replica count), so the replicas'
-gradients sum to the global batch's. The sampled-path search adds a score-function term
-from the drawn path's log pi (`score_function_term`); losses attentions add are also
-logged on their own (`attention_loss_logs`, e.g. `ksvd_loss`).
+gradients sum to the global batch's. The sampled-path search's term: `score_function_term`.
 """
 
 from __future__ import annotations
@@ -22,15 +20,9 @@ BASELINE_DECAY = 0.99
 
 
 def mean_token_loss(nll: Any, targets: Any, sample_weight: Any = None) -> tuple[Any, float]:
-    """(mean NLL over the scored targets of the global batch, replicas in sync).
-
-    A batch in which nothing is scored contributes a zero loss, not a NaN.
-
-    Args:
-        nll: float32 [B, T] NLL of each target.
-        targets: int [B, T], 0 where nothing is scored.
-        sample_weight: None, [B] (one weight per row) or [B, T].
-    """
+    """(mean `nll` float32 [B, T] over the scored `targets` (int [B, T], 0: not scored) of
+    the global batch, replicas in sync); `sample_weight`: None, [B] (per row) or [B, T].
+    A batch in which nothing is scored contributes a zero loss, not a NaN."""
     weights = ops.cast(ops.not_equal(targets, 0), "float32")  # [B, T]
     if sample_weight is not None:
         sample_weight = ops.cast(sample_weight, "float32")
@@ -55,12 +47,9 @@ def score_function_term(
     for the drawn paths: (L - b) * grad sum_blocks log pi[drawn], with b a running mean of
     the loss L. It is unbiased for the gradient of the expected loss over paths (b does
     not depend on the draw) and needs no output of the candidates not drawn.
-
-    Args:
-        path_log_probs: log pi of the path drawn in each sampled block (scalars).
-        baseline: float32 [2] variable, the running mean as [sum, weight] (divided out,
-            so the first steps are not biased toward zero); updated here.
-        data_loss: the step's data loss L.
+    `path_log_probs`: log pi of the path drawn in each sampled block (scalars);
+    `baseline`: float32 [2] variable, the running mean as [sum, weight] (divided out, so
+    the first steps are not biased toward zero), updated here.
     """
     log_prob = ops.sum(ops.stack(path_log_probs))
     total, weight = baseline[0], baseline[1]

@@ -22,12 +22,8 @@ from partf.serialization import register
 
 
 def masked_token_nll(logits: Any, targets: Any) -> Any:
-    """float32 [B, T] -log softmax(logits)[target]; 0 where target == 0 (not chosen).
-
-    Args:
-        logits: float [B, T, V].
-        targets: int [B, T], 0 where nothing is scored.
-    """
+    """float32 [B, T] -log softmax(logits [B, T, V])[targets int [B, T]]; 0 where
+    target == 0 (not chosen)."""
     logits = ops.cast(logits, "float32")
     targets = ops.cast(targets, "int32")
     picked = ops.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]

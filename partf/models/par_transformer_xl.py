@@ -74,7 +74,6 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
         super().__init__(**kwargs)
         self.config = config
         policy = self.dtype_policy
-        # The embedding, input dropout, blocks and (learned) position table.
         self.backbone = Backbone(config, dtype=policy, name="backbone")
         self.temperature = self._make_temperature(config)
         # The output distribution and loss stay in float32 under mixed precision.
@@ -88,10 +87,8 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
             name="adaptive_softmax",
         )
         self.step = self._add_step_counter()
-        # The XL memory (below): every block's state, per set.
         self._add_block_states()
-        # The sampled-path search's loss baseline, a running mean [sum, weight] (divided
-        # out, so the first steps are not biased toward zero); only that search has one.
+        # The sampled-path search's loss baseline (`score_function_term`); only it has one.
         self.search_baseline = None
         if config.is_stochastic and config.search_estimator == "sampled":
             self.search_baseline = self.add_weight(
@@ -102,7 +99,6 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
                 trainable=False,
                 aggregation="only_first_replica",
             )
-        # Absolute positions: the stream position reached, one count per row and set.
         self._add_position_states()
         # Everything is known from the config: build now, so a loaded model
         # has all its variables before the weights are restored.
@@ -115,12 +111,9 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
         self.output_layer.build((*input_shape, self.config.d_model))
 
     # -------------------------------------------------------------- XL memory
-    # Every block's state (its candidates' XL memory or running sums, `state_spec`)
-    # lives in variables sized for the fixed context batch, like a stateful RNN, one copy
-    # per state set (`STATE_SETS`); with absolute positions each set also keeps the
-    # stream position reached by every row. The states' form is the backbone's.
     def _add_block_states(self) -> None:
-        """Makes one copy of every block's state per set: [set][block][candidate][name]."""
+        """Makes one copy of every block's state (`state_spec`: its candidates' XL memory
+        or running sums) per set of `STATE_SETS`: [set][block][candidate][name]."""
         self._states: dict[str, States] = {}
         for which in STATE_SETS:
             self._states[which] = [
@@ -137,8 +130,7 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
             ]
 
     def _add_position_states(self) -> None:
-        """With absolute positions, makes the stream position reached, one count per row
-        and set; without, nothing."""
+        """With absolute positions, makes the stream position reached, per row and set."""
         self._position_vars: dict[str, keras.Variable] = {}
         if self.config.absolute_positions:
             for which in STATE_SETS:
@@ -180,8 +172,7 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
         return blocks + position
 
     def initial_state(self, batch_size: int) -> States:
-        """Empty states ("no context") for `forward`, per block and candidate; with
-        absolute positions block 0's list ends with {"position": zeros int32 [B]}."""
+        """The backbone's `initial_state`: empty states ("no context") for `forward`."""
         return self.backbone.initial_state(batch_size)
 
     def reset_state(self, which: str = "all") -> None:
@@ -219,20 +210,16 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
         choices: Sequence[int | None] | None = None,
         mode: str | None = None,
     ) -> tuple[Any, States]:
-        """Pure forward pass, writing no variable: (hidden [B, T, d_model], new states).
-
-        Args:
-            inputs: int [B, T] token ids, 0 = padding.
-            states: from `initial_state(B)` or a previous `forward`.
-            training: dropout and sampled block weights (for a sampled-path search, one
-                candidate per block drawn from pi).
-            choices: optional, per block: the index of the candidate to run alone (the
-                others carry their states unchanged), or None to run the whole block. With
-                each block's argmax candidate the hidden states equal the full pass's;
-                generation uses this to skip candidates that weigh zero.
-            mode: the mixed blocks' weights, "argmax", "expected" or "sample"; None: sampled
-                in training, `eval_mode` otherwise. An argument rather than a setting, so
-                that a compiled function keeps the weights it was traced with."""
+        """Pure forward pass, writing no variable, of token ids int [B, T] (0 = padding) from
+        `states` (`initial_state(B)` or a previous `forward`'s): (hidden [B, T, d_model],
+        new states). `training`: dropout and sampled block weights (a sampled-path search
+        draws one candidate per block from pi). `choices`: per block, the index of the
+        candidate to run alone (the others carry their states unchanged), or None for the
+        whole block; with each block's argmax candidate the hidden states equal the full
+        pass's, so generation skips candidates that weigh zero. `mode`: the mixed blocks'
+        weights, "argmax", "expected" or "sample" (None: sampled in training, `eval_mode`
+        otherwise), an argument so that a compiled function keeps the weights it was
+        traced with."""
         hidden, new_states, _ = self._forward(inputs, states, training, choices, mode)
         return hidden, new_states
 
@@ -306,12 +293,8 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
     ) -> Any:
         """Mean NLL over non-pad targets, plus any losses added by layers, plus the
         search's terms: the expected cost (`search_cost_weight`) and, for a sampled-path
-        search, the score-function term that trains the architecture logits.
-
-        Args:
-            y_pred: what `call` returned: the hidden states, or in training of a
-                sampled-path search the dict that also holds the drawn path's log pi.
-        """
+        search, the score-function term that trains the architecture logits (from the
+        drawn path's log pi in `y_pred`, what `call` returned)."""
         hidden, path_log_probs = split_outputs(y_pred)
         # Token-weighted over the global batch under a tf.distribute strategy.
         data_loss, replicas = mean_token_loss(self.token_nll(hidden, y), y, sample_weight)
@@ -346,9 +329,8 @@ class PARTransformerXL(TrainStep, SearchInterface, BackboneOwner, keras.Model):
 
     # ----------------------------------------------------------- architecture
     def _fixed_architecture(self) -> str | None:
-        if is_searched_architecture(self.config.architecture):
-            return None
-        return self.config.architecture
+        architecture = self.config.architecture
+        return None if is_searched_architecture(architecture) else architecture
 
     def _search_candidates(self) -> Sequence[str]:
         return self.config.search_candidates

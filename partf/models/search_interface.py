@@ -7,7 +7,6 @@ string, or None during a search) and `_search_candidates()`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -28,14 +27,6 @@ class SearchInterface:
     blocks: list[StochasticBlock]
     temperature: Temperature | None
     step: keras.Variable | None
-
-    def _fixed_architecture(self) -> str | None:
-        """The fixed architecture string, or None during a search."""
-        raise NotImplementedError
-
-    def _search_candidates(self) -> Sequence[str]:
-        """The candidate names every block of a search chooses among."""
-        raise NotImplementedError
 
     def _add_step_counter(self) -> keras.Variable:
         """The int64 count of training calls, which the temperature anneals from."""

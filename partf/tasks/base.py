@@ -12,11 +12,9 @@ the registry (`partf.tasks`) finds it there; nothing else names it. Two kinds ex
   evaluation) wherever a position is not scored, so loss and accuracy need no special
   case; accuracy (targets predicted exactly) is reported beside the loss.
 
-A drawn task's split is a folder holding `<name>.json`: the settings and split it is
-drawn from and the sha256 of the arrays they give. The examples are drawn again when the
-folder is read (numpy only, so the JAX path reads it without TensorFlow), and a different
-draw (another numpy, another partf) is refused rather than trained on. Train, valid and
-test are drawn from different streams of the same seed (`split_rng`).
+A drawn task's split is a folder holding `<name>.json` (docs/data.md): the settings, the
+split and the sha256 of the arrays they give, drawn again (numpy only) when it is read;
+another draw is refused. The splits come from different streams of one seed (`split_rng`).
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -124,13 +123,10 @@ class DrawnTask(Task):
         self.settings_of(values)
 
     def build(self, values: Mapping[str, Any], prefix: str | None, overwrite: bool) -> None:
-        import logging
-
         settings = self.settings_of(values)
         shape = f"[{settings.batch_size}, {settings.seq_len}]"
-        for split, folder in self.write(
-            prefix or self.prefix(settings), settings, overwrite
-        ).items():
+        folders = self.write(prefix or self.prefix(settings), settings, overwrite)
+        for split, folder in folders.items():
             batches = settings.num_batches(split)
             logging.getLogger("partf.cli.build_data").info(
                 f"{folder}: {batches} batches of {shape}"

@@ -13,10 +13,7 @@ keys that the example does not use, so a key of the example appears exactly twic
 in its pair, once as its query (Zoology fills with any token, so its keys can also appear
 as noise). The query slots follow Zoology's power law (`power_a`, 0.01): slot s of the
 `(L - 2n) / 2` slots is chosen with weight proportional to (s + 1)^(a - 1), so most
-queries sit close to the pairs and some far away.
-
-A split is a folder holding `mqar.json` (`partf.tasks.base.DrawnTask`), written by
-`partf-build-data --task=mqar`; `TASK.read` draws its examples again and checks them.
+queries sit close to the pairs and some far away. Splits: `partf.tasks.base.DrawnTask`.
 """
 
 from __future__ import annotations
@@ -106,12 +103,9 @@ def draw_examples(
     rng: np.random.Generator,
     power_a: float = 0.01,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`num` MQAR examples of `pairs` key-value pairs each.
-
-    Returns:
-        (inputs, targets), int32 [num, seq_len]; targets are 0 except at each query,
-        where they hold the value its key was paired with.
-    """
+    """`num` MQAR examples of `pairs` key-value pairs each: (inputs, targets), int32
+    [num, seq_len]; targets are 0 except at each query, where they hold the value its key
+    was paired with."""
     n, length = pairs, seq_len
     half = vocab_size // 2
     # Distinct keys and values per example: the first n of a random order of each range.
@@ -157,17 +151,13 @@ def draw_split(settings: MQARSettings, split: str) -> tuple[np.ndarray, np.ndarr
     return inputs.reshape(shape), targets.reshape(shape)
 
 
-def _prefix(settings: MQARSettings) -> str:
-    return f"data/mqar_L{settings.seq_len}_p{max(settings.pairs)}"
-
-
 TASK = DrawnTask(
     "mqar",
     "multi-query associative recall (Zoology), scored on its answers",
     options=MQARSettings,
     draw=draw_split,
     required=("seq_len", "batch_size", "pairs"),
-    prefix=_prefix,
+    prefix=lambda settings: f"data/mqar_L{settings.seq_len}_p{max(settings.pairs)}",
 )
 #: What the tests, the benchmarks and scripts call the split functions.
 write_mqar, read_mqar, is_mqar = TASK.write, TASK.read, TASK.owns

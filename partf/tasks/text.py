@@ -5,6 +5,7 @@ original project's flags; a plan names it `text` (its records or text in `[data]
 from __future__ import annotations
 
 import dataclasses
+import logging
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -86,16 +87,6 @@ class TextOptions:
             raise UsageError(f"--holdout_fraction must be in (0, 0.5), got {self.holdout_fraction}")
 
 
-class _RecordsTask(Task):
-    def build(self, values: Mapping[str, Any], prefix: str | None, overwrite: bool) -> None:
-        _build(TextOptions(**values), prefix, overwrite)
-
-
-TASK = _RecordsTask(
-    "text", "records from text, scored by perplexity (the original flags)", TextOptions
-)
-
-
 def _is_url(text: str) -> bool:
     return urllib.parse.urlparse(text).scheme in ("http", "https", "file")
 
@@ -124,65 +115,69 @@ def _fetch_source(args: TextOptions, overwrite: bool) -> Path:
     return text_dir
 
 
-def _build(args: TextOptions, prefix: str | None, overwrite: bool) -> None:
-    import logging
+class _RecordsTask(Task):
+    def build(self, values: Mapping[str, Any], prefix: str | None, overwrite: bool) -> None:
+        from partf import data
 
-    from partf import data
+        args = TextOptions(**values)
+        text_path = Path(args.text_file or TEXT_FILE)
+        directory_mode = args.from_directory or args.source is not None or text_path.is_dir()
+        prefix = prefix or f"data/wikitext2_bsz{args.batch_size}_seqlen{args.seq_len}_tfrecords"
+        splits = data.SPLITS if directory_mode else ("records",)
+        records_dirs = {
+            split: Path(f"{prefix}_{split}" if directory_mode else prefix) for split in splits
+        }
+        sp_model = data.model_path(args.sp_model_prefix)
 
-    text_path = Path(args.text_file or TEXT_FILE)
-    directory_mode = args.from_directory or args.source is not None or text_path.is_dir()
-    default_prefix = f"data/wikitext2_bsz{args.batch_size}_seqlen{args.seq_len}_tfrecords"
-    prefix = prefix or default_prefix
-    splits = data.SPLITS if directory_mode else ("records",)
-    records_dirs = {
-        split: Path(f"{prefix}_{split}" if directory_mode else prefix) for split in splits
-    }
-    sp_model = data.model_path(args.sp_model_prefix)
+        # Refuse early, before any download or training, when outputs are in the way.
+        staged = data.StagedOutputs(overwrite)
+        for out in records_dirs.values():
+            staged.check(out)
+        if args.train_tokenizer:
+            staged.check(sp_model)
+        elif not sp_model.is_file():
+            data.load_sentencepiece(sp_model)  # the one-line "train one" message
 
-    # Refuse early, before any download or training, when outputs are in the way.
-    staged = data.StagedOutputs(overwrite)
-    for out in records_dirs.values():
-        staged.check(out)
-    if args.train_tokenizer:
-        staged.check(sp_model)
-    elif not sp_model.is_file():
-        data.load_sentencepiece(sp_model)  # the one-line "train one" message
-
-    if args.source is not None:
-        text_path = _fetch_source(args, overwrite)
-    if directory_mode:
-        text_files = data.find_splits(text_path, args.train_split)
-    else:
-        if not text_path.exists():
-            raise UsageError(
-                f"--text_file={text_path} does not exist; give a text file or a folder, or "
-                f"--source=wikitext-2 to download WikiText-2"
-            )
-        text_files = {"records": text_path}
-    results = data.build_data(
-        text_files,
-        records_dirs,
-        args.sp_model_prefix,
-        train_tokenizer_on=text_files["train" if directory_mode else "records"]
-        if args.train_tokenizer
-        else None,
-        vocab_size=args.vocab_size,
-        lowercase=args.lowercase,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        shards=args.shards,
-        overwrite=overwrite,
-        mask_symbol=args.mask_symbol,
-    )
-    logger = logging.getLogger("partf.cli.build_data")
-    if args.train_tokenizer:
-        logger.info("tokenizer: %s", sp_model)
-    for split, meta in results.items():
-        logger.info(
-            "%s: %d batches of [%d, %d] from %d tokens",
-            records_dirs[split],
-            meta.num_batches,
-            meta.batch_size,
-            meta.seq_len + 1,
-            meta.num_tokens,
+        if args.source is not None:
+            text_path = _fetch_source(args, overwrite)
+        if directory_mode:
+            text_files = data.find_splits(text_path, args.train_split)
+        else:
+            if not text_path.exists():
+                raise UsageError(
+                    f"--text_file={text_path} does not exist; give a text file or a folder, or "
+                    f"--source=wikitext-2 to download WikiText-2"
+                )
+            text_files = {"records": text_path}
+        results = data.build_data(
+            text_files,
+            records_dirs,
+            args.sp_model_prefix,
+            train_tokenizer_on=text_files["train" if directory_mode else "records"]
+            if args.train_tokenizer
+            else None,
+            vocab_size=args.vocab_size,
+            lowercase=args.lowercase,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            shards=args.shards,
+            overwrite=overwrite,
+            mask_symbol=args.mask_symbol,
         )
+        logger = logging.getLogger("partf.cli.build_data")
+        if args.train_tokenizer:
+            logger.info("tokenizer: %s", sp_model)
+        for split, meta in results.items():
+            logger.info(
+                "%s: %d batches of [%d, %d] from %d tokens",
+                records_dirs[split],
+                meta.num_batches,
+                meta.batch_size,
+                meta.seq_len + 1,
+                meta.num_tokens,
+            )
+
+
+TASK = _RecordsTask(
+    "text", "records from text, scored by perplexity (the original flags)", TextOptions
+)
