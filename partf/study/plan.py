@@ -258,11 +258,17 @@ def _unknown(path: Path, where: str, table: dict[str, Any], allowed: Sequence[st
 def _data(path: Path, table: Any) -> DataSpec:
     if not isinstance(table, dict):
         raise _fail(path, "[data] is missing; name records folders (train, valid, test) or text.")
-    kind, keys = ("text", TEXT_KEYS) if "text" in table else ("records", RECORD_KEYS)
-    _unknown(path, f"[data] ({kind})", table, keys)
+    # [data]'s `text` key names a folder of text, not the task.
+    of_text = "text" in table
+    _unknown(
+        path,
+        f"[data] ({'text' if of_text else 'records'})",
+        table,
+        TEXT_KEYS if of_text else RECORD_KEYS,
+    )
     prefix = table.get("sp_model_prefix")
     prefix = _folder(path, "[data] sp_model_prefix", prefix) if prefix else None
-    if kind == "text":
+    if of_text:
         numbers = {}
         for key in ("vocab_size", "batch_size", "seq_len"):
             value = table.get(key, DataSpec.__dataclass_fields__[key].default)
