@@ -46,14 +46,6 @@ class RunPaths:
         return self.root / "plots" / self.model_name
 
     @property
-    def results(self) -> Path:
-        return self.folder.results_path
-
-    @property
-    def model_file(self) -> Path:
-        return self.folder.model_file
-
-    @property
     def training_log(self) -> Path:
         return self.logs / "training.log"
 

@@ -143,14 +143,14 @@ def finish(
         "search": search_summary(config, built, data),
         "config": built.full_config,
     }
-    save_model(model, paths.model_file)
-    atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
+    save_model(model, paths.folder.model_file)
+    atomic_write_text(paths.folder.results_path, json.dumps(results, indent=2) + "\n")
     logger.info(
         "done: %d steps in %.0fs; architecture %s; results in %s",
         step,
         results["wall_time_seconds"],
         results["architecture"],
-        paths.results,
+        paths.folder.results_path,
     )
     return results
 

@@ -114,13 +114,13 @@ def test_results_report_the_masked_perplexity(runs):
         assert report["word_perplexity"] is None
         assert math.isfinite(report["perplexity"])
     paths = RunPaths(Path(whole.output_dir), "mlm")
-    assert paths.results.is_file() and paths.model_file.is_file()
+    assert paths.folder.results_path.is_file() and paths.folder.model_file.is_file()
     assert (paths.logs / "train").is_dir() and (paths.logs / "valid").is_dir()
 
 
 def test_saved_model_loads_and_scores_the_same(runs, records):
     whole, results, _, _, _ = runs
-    model = keras.saving.load_model(RunPaths(Path(whole.output_dir), "mlm").model_file)
+    model = keras.saving.load_model(RunPaths(Path(whole.output_dir), "mlm").folder.model_file)
     assert type(model).__name__ == "MaskedLanguageModel"
     masking = Masking(MASK_ID, VOCAB)
     test = masking.evaluation_batches(load_tfrecords(records / "test"), "test")
@@ -216,7 +216,7 @@ def test_a_search_logs_pi_and_tau(searched):
 
 def test_the_searched_model_loads_with_its_pi(searched):
     config, results = searched
-    model = keras.saving.load_model(RunPaths(Path(config.output_dir), "mlm").model_file)
+    model = keras.saving.load_model(RunPaths(Path(config.output_dir), "mlm").folder.model_file)
     assert type(model).__name__ == "MaskedLanguageModel" and model.is_search
     np.testing.assert_allclose(model.pi(), results["pi"], rtol=1e-6)
     assert model.architecture_string() == results["architecture"]

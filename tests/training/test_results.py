@@ -49,7 +49,7 @@ def test_results_hold_every_figure(trained_run):
 
 def test_saved_model_loads_and_scores_the_same(trained_run, trainer_records):
     _, results, paths = trained_run
-    model = keras.saving.load_model(paths.model_file)
+    model = keras.saving.load_model(paths.folder.model_file)
     np.testing.assert_allclose(model.pi(), results["pi"], rtol=1e-6)
     root, _ = trainer_records
     from partf.data import load_tfrecords

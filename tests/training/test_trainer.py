@@ -33,7 +33,7 @@ def test_every_artifact_is_written(trained_run):
     assert written["model"]["d_model"] == 16 and written["format"] == FORMAT_VERSION
     steps = [step for step, _ in paths.folder.checkpoints()]
     assert steps[-1] == 24 and 1 < len(steps) <= 5
-    assert json.loads(paths.results.read_text()) == json.loads(json.dumps(results))
+    assert json.loads(paths.folder.results_path.read_text()) == json.loads(json.dumps(results))
     log = paths.training_log.read_text()
     expected_lines = ('"d_model": 16', "Total params", "step 24/24", "validation at step")
     # The final passes say what they score (valid was scored at step 24 already).
@@ -47,7 +47,7 @@ def test_every_artifact_is_written(trained_run):
     frames = sorted(p.name for p in paths.plots.glob("step*.png"))
     assert frames == ["step16.png", "step24.png", "step8.png"]
     assert (paths.plots / "pi.gif").stat().st_size > 0
-    assert paths.model_file.is_file()
+    assert paths.folder.model_file.is_file()
     assert not list(paths.checkpoints.glob(".tmp-*"))
 
 
