@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs a study from a pinned commit, at the lowest priority, and commits each finished
 # run's record to this checkout as it appears, so that a lost machine loses time, not
-# results. Run it again to resume (finished runs are skipped, the others resume from
-# their newest checkpoint).
+# results. Run it again to resume (runs finished on this machine are skipped, the others
+# resume from their newest checkpoint).
 #
 #   scripts/pinned_study.sh COMMIT OUT PLAN [PLAN ...]
 #   scripts/pinned_study.sh c8eca13 ~/studies studies/recall_mqar.toml studies/recall_text.toml
@@ -11,9 +11,10 @@
 # runs import partf from (the checkout's .venv, PYTHONPATH set to the worktree); the
 # plans run one after another, each into OUT/<plan name>, one run at a time. Every 60 s,
 # records the worktree's studies wrote that this checkout lacks or holds differently are
-# copied into the plan's results folder here, the report and the pages' generated tables
-# are rebuilt from them (partf-study PLAN --report, scripts/update_pages.py), and all of
-# it is committed, unless a page or partf/study has changes of its own (then it waits).
+# filed in the plan's results folder here, in their machine's folder; the report and the
+# pages' generated tables are rebuilt from them (partf-study PLAN --report,
+# scripts/update_pages.py), and all of it is committed, unless a page or partf/study has
+# changes of its own (then it waits).
 # The study runs at nice 19 and its scheduling group too (partf-study sets each run's).
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 COMMIT OUT PLAN [PLAN ...]" >&2; exit 2; }
@@ -30,20 +31,21 @@ mkdir -p "$out"
 # The pages whose generated tables follow the records (scripts/update_pages.py --list).
 pages() { (cd "$root" && "$python" scripts/update_pages.py --list); }
 
+# Files the worktree's new or changed records here, each in its machine's folder
+# (partf.study.records.file_records: another machine's record is never overwritten).
+file_records() {
+  "$python" -c 'import sys; from pathlib import Path; from partf.study.records import file_records
+print(len(file_records(Path(sys.argv[1]), Path(sys.argv[2]))))' "$@"
+}
+
 sync_records() {
   local plan name results changed=0
   for plan in "$@"; do
     name="$(basename "$plan" .toml)"
     results="studies/results/$name"
     [ -d "$pin/$results/records" ] || continue
-    mkdir -p "$root/$results/records"
-    for record in "$pin/$results/records/"*.json; do
-      [ -e "$record" ] || continue
-      if ! cmp -s "$record" "$root/$results/records/$(basename "$record")"; then
-        cp "$record" "$root/$results/records/"
-        changed=1
-      fi
-    done
+    [ "$(cd "$root" && file_records "$pin/$results/records" "$root/$results/records")" = 0 ] \
+      || changed=1
   done
   [ "$changed" = 1 ] || return 0
   # Wait while someone edits what this would regenerate or commit.
@@ -70,17 +72,23 @@ watch() {
   while sleep 60; do sync_records "$@" || true; done
 }
 
+# This machine's folder of a records folder (partf.study.records.machine_folder).
+here="$(cd "$root" && "$python" -c 'from partf.study.records import machine_folder
+from partf.study.runner import machine_name; print(machine_folder(machine_name()))')"
 echo 19 > /proc/self/autogroup 2>/dev/null || true
 watch "$@" &
 watcher=$!
 trap 'kill $watcher 2>/dev/null; sync_records "$@" || true' EXIT
 for plan in "$@"; do
   name="$(basename "$plan" .toml)"
-  # The records committed here (runs finished on any machine) are done: the worktree's
-  # study skips them (partf-study counts a run with a record as finished).
-  if [ -d "$root/studies/results/$name/records" ]; then
+  # The records committed here of this machine are done: the worktree's study skips
+  # them (partf-study counts a run with a record as finished). Another machine's are not
+  # given: the same run can end elsewhere on another CPU (docs/recall.md), so this
+  # machine trains them again, and both records are kept.
+  mine="$root/studies/results/$name/records/$here"
+  if [ -d "$mine" ]; then
     mkdir -p "$pin/studies/results/$name/records"
-    cp -n "$root/studies/results/$name/records/"*.json "$pin/studies/results/$name/records/" 2>/dev/null || true
+    cp -n "$mine/"*.json "$pin/studies/results/$name/records/" 2>/dev/null || true
   fi
   (cd "$pin" && PYTHONPATH="$pin" nice -n 19 "$python" -m partf.cli.study "$plan" \
     --out "$out/$name" --workers 1) || status=$?

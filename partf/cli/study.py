@@ -119,9 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from partf.study.data import prepare_data
     from partf.study.paths import StudyPaths
     from partf.study.plan import load_plan
-    from partf.study.records import read_records
+    from partf.study.records import read_records, recorded_on
     from partf.study.report import write_report
-    from partf.study.runner import list_commands, run_study
+    from partf.study.runner import list_commands, machine_name, run_study
 
     if args.workers < 1:
         return exits.fail(
@@ -182,8 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{plan.path.name}: {len(runs)} runs ({arm_count} arms x {seed_count} "
             f"seeds{stage2}), {args.workers} at once, in {paths.out}"
         )
-        # Runs with a committed record are done, even where their folder is gone.
-        recorded = set(read_records(plan.results_folder(paths.out) / "records"))
+        # Runs with a committed record of this machine are done, even where their folder
+        # is gone; another machine's record is not this machine's result (docs/recall.md).
+        records = read_records(plan.results_folder(paths.out) / "records")
+        recorded = recorded_on(records, machine_name())
         outcome = run_study(
             plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths), recorded
         )

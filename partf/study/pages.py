@@ -13,7 +13,7 @@ The opening marker names the plan, a table of its report (`recall`, `placements`
 `perplexity`: the first of that kind in the report, which holds the most runs; `recall
 2` for the second), and optionally the arms to keep, in the order given (all of the
 table's rows when none are named); an arm with no record yet is left out until it has
-one. `render` rebuilds a block from the report that the
+one. The block opens with the commit, backend and machine of the table's records. `render` rebuilds a block from the report that the
 plan's records give; `update_pages` rewrites every block of the pages, `stale_blocks`
 lists those that differ (the test that keeps pages true to their records).
 """
@@ -43,16 +43,20 @@ HEADERS = {
 }
 
 
-def report_tables(report: str, kind: str) -> list[list[str]]:
-    """Every table of `kind` in a report's text, in order: each a list of its lines."""
+def report_tables(report: str, kind: str) -> list[tuple[str, list[str]]]:
+    """Every table of `kind` in a report's text, in order: each with the heading of its
+    section ("tensorflow on <machine>, commit <c>", empty for none) and its lines."""
     lines = report.splitlines()
     found = []
+    section = ""
     for i, line in enumerate(lines):
+        if line.startswith("## "):
+            section = line[3:].strip()
         if line.startswith(HEADERS[kind]):
             end = i
             while end < len(lines) and lines[end].startswith("|"):
                 end += 1
-            found.append(lines[i:end])
+            found.append((section, lines[i:end]))
     return found
 
 
@@ -75,12 +79,14 @@ def render(
     tables = report_tables(report, kind)
     if len(tables) < index:
         return ""
-    table = tables[index - 1]
+    section, table = tables[index - 1]
     rows = table[2:]
     if arms:
         by_arm = {_arm_of(row): row for row in rows}
         rows = [by_arm[arm] for arm in arms if arm in by_arm]
-    return "\n".join([*table[:2], *rows]) + "\n"
+    # Which commit, backend and machine the rows are from: a table never mixes them.
+    label = [f"Records: {section}.", ""] if section else []
+    return "\n".join([*label, *table[:2], *rows]) + "\n"
 
 
 def fresh_reports(root: Path, plans: Sequence[str]) -> dict[str, str]:

@@ -1,10 +1,14 @@
 """Run records: what a finished run of a study showed, in a few kilobytes.
 
 A run folder (checkpoints, TensorBoard, what the process printed) is scratch: it stays on
-the machine that trained it. A record is the result: one JSON file per finished run, in
-the plan's records folder (`records = "..."` in the plan, kept in the repository; else
-`<out>/records/`), and the study's report is built from the records alone
-(`partf-study PLAN --report`), so a lost machine loses time, not evidence.
+the machine that trained it. A record is the result: one JSON file per finished run and
+machine, in the plan's records folder (`records = "..."` in the plan, kept in the
+repository; else `<out>/records/`), under a folder named after the machine
+(`machine_folder`), and the study's report is built from the records alone
+(`partf-study PLAN --report`), so a lost machine loses time, not evidence. A run trained
+again on another machine (a conversion's source whose weights were lost with the first)
+keeps both records, each in its machine's table: the same run on two CPUs can end in
+different places (docs/recall.md), so a result of one machine never stands in for another's.
 
 A record holds the run's name, arm and seed; where it ran (partf's git commit, the Keras
 backend, the machine: CPU model and cores, or the GPU); the library versions; its
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
@@ -164,9 +169,15 @@ def write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
 
 
-def record_path(folder: Path, name: str) -> Path:
-    """Where run `name`'s record lives in a records folder."""
-    return folder / f"{name}.json"
+def machine_folder(machine: str) -> str:
+    """The folder of a records folder holding one machine's records: the machine's name in
+    lower case, each run of other characters a hyphen."""
+    return re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-") or "unknown"
+
+
+def record_path(folder: Path, name: str, machine: str) -> Path:
+    """Where the record of run `name` trained on `machine` lives in a records folder."""
+    return folder / machine_folder(machine) / f"{name}.json"
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -199,15 +210,34 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def read_records(folder: Path) -> dict[str, dict[str, Any]]:
-    """Every record of a records folder, by run name (empty when it does not exist)."""
+def read_records(folder: Path) -> list[dict[str, Any]]:
+    """Every record of a records folder, in the order of their paths (empty when it does
+    not exist): one folder per machine, and the flat layout of earlier partf."""
     if not folder.is_dir():
-        return {}
-    found = {}
-    for path in sorted(folder.glob("*.json")):
-        record = read_record(path)
-        found[record["run"]] = record
-    return found
+        return []
+    paths = sorted(folder.glob("*.json")) + sorted(folder.glob("*/*.json"))
+    return [read_record(path) for path in paths]
+
+
+def recorded_on(records: list[dict[str, Any]], machine: str) -> set[str]:
+    """The names of the runs with a record of `machine`: the runs a study on that machine
+    counts as finished."""
+    return {record["run"] for record in records if record["machine"] == machine}
+
+
+def file_records(source: Path, folder: Path) -> list[Path]:
+    """Copies every record of `source` (a study's records folder, any layout) into the
+    records folder `folder`, each in its machine's folder, where it is missing or differs;
+    returns the paths written. A record of another machine is never overwritten."""
+    written = []
+    for record in read_records(source):
+        path = record_path(folder, record["run"], record["machine"])
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text(encoding="utf-8")) == record:
+                continue
+        write_json(path, record)
+        written.append(path)
+    return written
 
 
 def sync_records(plan: Plan, paths: StudyPaths, folder: Path) -> list[str]:
@@ -240,7 +270,7 @@ def sync_records(plan: Plan, paths: StudyPaths, folder: Path) -> list[str]:
             cost_table,
             speed.get(run.name),
         )
-        path = record_path(folder, run.name)
+        path = record_path(folder, run.name, record["machine"])
         with contextlib.suppress(OSError, ValueError):
             if json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(record)):
                 continue

@@ -64,29 +64,43 @@ class RunRecord:
         return float(found) if isinstance(found, (int, float)) else None
 
 
-def gather(plan: Plan, records: Mapping[str, Mapping[str, Any]]) -> list[RunRecord]:
-    """A `RunRecord` for every run of the plan, from its `records` by run name."""
-    found: list[RunRecord] = []
+def gather(plan: Plan, records: Sequence[Mapping[str, Any]]) -> list[RunRecord]:
+    """A `RunRecord` for every record of a run of the plan, and one without results for
+    each run with no record. A run recorded on two machines has one in each machine's
+    table, and a run started from another (`--init_from`) is linked to that run's record
+    in its own table."""
+    tables: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for record in records:
+        tables.setdefault(run_records.where(record), {})[record["run"]] = record
     runs = plan.runs()
-    for run in runs:
-        record = records.get(run.name, {})
-        found.append(
+    found: list[RunRecord] = []
+    for place, table in tables.items():
+        mine = [
             RunRecord(
                 run.name,
                 run.arm,
                 run.seed,
-                run_records.where(record) if record else "no record",
-                dict(record["results"]) if record else None,
+                place,
+                dict(record["results"]),
                 record.get("decided_step"),
                 record.get("steps_per_second"),
                 speed=record.get("speed"),
                 cost_table=record.get("cost_table"),
             )
-        )
-    by_name = {record.name: record for record in found}
-    for run, record in zip(runs, found, strict=True):
-        if run.init_from is not None:
-            record.source = by_name.get(run.init_from)
+            for run in runs
+            if (record := table.get(run.name))
+        ]
+        by_name = {record.name: record for record in mine}
+        for run in runs:
+            if run.name in by_name and run.init_from is not None:
+                by_name[run.name].source = by_name.get(run.init_from)
+        found += mine
+    recorded = {record.name for record in found}
+    found += [
+        RunRecord(run.name, run.arm, run.seed, "no record", None)
+        for run in runs
+        if run.name not in recorded
+    ]
     return found
 
 
@@ -295,7 +309,8 @@ def write_report(
         "",
         f"Reproduce: `partf-study {plan_name} --out DIR` trains the runs; `partf-study "
         f"{plan_name}{out}{command or ' --report'}` rebuilds this page from their records. "
-        f"{sum(r.finished for r in records)} of {len(records)} runs have a record.",
+        f"{len({r.name for r in records if r.finished})} of {len({r.name for r in records})} "
+        "runs have a record.",
         "",
         "Perplexity is exact (token-weighted) on the validation and test records; "
         "'vs ref' compares means with the reference arm's in the same table; 'vs "

@@ -74,7 +74,7 @@ def test_a_changed_record_makes_its_page_stale(tmp_path):
     assert rows[1].startswith("| par | 1/2 | 44.10") and rows[2].startswith("| **txl**")
     assert page.endswith("<!-- end of generated table -->\n\nText after.\n")
     # A record changed: the page no longer says what the records give.
-    path = record_path(plan.results / "records", "par-s0")
+    path = record_path(plan.results / "records", "par-s0", "m")
     record = json.loads(path.read_text())
     record["results"]["valid"]["perplexity"] = 45.0
     write_json(path, record)
@@ -92,3 +92,6 @@ def test_a_block_follows_its_records_and_refuses_an_arm_not_in_the_plan():
     assert render(report, "recall", 1, []) == ""
     with pytest.raises(ValueError, match="the plan has no arm 'parr'"):
         render(report, "perplexity", 1, ["parr"], ["txl", "par"])
+    # Each table of a report is one machine's: the block names the one it took.
+    two = f"## jax on m, commit c1\n\n{report}\n## jax on n, commit c1\n\n{report}"
+    assert render(two, "perplexity", 2, []) == f"Records: jax on n, commit c1.\n\n{report}"

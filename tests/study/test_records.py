@@ -16,14 +16,16 @@ from partf.study.records import (
     RECORD_VERSION,
     RecordError,
     build_record,
+    file_records,
     read_record,
     read_records,
     record_path,
+    recorded_on,
     sync_records,
     where,
     write_json,
 )
-from partf.study.report import write_report
+from partf.study.report import gather, write_report
 from tests.study.fake_runs import PLAN, fake_run
 
 
@@ -34,10 +36,11 @@ def launch(code: str = "c0ffee0" + "0" * 33, backend: str = "tensorflow", machin
 def test_a_record_round_trips(tmp_path):
     results = {"valid": {"perplexity": 4.5}, "test": {"accuracy": 0.5}, "search": None}
     record = build_record("a-s1", "a", 1, results, {"launches": [launch()], "command": ["x"]})
-    path = record_path(tmp_path, "a-s1")
+    path = record_path(tmp_path, "a-s1", "m")
     write_json(path, record)
+    assert path == tmp_path / "m" / "a-s1.json"
     assert read_record(path) == record
-    assert read_records(tmp_path) == {"a-s1": record}
+    assert read_records(tmp_path) == [record]
     assert record[RECORD_KEY] == RECORD_VERSION
     assert record["versions"] == {"keras": "3"} and record["results"] == results
     assert where(record) == "tensorflow on m, commit c0ffee0"
@@ -90,7 +93,7 @@ def test_runs_of_another_commit_or_machine_land_in_their_own_table(tmp_path):
     for name, place in places.items():
         results = {"valid": {"perplexity": 40.0 + len(name)}, "architecture": "A D"}
         write_json(
-            record_path(folder, name),
+            record_path(folder, name, place["machine"]),
             build_record(name, name[:3], int(name[-1]), results, {"launches": [place]}),
         )
     report = write_report(plan, StudyPaths(tmp_path / "out")).read_text()
@@ -114,7 +117,7 @@ def test_the_report_reads_records_alone_and_equals_the_one_from_run_folders(tmp_
     fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"])
     fake_run(paths, "par-s0", 44.1, 2e6, ["jax"], recall=0.5)
     from_folders = write_report(plan, paths).read_text()
-    assert sorted(read_records(paths.out / "records")) == ["par-s0", "txl-s0"]
+    assert sorted(r["run"] for r in read_records(paths.out / "records")) == ["par-s0", "txl-s0"]
     pareto = (paths.out / "pareto.png").read_bytes()
     shutil.rmtree(paths.out / "runs")
     (paths.out / "report.md").unlink()
@@ -149,9 +152,40 @@ def test_a_changed_record_changes_the_report(tmp_path):
     fake_run(paths, "txl-s0", 40.0, 3e6, ["jax"])
     before = write_report(plan, paths).read_text()
     shutil.rmtree(paths.out / "runs")
-    path = record_path(paths.out / "records", "txl-s0")
+    path = record_path(paths.out / "records", "txl-s0", "m")
     record = json.loads(path.read_text())
     record["results"]["valid"]["perplexity"] = 41.0
     write_json(path, record)
     after = write_report(plan, paths).read_text()
     assert before != after and "| 1/2 | 41.00 |" in after
+
+
+def test_a_run_recorded_on_two_machines_keeps_both_each_in_its_own_table(tmp_path):
+    """A run trained again on another machine (its weights lost with the first) files a
+    second record beside the first; each machine's table shows its own, a run started
+    from it is linked to the one of its own machine, and a study counts as finished only
+    the runs recorded on its own machine."""
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN + 'ft = { init_from = "txl", flags = "--max_steps=10" }\n')
+    plan = load_plan(plan_file)
+    folder = tmp_path / "records"
+
+    def record(name: str, machine: str, perplexity: float) -> dict:
+        results = {"valid": {"perplexity": perplexity}, "train_flops": {"total": perplexity}}
+        return build_record(name, name[:-3], 0, results, {"launches": [launch(machine=machine)]})
+
+    for machine, perplexity in (("m", 40.0), ("other", 50.0)):
+        study = tmp_path / machine  # the flat records folder a study on that machine wrote
+        write_json(study / "txl-s0.json", record("txl-s0", machine, perplexity))
+        assert file_records(study, folder) == [record_path(folder, "txl-s0", machine)]
+        assert file_records(study, folder) == []  # unchanged: nothing written
+    write_json(record_path(folder, "ft-s0", "other"), record("ft-s0", "other", 5.0))
+    records = read_records(folder)
+    assert len(records) == 3
+    assert recorded_on(records, "m") == {"txl-s0"}
+    assert recorded_on(records, "other") == {"txl-s0", "ft-s0"}
+    found = {(r.name, r.where.split(",")[0]): r for r in gather(plan, records) if r.finished}
+    assert found["txl-s0", "tensorflow on m"].value("valid", "perplexity") == 40.0
+    assert found["txl-s0", "tensorflow on other"].value("valid", "perplexity") == 50.0
+    # ft-s0 started from the txl-s0 of its own machine: its training counts that one's.
+    assert found["ft-s0", "tensorflow on other"].train_flops == 55.0
