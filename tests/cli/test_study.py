@@ -66,3 +66,27 @@ def test_a_report_of_some_seeds_or_arms_leaves_the_others_out(tmp_path):
     txl = (out / "report.md").read_text()
     assert "| par |" not in txl and "par-s" not in txl
     assert "| 2/2 | 41.00 (40.00-42.00) |" in _table_row(txl, "**txl**")
+
+
+def test_a_study_trains_again_what_only_another_machine_recorded(tmp_path, monkeypatch):
+    """A run with a record of this machine is finished; one recorded only on another
+    machine is trained here too (the same run can end elsewhere on another CPU)."""
+    from partf.study import runner
+    from partf.study.records import build_record, record_path, write_json
+
+    out = tmp_path / "study"
+    for name, machine in (("txl-s0", "this machine"), ("par-s0", "another machine")):
+        study = {"launches": [{"code": "c" * 40, "backend": "jax", "machine": machine}]}
+        record = build_record(name, name[:3], 0, {"valid": {"perplexity": 4.0}}, study)
+        write_json(record_path(out / "records", name, machine), record)
+    given = {}
+
+    def run_study(plan, paths, runs, workers, say, report, recorded):
+        given["recorded"] = set(recorded)
+        return runner.Outcome()
+
+    monkeypatch.setattr(runner, "machine_name", lambda: "this machine")
+    monkeypatch.setattr(runner, "run_study", run_study)
+    monkeypatch.setattr("partf.study.report.write_report", lambda *a, **k: out / "report.md")
+    assert main([TINY, "--out", str(out), "--seeds", "0"]) == 0
+    assert given["recorded"] == {"txl-s0"}
