@@ -13,9 +13,10 @@ The opening marker names the plan, a table of its report (`recall`, `placements`
 `perplexity`: the first of that kind in the report, which holds the most runs; `recall
 2` for the second), and optionally the arms to keep, in the order given (all of the
 table's rows when none are named); an arm with no record yet is left out until it has
-one. The block opens with the commit, backend and machine of the table's records. `render` rebuilds a block from the report that the
-plan's records give; `update_pages` rewrites every block of the pages, `stale_blocks`
-lists those that differ (the test that keeps pages true to their records).
+one. The block opens with the commit, backend and machine of the table's records.
+`render` rebuilds a block from the report that the plan's records give; `update_pages`
+rewrites every block of the pages, `stale_blocks` lists those that differ (the test that
+keeps pages true to their records).
 """
 
 from __future__ import annotations
