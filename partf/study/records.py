@@ -169,6 +169,16 @@ def write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
 
 
+def write_changed(path: Path, record: Mapping[str, Any]) -> bool:
+    """Writes `record` at `path` (`write_json`) unless the file already holds the same
+    record; returns whether it wrote."""
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(record)):
+            return False
+    write_json(path, record)
+    return True
+
+
 def machine_folder(machine: str) -> str:
     """The folder of a records folder holding one machine's records: the machine's name in
     lower case, each run of other characters a hyphen."""
@@ -232,11 +242,8 @@ def file_records(source: Path, folder: Path) -> list[Path]:
     written = []
     for record in read_records(source):
         path = record_path(folder, record["run"], record["machine"])
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(path.read_text(encoding="utf-8")) == record:
-                continue
-        write_json(path, record)
-        written.append(path)
+        if write_changed(path, record):
+            written.append(path)
     return written
 
 
@@ -270,12 +277,8 @@ def sync_records(plan: Plan, paths: StudyPaths, folder: Path) -> list[str]:
             cost_table,
             speed.get(run.name),
         )
-        path = record_path(folder, run.name, record["machine"])
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(record)):
-                continue
-        write_json(path, record)
-        written.append(run.name)
+        if write_changed(record_path(folder, run.name, record["machine"]), record):
+            written.append(run.name)
     return written
 
 
