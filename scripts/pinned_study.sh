@@ -4,9 +4,11 @@
 # results. Run it again to resume (runs finished on this machine are skipped, the others
 # resume from their newest checkpoint).
 #
-#   scripts/pinned_study.sh COMMIT OUT PLAN [PLAN ...]
+#   scripts/pinned_study.sh COMMIT OUT PLAN [PLAN ...] [-- STUDY_ARGS ...]
 #   scripts/pinned_study.sh c8eca13 ~/studies studies/recall_mqar.toml studies/recall_text.toml
+#   scripts/pinned_study.sh c8eca13 ~/studies studies/recall_mqar.toml -- --seeds 2
 #
+# STUDY_ARGS after -- are given to every plan's partf-study (e.g. --seeds, --arms).
 # COMMIT is checked out in a worktree beside the checkout (../pin-<commit>), which the
 # runs import partf from (the checkout's .venv, PYTHONPATH set to the worktree); the
 # plans run one after another, each into OUT/<plan name>, one run at a time. Every 60 s,
@@ -17,10 +19,16 @@
 # changes of its own (then it waits).
 # The study runs at nice 19 and its scheduling group too (partf-study sets each run's).
 set -euo pipefail
-[ $# -ge 3 ] || { echo "usage: $0 COMMIT OUT PLAN [PLAN ...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 COMMIT OUT PLAN [PLAN ...] [-- STUDY_ARGS ...]" >&2; exit 2; }
 commit="$(git rev-parse --short "$1^{commit}")"
 out="$2"
 shift 2
+plans=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do plans+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+study_args=("$@")
+set -- "${plans[@]}"
+[ $# -ge 1 ] || { echo "usage: $0 COMMIT OUT PLAN [PLAN ...] [-- STUDY_ARGS ...]" >&2; exit 2; }
 root="$(cd "$(dirname "$0")/.." && pwd)"
 pin="$(dirname "$root")/pin-$commit"
 python="$root/.venv/bin/python"
@@ -91,6 +99,6 @@ for plan in "$@"; do
     cp -n "$mine/"*.json "$pin/studies/results/$name/records/" 2>/dev/null || true
   fi
   (cd "$pin" && PYTHONPATH="$pin" nice -n 19 "$python" -m partf.cli.study "$plan" \
-    --out "$out/$name" --workers 1) || status=$?
+    --out "$out/$name" --workers 1 "${study_args[@]}") || status=$?
   [ "${status:-0}" -ge 128 ] && exit "$status"  # stopped by a signal: resume next time
 done
