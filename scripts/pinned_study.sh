@@ -8,7 +8,9 @@
 #   scripts/pinned_study.sh c8eca13 ~/studies studies/recall_mqar.toml studies/recall_text.toml
 #   scripts/pinned_study.sh c8eca13 ~/studies studies/recall_mqar.toml -- --seeds 2
 #
-# STUDY_ARGS after -- are given to every plan's partf-study (e.g. --seeds, --arms).
+# STUDY_ARGS after -- are given to every plan's partf-study (e.g. --seeds, --arms). Without
+# them, each plan runs the seeds that no machine has recorded whole (a seed's runs all come
+# from one machine: partf.study.records.seed_machines), and a plan with none is skipped.
 # COMMIT is checked out in a worktree beside the checkout (../pin-<commit>), which the
 # runs import partf from (the checkout's .venv, PYTHONPATH set to the worktree); the
 # plans run one after another, each into OUT/<plan name>, one run at a time. Every 60 s,
@@ -80,6 +82,20 @@ watch() {
   while sleep 60; do sync_records "$@" || true; done
 }
 
+# The seeds of PLAN that no machine has recorded whole, from the records committed here (or
+# in OUT's records/ for a plan that keeps no results folder): open_seeds PLAN OUT
+open_seeds() {
+  (cd "$root" && "$python" -c 'import sys; from pathlib import Path
+from partf.study.plan import load_plan
+from partf.study.records import read_records, seeds_done
+plan = load_plan(Path(sys.argv[1]))
+runs = {}
+for run in plan.runs():
+    runs.setdefault(run.seed, []).append(run.name)
+done = seeds_done(read_records(plan.results_folder(Path(sys.argv[2])) / "records"), runs)
+print(" ".join(str(seed) for seed in plan.seeds if seed not in done))' "$@")
+}
+
 # This machine's folder of a records folder (partf.study.records.machine_folder).
 here="$(cd "$root" && "$python" -c 'from partf.study.records import machine_folder
 from partf.study.runner import machine_name; print(machine_folder(machine_name()))')"
@@ -98,7 +114,13 @@ for plan in "$@"; do
     mkdir -p "$pin/studies/results/$name/records"
     cp -n "$mine/"*.json "$pin/studies/results/$name/records/" 2>/dev/null || true
   fi
+  args=("${study_args[@]}")
+  if [ ${#args[@]} = 0 ]; then
+    seeds="$(open_seeds "$plan" "$out/$name")"
+    [ -n "$seeds" ] || { echo "pinned_study: $plan: every seed recorded whole" >&2; continue; }
+    read -ra args <<< "--seeds $seeds"
+  fi
   (cd "$pin" && PYTHONPATH="$pin" nice -n 19 "$python" -m partf.cli.study "$plan" \
-    --out "$out/$name" --workers 1 "${study_args[@]}") || status=$?
+    --out "$out/$name" --workers 1 "${args[@]}") || status=$?
   [ "${status:-0}" -ge 128 ] && exit "$status"  # stopped by a signal: resume next time
 done

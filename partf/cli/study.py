@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from partf.study.data import prepare_data
     from partf.study.paths import StudyPaths
     from partf.study.plan import load_plan
-    from partf.study.records import read_records, recorded_on
+    from partf.study.records import finished_runs, read_records
     from partf.study.report import write_report
     from partf.study.runner import list_commands, machine_name, run_study
 
@@ -183,9 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"seeds{stage2}), {args.workers} at once, in {paths.out}"
         )
         # Runs with a committed record of this machine are done, even where their folder
-        # is gone; another machine's record is not this machine's result (docs/recall.md).
+        # is gone, and so is every seed one machine recorded whole; a seed another machine
+        # left unfinished trains here from its first run, as a seed's runs all come from
+        # one machine (partf.study.records.finished_runs, docs/recall.md).
         records = read_records(plan.results_folder(paths.out) / "records")
-        recorded = recorded_on(records, machine_name())
+        seed_runs: dict[int, list[str]] = {}
+        for run in plan.runs():
+            seed_runs.setdefault(run.seed, []).append(run.name)
+        recorded = finished_runs(records, seed_runs, machine_name())
         outcome = run_study(
             plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths), recorded
         )

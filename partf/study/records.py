@@ -7,8 +7,14 @@ repository; else `<out>/records/`), under a folder named after the machine
 (`machine_folder`), and the study's report is built from the records alone
 (`partf-study PLAN --report`), so a lost machine loses time, not evidence. A run trained
 again on another machine (a conversion's source whose weights were lost with the first)
-keeps both records, each in its machine's table: the same run on two CPUs can end in
-different places (docs/recall.md), so a result of one machine never stands in for another's.
+keeps both records: the same run on two CPUs can end in different places
+(docs/recall.md), so a result of one machine never stands in for another's.
+
+A seed is one machine (`seed_machines`): a table of one commit and backend takes all the
+runs of a seed from the machine that recorded most of them, because a conversion starts
+from the model its own machine trained; a table's seeds may come from different machines,
+and its heading names each. Records of a seed on any other machine make that machine's
+own table.
 
 A record holds the run's name, arm and seed; where it ran (partf's git commit, the Keras
 backend, the machine: CPU model and cores, or the GPU); the library versions; its
@@ -28,7 +34,8 @@ import contextlib
 import json
 import re
 import statistics
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -230,9 +237,36 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
 
 
 def recorded_on(records: list[dict[str, Any]], machine: str) -> set[str]:
-    """The names of the runs with a record of `machine`: the runs a study on that machine
-    counts as finished."""
+    """The names of the runs with a record of `machine`."""
     return {record["run"] for record in records if record["machine"] == machine}
+
+
+def seeds_done(
+    records: Sequence[Mapping[str, Any]], seed_runs: Mapping[int, Collection[str]]
+) -> set[int]:
+    """The seeds of `seed_runs` (seed: the names of its runs in the plan) that one machine
+    has recorded whole."""
+    held: dict[tuple[int, str], set[str]] = {}
+    for record in records:
+        held.setdefault((record["seed"], record["machine"]), set()).add(record["run"])
+    return {
+        seed
+        for (seed, _), names in held.items()
+        if seed in seed_runs and set(seed_runs[seed]) <= names
+    }
+
+
+def finished_runs(
+    records: Sequence[Mapping[str, Any]], seed_runs: Mapping[int, Collection[str]], machine: str
+) -> set[str]:
+    """The runs a study on `machine` counts as finished: those it recorded itself, and
+    every run of a seed that one machine recorded whole. A seed another machine left
+    unfinished is trained again here from its first run, so that its runs all come from
+    one machine (`seed_machines`)."""
+    done = recorded_on(list(records), machine)
+    for seed in seeds_done(records, seed_runs):
+        done |= set(seed_runs[seed])
+    return done
 
 
 def file_records(source: Path, folder: Path) -> list[Path]:
@@ -282,11 +316,61 @@ def sync_records(plan: Plan, paths: StudyPaths, folder: Path) -> list[str]:
     return written
 
 
-def where(record: Mapping[str, Any]) -> str:
-    """A record's table: its backend and machine at its commit. Runs of different commits,
-    backends or machines never share a table."""
+def _commit(record: Mapping[str, Any]) -> str:
     commit = str(record.get("commit", "unknown"))
     short = commit if commit.startswith(("mixed", "partf ", "unknown")) else commit[:7]
     if commit.endswith("+changes") and not commit.startswith("mixed"):
         short += "+changes"
-    return f"{record['backend']} on {record['machine']}, commit {short}"
+    return short
+
+
+def where(record: Mapping[str, Any]) -> str:
+    """Where a record's run ran: its backend and machine at its commit."""
+    return f"{record['backend']} on {record['machine']}, commit {_commit(record)}"
+
+
+def seed_machines(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int], str]:
+    """The machine each seed takes its runs from, by (backend, commit, seed): the machine
+    holding the most of that seed's records (on a tie, the first by name). A conversion
+    starts from the weights its own machine trained, and the same run can end elsewhere on
+    another CPU, so a seed's runs in a table never mix machines."""
+    counts = Counter((r["backend"], _commit(r), r["seed"], r["machine"]) for r in records)
+    chosen: dict[tuple[str, str, int], str] = {}
+    for (backend, commit, seed, machine), _ in sorted(
+        counts.items(), key=lambda item: (-item[1], item[0][3])
+    ):
+        chosen.setdefault((backend, commit, seed), machine)
+    return chosen
+
+
+def tables(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The records split into tables, each under its heading. A table never mixes commits
+    or backends, and a seed's runs in it come from one machine (`seed_machines`): one
+    table per commit and backend holds each seed from its machine, headed "tensorflow on
+    <machine>, commit c" when that is one machine for every seed, else "tensorflow,
+    commit c: seed 0 on <machine>; seeds 1, 2 on <machine>". The records of a seed on
+    any other machine make a table of that machine, headed as `where` says."""
+    chosen = seed_machines(records)
+    main: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    found: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        key = (record["backend"], _commit(record))
+        if chosen[(*key, record["seed"])] == record["machine"]:
+            main.setdefault(key, []).append(record)
+        else:
+            found.setdefault(where(record), []).append(record)
+    headed: dict[str, list[Mapping[str, Any]]] = {}
+    for (backend, commit), held in main.items():
+        by_machine: dict[str, list[int]] = {}
+        for seed in sorted({r["seed"] for r in held}):
+            by_machine.setdefault(chosen[(backend, commit, seed)], []).append(seed)
+        if len(by_machine) == 1:
+            heading = where(held[0])
+        else:
+            parts = [
+                f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} on {machine}"
+                for machine, seeds in sorted(by_machine.items(), key=lambda item: item[1][0])
+            ]
+            heading = f"{backend}, commit {commit}: {'; '.join(parts)}"
+        headed[heading] = held
+    return {**headed, **found}

@@ -66,12 +66,13 @@ class RunRecord:
 
 def gather(plan: Plan, records: Sequence[Mapping[str, Any]]) -> list[RunRecord]:
     """A `RunRecord` for every record of a run of the plan, and one without results for
-    each run with no record. A run recorded on two machines has one in each machine's
-    table, and a run started from another (`--init_from`) is linked to that run's record
-    in its own table."""
-    tables: dict[str, dict[str, Mapping[str, Any]]] = {}
-    for record in records:
-        tables.setdefault(run_records.where(record), {})[record["run"]] = record
+    each run with no record, each in its table (`partf.study.records.tables`: a seed's
+    runs from one machine). A run started from another (`--init_from`) is linked to that
+    run's record in its own table."""
+    tables = {
+        heading: {record["run"]: record for record in held}
+        for heading, held in run_records.tables(records).items()
+    }
     runs = plan.runs()
     found: list[RunRecord] = []
     for place, table in tables.items():

@@ -70,14 +70,20 @@ def test_a_report_of_some_seeds_or_arms_leaves_the_others_out(tmp_path):
 
 def test_a_study_trains_again_what_only_another_machine_recorded(tmp_path, monkeypatch):
     """A run with a record of this machine is finished; one recorded only on another
-    machine is trained here too (the same run can end elsewhere on another CPU)."""
+    machine is trained here too (the same run can end elsewhere on another CPU), unless
+    that machine recorded its whole seed (a seed's runs all come from one machine)."""
     from partf.study import runner
+    from partf.study.plan import load_plan
     from partf.study.records import build_record, record_path, write_json
 
     out = tmp_path / "study"
-    for name, machine in (("txl-s0", "this machine"), ("par-s0", "another machine")):
+    whole_seed = [run.name for run in load_plan(Path(TINY)).runs() if run.seed == 1]
+    recorded = [("txl-s0", "this machine"), ("par-s0", "another machine")]
+    recorded += [(name, "a third machine") for name in whole_seed]
+    for name, machine in recorded:
         study = {"launches": [{"code": "c" * 40, "backend": "jax", "machine": machine}]}
-        record = build_record(name, name[:3], 0, {"valid": {"perplexity": 4.0}}, study)
+        seed = int(name.rsplit("-s", 1)[1])
+        record = build_record(name, name[:3], seed, {"valid": {"perplexity": 4.0}}, study)
         write_json(record_path(out / "records", name, machine), record)
     given = {}
 
@@ -88,5 +94,9 @@ def test_a_study_trains_again_what_only_another_machine_recorded(tmp_path, monke
     monkeypatch.setattr(runner, "machine_name", lambda: "this machine")
     monkeypatch.setattr(runner, "run_study", run_study)
     monkeypatch.setattr("partf.study.report.write_report", lambda *a, **k: out / "report.md")
+    assert main([TINY, "--out", str(out), "--seeds", "0"]) == 0
+    assert given["recorded"] == {"txl-s0", *whole_seed}
+    # One run short of a whole seed: the other machine's runs are trained here again.
+    record_path(out / "records", whole_seed[-1], "a third machine").unlink()
     assert main([TINY, "--out", str(out), "--seeds", "0"]) == 0
     assert given["recorded"] == {"txl-s0"}

@@ -21,7 +21,9 @@ from partf.study.records import (
     read_records,
     record_path,
     recorded_on,
+    seed_machines,
     sync_records,
+    tables,
     where,
     write_json,
 )
@@ -84,13 +86,13 @@ def test_runs_of_another_commit_or_machine_land_in_their_own_table(tmp_path):
     plan_file.write_text(PLAN)
     plan = load_plan(plan_file)
     folder = tmp_path / "out" / "records"
-    places = {
-        "txl-s0": launch(),
-        "par-s0": launch(),
-        "txl-s1": launch(code="1" * 40),  # another commit
-        "par-s1": launch(machine="other"),  # another machine
-    }
-    for name, place in places.items():
+    places = [
+        ("txl-s0", launch()),
+        ("par-s0", launch()),
+        ("txl-s1", launch(code="1" * 40)),  # another commit
+        ("par-s0", launch(machine="other")),  # seed 0 again, on another machine
+    ]
+    for name, place in places:
         results = {"valid": {"perplexity": 40.0 + len(name)}, "architecture": "A D"}
         write_json(
             record_path(folder, name, place["machine"]),
@@ -189,3 +191,52 @@ def test_a_run_recorded_on_two_machines_keeps_both_each_in_its_own_table(tmp_pat
     assert found["txl-s0", "tensorflow on other"].value("valid", "perplexity") == 50.0
     # ft-s0 started from the txl-s0 of its own machine: its training counts that one's.
     assert found["ft-s0", "tensorflow on other"].train_flops == 55.0
+
+
+def test_a_seed_comes_from_one_machine_and_a_table_names_each_seeds_machine(tmp_path):
+    """One table per commit and backend takes each seed's runs from the machine that
+    recorded most of them, its heading naming each seed's machine; the records of a seed
+    on another machine make that machine's table, and a conversion is linked to the run
+    it started from on its own machine."""
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN + 'ft = { init_from = "txl", flags = "--max_steps=10" }\n')
+    plan = load_plan(plan_file)
+
+    def record(name: str, machine: str, flops: float, commit: str = "c0ffee0" + "0" * 33):
+        results = {"valid": {"perplexity": flops}, "train_flops": {"total": flops}}
+        seed = int(name[-1])
+        study = {"launches": [launch(machine=machine, code=commit)]}
+        return build_record(name, name.split("-")[0], seed, results, study)
+
+    records = [
+        record("txl-s0", "a", 10.0),
+        record("ft-s0", "a", 1.0),
+        record("txl-s0", "b", 20.0),  # seed 0 again on b: b's own table
+        record("txl-s1", "b", 30.0),
+        record("ft-s1", "b", 2.0),
+        record("txl-s1", "a", 40.0, commit="beef" * 10),  # another commit: its own table
+    ]
+    assert seed_machines(records) == {
+        ("tensorflow", "c0ffee0", 0): "a",
+        ("tensorflow", "c0ffee0", 1): "b",
+        ("tensorflow", "beefbee", 1): "a",
+    }
+    split = {heading: sorted(r["run"] for r in held) for heading, held in tables(records).items()}
+    assert split == {
+        "tensorflow, commit c0ffee0: seed 0 on a; seed 1 on b": [
+            "ft-s0",
+            "ft-s1",
+            "txl-s0",
+            "txl-s1",
+        ],
+        "tensorflow on a, commit beefbee": ["txl-s1"],
+        "tensorflow on b, commit c0ffee0": ["txl-s0"],
+    }
+    found = {(r.name, r.where): r for r in gather(plan, records) if r.finished}
+    main = "tensorflow, commit c0ffee0: seed 0 on a; seed 1 on b"
+    # Each conversion counts the training of the source of its own seed's machine.
+    assert found["ft-s0", main].train_flops == 11.0
+    assert found["ft-s1", main].train_flops == 32.0
+    assert found["txl-s0", "tensorflow on b, commit c0ffee0"].value("valid", "perplexity") == 20.0
+    # One machine for every seed: the heading is that machine's.
+    assert list(tables(records[:2])) == ["tensorflow on a, commit c0ffee0"]
