@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,28 @@ def train_us_per_token(run: Any, side_by_side: bool = False) -> float | None:
     if run.steps_per_second and shape.get("batch_size") and shape.get("seq_len"):
         return 1e6 / (run.steps_per_second * shape["batch_size"] * shape["seq_len"])
     return None
+
+
+def times(rows: Sequence[Any], reference: str | None) -> tuple[Callable[[Any], float | None], str]:
+    """How the recall runs of `rows` are timed, and the column's name: microseconds per
+    training token (side by side where every run has that figure, else each run's own
+    rate), or, where the runs come from more than one machine, each run's time over the
+    `reference` arm's run of the same seed, which ran on the same machine (a seed is one
+    machine), so that no figure compares two CPUs."""
+    paired = side_by_side(rows)
+    how = "side by side" if paired else "own run"
+    machines = {r.machine for row in recall_rows(rows) for r in row.runs}
+    base = {r.seed: r for row in rows if row.arm == reference for r in row.runs}
+    if len(machines) < 2 or not base:
+        return (lambda run: train_us_per_token(run, paired)), f"train us/token ({how})"
+
+    def ratio(run: Any) -> float | None:
+        own = train_us_per_token(run, paired)
+        source = base.get(run.seed)
+        below = train_us_per_token(source, paired) if source is not None else None
+        return own / below if own is not None and below else None
+
+    return ratio, f"train time x {reference} of its seed ({how})"
 
 
 def side_by_side(rows: Sequence[Any]) -> bool:
@@ -75,27 +97,29 @@ def recall_rows(rows: Sequence[Any]) -> list[Any]:
     return [row for row in rows if any(accuracy(r, "valid") is not None for r in row.runs)]
 
 
-def recall_table(rows: Sequence[Any]) -> list[str]:
-    """Markdown lines of the recall table (empty when no row has accuracy)."""
+def recall_table(rows: Sequence[Any], reference: str | None = None) -> list[str]:
+    """Markdown lines of the recall table (empty when no row has accuracy); `reference`,
+    the plan's reference arm, times the runs where they come from several machines
+    (`times`)."""
     rows = recall_rows(rows)
     if not rows:
         return []
-    paired = side_by_side(rows)
+    timed, column = times(rows, reference)
     lines = [
-        "| arm | seeds | test accuracy % | valid accuracy % | train us/token "
-        f"({'side by side' if paired else 'own run'}) | softmax blocks | architectures |",
+        f"| arm | seeds | test accuracy % | valid accuracy % | {column} | softmax blocks "
+        "| architectures |",
         "|---|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         test = [v for r in row.runs if (v := accuracy(r, "test")) is not None]
         valid = [v for r in row.runs if (v := accuracy(r, "valid")) is not None]
-        times = [v for r in row.runs if (v := train_us_per_token(r, paired)) is not None]
+        times_ = [v for r in row.runs if (v := timed(r)) is not None]
         archs = [(r.results or {}).get("architecture") for r in row.runs]
         kinds = sorted({softmax_blocks(a) for a in archs})
         shown = "; ".join(f"`{a}`" for a in dict.fromkeys(archs) if a)
         lines.append(
             f"| {row.arm} | {len(row.runs)}/{row.planned} | {spread(test, 1)} | {spread(valid, 1)} "
-            f"| {spread(times)} | {', '.join(kinds)} | {shown or '-'} |"
+            f"| {spread(times_)} | {', '.join(kinds)} | {shown or '-'} |"
         )
     return lines
 
@@ -215,17 +239,19 @@ def recall_plot(
     controls: Sequence[str],
     searches: Sequence[str],
     conversions: Sequence[str] = (),
+    reference: str | None = None,
 ) -> bool:
-    """Writes test accuracy against training microseconds per token; False when no recall
-    run has both figures. `conversions`: arms started from a trained run (`init_from`)."""
+    """Writes test accuracy against training time per token (`times`); False when no
+    recall run has both figures. `conversions`: arms started from a trained run
+    (`init_from`)."""
+    timed, column = times(rows, reference)
     paired = side_by_side(rows)
     rows = recall_rows(rows)
     points = [
         (row.arm, t, a)
         for row in rows
         for r in row.runs
-        if (t := train_us_per_token(r, paired)) is not None
-        and (a := accuracy(r, "test")) is not None
+        if (t := timed(r)) is not None and (a := accuracy(r, "test")) is not None
     ]
     if not points:
         return False
@@ -245,7 +271,10 @@ def recall_plot(
             label=f"{row.arm} ({kind}, n={len(xs)})",
         )
     source = "side by side, study_speed.py" if paired else "each run's median logged rate"
-    axes.set_xlabel(f"measured training time per token (us; {source})")
+    if column.startswith("train us/token"):
+        axes.set_xlabel(f"measured training time per token (us; {source})")
+    else:
+        axes.set_xlabel(f"training time per token over its seed's {reference} run ({source})")
     axes.set_ylabel("MQAR test accuracy (%)")
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3)

@@ -32,13 +32,14 @@ class RunRecord:
     name: str
     arm: str
     seed: int
-    where: str  # "backend on machine, commit c", or "no record"
+    where: str  # the heading of its table (partf.study.records.tables), or "no record"
     results: dict[str, Any] | None
     decided_step: int | None = None
     steps_per_second: float | None = None
     source: RunRecord | None = None  # the run it started from (--init_from)
     speed: dict[str, float] | None = None  # benchmarks/study_speed.py's figures
     cost_table: dict[str, Any] | None = None  # a search's measured costs
+    machine: str = ""  # the machine it trained on
 
     @property
     def finished(self) -> bool:
@@ -87,6 +88,7 @@ def gather(plan: Plan, records: Sequence[Mapping[str, Any]]) -> list[RunRecord]:
                 record.get("steps_per_second"),
                 speed=record.get("speed"),
                 cost_table=record.get("cost_table"),
+                machine=record["machine"],
             )
             for run in runs
             if (record := table.get(run.name))
@@ -348,7 +350,7 @@ def write_report(
         )
         if drawn:
             lines += ["", f"![validation perplexity against FLOPs per token]({plot})"]
-        recall_lines = recall_table(rows)
+        recall_lines = recall_table(rows, plan.reference)
         if recall_lines:
             lines += ["", f"### Recall ({where})", "", *recall_lines]
             placements = placement_table(rows)
@@ -362,7 +364,15 @@ def write_report(
                 ]
             searches = [arm.name for arm in plan.arms if arm.stage2]
             recall_png = "recall.png" if index == 0 else f"recall-{index + 1}.png"
-            if recall_plot(rows, here / recall_png, title, controls, searches, list(conversions)):
+            if recall_plot(
+                rows,
+                here / recall_png,
+                title,
+                controls,
+                searches,
+                list(conversions),
+                plan.reference,
+            ):
                 lines += ["", f"![MQAR accuracy against training time per token]({recall_png})"]
     prices = cost_lines(records)
     if prices:

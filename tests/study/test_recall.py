@@ -211,3 +211,26 @@ def test_placements_beside_other_mixers_or_chosen_by_selection_are_kept_apart():
         ["1 of 2 (4 blocks), local beside", "converted", "all: wo1, wo2"],
         ["1 of 2 (4 blocks), norm beside", "converted", "all: o1, o2"],
     ]
+
+
+def test_runs_of_several_machines_are_timed_against_their_seeds_reference():
+    """Where a table's seeds come from different machines, a microsecond of one CPU is not
+    one of another: each run's time is given over the reference run of its own seed (the
+    same machine), and one machine's table keeps microseconds."""
+    rows = []
+    for arm, rates in (("softmax", (2.0, 8.0)), ("w2", (4.0, 8.0))):
+        runs = []
+        for seed, (machine, rate) in enumerate(zip(("slow", "fast"), rates, strict=True)):
+            record = run(f"{arm}-s{seed}", "relative D", 1.0, 1.0, rate)
+            record.seed, record.machine = seed, machine
+            runs.append(record)
+        rows.append(ArmRow(arm, 2, runs))
+    lines = recall_table(rows, "softmax")
+    assert "| train time x softmax of its seed (own run) |" in lines[0]
+    cells = {line.split("|")[1].strip(): line.split("|")[5].strip() for line in lines[2:]}
+    # w2: seed 0 twice as fast as seed 0's softmax (0.5), seed 1 as fast (1.0)
+    assert cells == {"softmax": "1.00 (1.00-1.00)", "w2": "0.75 (0.50-1.00)"}
+    for row in rows:
+        for record in row.runs:
+            record.machine = "one"
+    assert "| train us/token (own run) |" in recall_table(rows, "softmax")[0]
