@@ -20,6 +20,9 @@
 # scripts/update_pages.py), and all of it is committed, unless a page or partf/study has
 # changes of its own (then it waits).
 # The study runs at nice 19 and its scheduling group too (partf-study sets each run's).
+# The whole script is one brace group: bash reads it all before running it, so a checkout
+# or an edit of this file while a study runs leaves the running one as it was.
+{
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 COMMIT OUT PLAN [PLAN ...] [-- STUDY_ARGS ...]" >&2; exit 2; }
 commit="$(git rev-parse --short "$1^{commit}")"
@@ -86,14 +89,8 @@ watch() {
 # in OUT's records/ for a plan that keeps no results folder): open_seeds PLAN OUT
 open_seeds() {
   (cd "$root" && "$python" -c 'import sys; from pathlib import Path
-from partf.study.plan import load_plan
-from partf.study.records import read_records, seeds_done
-plan = load_plan(Path(sys.argv[1]))
-runs = {}
-for run in plan.runs():
-    runs.setdefault(run.seed, []).append(run.name)
-done = seeds_done(read_records(plan.results_folder(Path(sys.argv[2])) / "records"), runs)
-print(" ".join(str(seed) for seed in plan.seeds if seed not in done))' "$@")
+from partf.study.plan import load_plan; from partf.study.records import open_seeds
+print(" ".join(map(str, open_seeds(load_plan(Path(sys.argv[1])), Path(sys.argv[2])))))' "$@")
 }
 
 # This machine's folder of a records folder (partf.study.records.machine_folder).
@@ -124,3 +121,5 @@ for plan in "$@"; do
     --out "$out/$name" --workers 1 "${args[@]}") || status=$?
   [ "${status:-0}" -ge 128 ] && exit "$status"  # stopped by a signal: resume next time
 done
+exit "${status:-0}"
+}

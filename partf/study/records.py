@@ -256,6 +256,16 @@ def seeds_done(
     }
 
 
+def open_seeds(plan: Plan, out: Path | None = None) -> list[int]:
+    """The seeds of `plan` that no machine has recorded whole, from its records folder
+    (its results folder, else `out`'s records/): the seeds a study still has to train."""
+    seed_runs: dict[int, list[str]] = {}
+    for run in plan.runs():
+        seed_runs.setdefault(run.seed, []).append(run.name)
+    done = seeds_done(read_records(plan.results_folder(out) / "records"), seed_runs)
+    return [seed for seed in plan.seeds if seed not in done]
+
+
 def finished_runs(
     records: Sequence[Mapping[str, Any]], seed_runs: Mapping[int, Collection[str]], machine: str
 ) -> set[str]:

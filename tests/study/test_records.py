@@ -17,6 +17,7 @@ from partf.study.records import (
     RecordError,
     build_record,
     file_records,
+    open_seeds,
     read_record,
     read_records,
     record_path,
@@ -240,3 +241,21 @@ def test_a_seed_comes_from_one_machine_and_a_table_names_each_seeds_machine(tmp_
     assert found["txl-s0", "tensorflow on b, commit c0ffee0"].value("valid", "perplexity") == 20.0
     # One machine for every seed: the heading is that machine's.
     assert list(tables(records[:2])) == ["tensorflow on a, commit c0ffee0"]
+
+
+def test_the_open_seeds_are_those_no_machine_recorded_whole(tmp_path):
+    """What pinned_study.sh runs: seed 0, recorded whole on one machine, is done; seed 1,
+    recorded whole only across two machines, is not."""
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    plan = load_plan(plan_file)
+    out = tmp_path / "out"
+    assert open_seeds(plan, out) == [0, 1]
+    places = [(run.name, "a") for run in plan.runs() if run.seed == 0]
+    places += [("txl-s1", "a"), ("par-s1", "b"), ("par-stage2-s1", "b")]
+    for name, machine in places:
+        seed = int(name[-1])
+        study = {"launches": [launch(machine=machine)]}
+        record = build_record(name, name.split("-")[0], seed, {}, study)
+        write_json(record_path(out / "records", name, machine), record)
+    assert open_seeds(plan, out) == [1]
