@@ -273,6 +273,24 @@ def linking_line(first: list[RunRecord], finished: list[RunRecord], reference: s
     )
 
 
+def wall_line(finished: list[RunRecord]) -> str:
+    """A sentence giving each seed's wall time in a table: the sum of its runs'
+    `wall_time_seconds` (across a run's resumes, its start-up and scoring included, and
+    whatever shared the machine with it); empty when no run has one."""
+    seeds: dict[int, list[float]] = {}
+    for run in finished:
+        wall = run.value("wall_time_seconds")
+        if wall is not None:
+            seeds.setdefault(run.seed, []).append(wall)
+    if not seeds:
+        return ""
+    parts = [
+        f"seed {seed} {sum(walls) / 3600:.2f} h ({len(walls)} run{'s' if len(walls) > 1 else ''})"
+        for seed, walls in sorted(seeds.items())
+    ]
+    return f"Wall time of the runs, summed per seed: {', '.join(parts)}."
+
+
 def write_report(
     plan: Plan,
     paths: StudyPaths | None,
@@ -343,6 +361,9 @@ def write_report(
         link = linking_line(ordered[0][1], finished, plan.reference) if index else ""
         if link:
             lines += [link, ""]
+        wall = wall_line(finished)
+        if wall:
+            lines += [wall, ""]
         lines += table(rows, plan.reference, controls, matched, conversions)
         title = f"{plan.path.name}: {where}"
         drawn = pareto_plot(

@@ -10,7 +10,7 @@ import pytest
 from partf.study.paths import StudyPaths
 from partf.study.plan import load_plan
 from partf.study.records import decided_step, event_scalars
-from partf.study.report import spread, write_report
+from partf.study.report import RunRecord, spread, wall_line, write_report
 from tests.study.fake_runs import PLAN, fake_run
 
 
@@ -207,3 +207,15 @@ def test_the_report_compares_with_the_hand_made_front_and_sums_training(tmp_path
     # conv_ft over txl (38/40), the line conv lies 0.5% above.
     assert steps["hand-made front"] == [60.0, 44.0, 40.0, 40.0]
     assert steps["hand-made front x conv_ft/txl (0.950)"] == pytest.approx([57.0, 41.8, 38.0, 38.0])
+
+
+def test_each_tables_wall_time_is_summed_per_seed():
+    runs = [
+        RunRecord(name, name[:-3], int(name[-1]), "t", {"wall_time_seconds": wall})
+        for name, wall in (("txl-s0", 3600.0), ("par-s0", 1800.0), ("txl-s1", 900.0))
+    ]
+    runs.append(RunRecord("par-s1", "par", 1, "t", {}))  # no wall time: left out
+    assert wall_line(runs) == (
+        "Wall time of the runs, summed per seed: seed 0 1.50 h (2 runs), seed 1 0.25 h (1 run)."
+    )
+    assert wall_line(runs[3:]) == ""
