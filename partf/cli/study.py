@@ -187,10 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # left unfinished trains here from its first run, as a seed's runs all come from
         # one machine (partf.study.records.finished_runs, docs/recall.md).
         records = read_records(plan.results_folder(paths.out) / "records")
-        seed_runs: dict[int, list[str]] = {}
-        for run in plan.runs():
-            seed_runs.setdefault(run.seed, []).append(run.name)
-        recorded = finished_runs(records, seed_runs, machine_name())
+        recorded = finished_runs(records, plan, machine_name())
         outcome = run_study(
             plan, paths, runs, args.workers, _say, lambda: write_report(plan, paths), recorded
         )

@@ -35,7 +35,7 @@ import json
 import re
 import statistics
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,46 +236,44 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
     return [read_record(path) for path in paths]
 
 
-def recorded_on(records: list[dict[str, Any]], machine: str) -> set[str]:
+def recorded_on(records: Sequence[Mapping[str, Any]], machine: str) -> set[str]:
     """The names of the runs with a record of `machine`."""
     return {record["run"] for record in records if record["machine"] == machine}
 
 
-def seeds_done(
-    records: Sequence[Mapping[str, Any]], seed_runs: Mapping[int, Collection[str]]
-) -> set[int]:
-    """The seeds of `seed_runs` (seed: the names of its runs in the plan) that one machine
-    has recorded whole."""
+def _runs_by_seed(plan: Plan) -> dict[int, set[str]]:
+    """The names of the plan's runs, by seed."""
+    found: dict[int, set[str]] = {}
+    for run in plan.runs():
+        found.setdefault(run.seed, set()).add(run.name)
+    return found
+
+
+def seeds_done(records: Sequence[Mapping[str, Any]], plan: Plan) -> set[int]:
+    """The seeds of `plan` that one machine has recorded whole."""
     held: dict[tuple[int, str], set[str]] = {}
     for record in records:
         held.setdefault((record["seed"], record["machine"]), set()).add(record["run"])
-    return {
-        seed
-        for (seed, _), names in held.items()
-        if seed in seed_runs and set(seed_runs[seed]) <= names
-    }
+    runs = _runs_by_seed(plan)
+    return {seed for (seed, _), names in held.items() if seed in runs and runs[seed] <= names}
 
 
 def open_seeds(plan: Plan, out: Path | None = None) -> list[int]:
     """The seeds of `plan` that no machine has recorded whole, from its records folder
     (its results folder, else `out`'s records/): the seeds a study still has to train."""
-    seed_runs: dict[int, list[str]] = {}
-    for run in plan.runs():
-        seed_runs.setdefault(run.seed, []).append(run.name)
-    done = seeds_done(read_records(plan.results_folder(out) / "records"), seed_runs)
+    done = seeds_done(read_records(plan.results_folder(out) / "records"), plan)
     return [seed for seed in plan.seeds if seed not in done]
 
 
-def finished_runs(
-    records: Sequence[Mapping[str, Any]], seed_runs: Mapping[int, Collection[str]], machine: str
-) -> set[str]:
-    """The runs a study on `machine` counts as finished: those it recorded itself, and
-    every run of a seed that one machine recorded whole. A seed another machine left
-    unfinished is trained again here from its first run, so that its runs all come from
-    one machine (`seed_machines`)."""
-    done = recorded_on(list(records), machine)
-    for seed in seeds_done(records, seed_runs):
-        done |= set(seed_runs[seed])
+def finished_runs(records: Sequence[Mapping[str, Any]], plan: Plan, machine: str) -> set[str]:
+    """The runs of `plan` a study on `machine` counts as finished: those it recorded
+    itself, and every run of a seed that one machine recorded whole. A seed another
+    machine left unfinished is trained again here from its first run, so that its runs
+    all come from one machine (`seed_machines`)."""
+    runs = _runs_by_seed(plan)
+    done = recorded_on(records, machine)
+    for seed in seeds_done(records, plan):
+        done |= runs[seed]
     return done
 
 
