@@ -43,18 +43,25 @@ def train_us_per_token(run: Any, side_by_side: bool = False) -> float | None:
     return None
 
 
-def times(rows: Sequence[Any], reference: str | None) -> tuple[Callable[[Any], float | None], str]:
-    """How the recall runs of `rows` are timed, and the column's name: microseconds per
-    training token (side by side where every run has that figure, else each run's own
-    rate), or, where the runs come from more than one machine, each run's time over the
-    `reference` arm's run of the same seed, which ran on the same machine (a seed is one
-    machine), so that no figure compares two CPUs."""
+def times(
+    rows: Sequence[Any], reference: str | None
+) -> tuple[Callable[[Any], float | None], str, str]:
+    """How the recall runs of `rows` are timed, the table column's name and the plot
+    axis's label: microseconds per training token (side by side where every run has that
+    figure, else each run's own rate), or, where the runs come from more than one
+    machine, each run's time over the `reference` arm's run of the same seed, which ran
+    on the same machine (a seed is one machine), so that no figure compares two CPUs."""
     paired = side_by_side(rows)
     how = "side by side" if paired else "own run"
+    source = "side by side, study_speed.py" if paired else "each run's median logged rate"
     machines = {r.machine for row in recall_rows(rows) for r in row.runs}
     base = {r.seed: r for row in rows if row.arm == reference for r in row.runs}
     if len(machines) < 2 or not base:
-        return (lambda run: train_us_per_token(run, paired)), f"train us/token ({how})"
+        return (
+            lambda run: train_us_per_token(run, paired),
+            f"train us/token ({how})",
+            f"measured training time per token (us; {source})",
+        )
 
     def ratio(run: Any) -> float | None:
         own = train_us_per_token(run, paired)
@@ -62,7 +69,11 @@ def times(rows: Sequence[Any], reference: str | None) -> tuple[Callable[[Any], f
         below = train_us_per_token(source, paired) if source is not None else None
         return own / below if own is not None and below else None
 
-    return ratio, f"train time x {reference} of its seed ({how})"
+    return (
+        ratio,
+        f"train time x {reference} of its seed ({how})",
+        f"training time per token over its seed's {reference} run ({source})",
+    )
 
 
 def side_by_side(rows: Sequence[Any]) -> bool:
@@ -104,7 +115,7 @@ def recall_table(rows: Sequence[Any], reference: str | None = None) -> list[str]
     rows = recall_rows(rows)
     if not rows:
         return []
-    timed, column = times(rows, reference)
+    timed, column, _ = times(rows, reference)
     lines = [
         f"| arm | seeds | test accuracy % | valid accuracy % | {column} | softmax blocks "
         "| architectures |",
@@ -244,8 +255,7 @@ def recall_plot(
     """Writes test accuracy against training time per token (`times`); False when no
     recall run has both figures. `conversions`: arms started from a trained run
     (`init_from`)."""
-    timed, column = times(rows, reference)
-    paired = side_by_side(rows)
+    timed, _, axis = times(rows, reference)
     rows = recall_rows(rows)
     points = [
         (row.arm, t, a)
@@ -270,11 +280,7 @@ def recall_plot(
             linewidths=0.5,
             label=f"{row.arm} ({kind}, n={len(xs)})",
         )
-    source = "side by side, study_speed.py" if paired else "each run's median logged rate"
-    if column.startswith("train us/token"):
-        axes.set_xlabel(f"measured training time per token (us; {source})")
-    else:
-        axes.set_xlabel(f"training time per token over its seed's {reference} run ({source})")
+    axes.set_xlabel(axis)
     axes.set_ylabel("MQAR test accuracy (%)")
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3)
