@@ -65,8 +65,8 @@ def times(
 
     def ratio(run: Any) -> float | None:
         own = train_us_per_token(run, paired)
-        source = base.get(run.seed)
-        below = train_us_per_token(source, paired) if source is not None else None
+        seed_reference = base.get(run.seed)
+        below = train_us_per_token(seed_reference, paired) if seed_reference is not None else None
         return own / below if own is not None and below else None
 
     return (
